@@ -1,0 +1,139 @@
+"""Reweighting models: small autoregressive LMs over the base model's vocabulary.
+
+``make_reweighter`` builds every variant the paper uses:
+- ``gpt2``: ``GPT2Config(n_layer=k)``, all else default (768 wide, 12 heads), as the authors
+  used for GPT-2 bases;
+- ``llama``: 1 layer, hidden 256, 1 head, intermediate 1024 (LLaMA bases);
+- ``mlp`` / ``linear``: context-free models for the architecture ablation: the current token's
+  embedding through a two-layer ReLU MLP, or straight through a linear head;
+- ``pretrained``: a pretrained small causal LM (e.g. ``gpt2`` for GPT2-M) as initialisation.
+The vocabulary always equals the base model's; ``check_vocabulary`` says what to do if not.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+ARCHITECTURES = ("gpt2", "llama", "mlp", "linear", "pretrained")
+
+
+class ContextFreeReweighter(nn.Module):
+    """r_t depends on the current token only: embedding -> [Linear -> ReLU] -> head.
+
+    With ``hidden_size=None`` this is the linear variant (a low-rank bigram table).
+    """
+
+    is_context_free = True
+
+    def __init__(self, vocab_size: int, embed_dim: int = 256, hidden_size: int | None = 1024):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, embed_dim)
+        if hidden_size is None:
+            self.trunk_layers = nn.Identity()
+            head_in = embed_dim
+        else:
+            self.trunk_layers = nn.Sequential(nn.Linear(embed_dim, hidden_size), nn.ReLU())
+            head_in = hidden_size
+        self.lm_head = nn.Linear(head_in, vocab_size)
+        self.vocab_size = vocab_size
+
+    def trunk(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.trunk_layers(self.embed(input_ids))
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def forward(self, input_ids: torch.Tensor, **_ignored) -> CausalLMOutputWithPast:
+        return CausalLMOutputWithPast(logits=self.lm_head(self.trunk(input_ids)))
+
+
+def make_reweighter(
+    arch: str,
+    vocab_size: int,
+    *,
+    n_layer: int = 1,
+    hidden_size: int = 256,
+    num_attention_heads: int = 1,
+    intermediate_size: int = 1024,
+    pretrained: str | None = None,
+    seed: int | None = None,
+) -> nn.Module:
+    """A freshly initialised (seeded) reweighting model with ``vocab_size`` outputs."""
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"Unknown reweighting architecture {arch!r}; choose one of {ARCHITECTURES}.")
+    if seed is not None:
+        torch.manual_seed(seed)
+    if arch == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_layer=n_layer))
+    elif arch == "llama":
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=vocab_size,
+                num_hidden_layers=n_layer,
+                hidden_size=hidden_size,
+                num_attention_heads=num_attention_heads,
+                num_key_value_heads=num_attention_heads,
+                intermediate_size=intermediate_size,
+            )
+        )
+    elif arch == "mlp":
+        model = ContextFreeReweighter(vocab_size, hidden_size, intermediate_size)
+    elif arch == "linear":
+        model = ContextFreeReweighter(vocab_size, hidden_size, None)
+    else:
+        if not pretrained:
+            raise ValueError("arch='pretrained' needs pretrained=<Hub id or local directory>.")
+        model = AutoModelForCausalLM.from_pretrained(pretrained, dtype=torch.float32)
+    check_vocabulary(vocab_size, model)
+    return model
+
+
+def output_vocab_size(model: nn.Module) -> int:
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def check_vocabulary(base_vocab_size: int, reweighter: nn.Module) -> None:
+    """Raise a ValueError that says what to do when the two vocabularies differ."""
+    size = output_vocab_size(reweighter)
+    if size != base_vocab_size:
+        raise ValueError(
+            f"Vocabulary mismatch: the base model scores {base_vocab_size} tokens, the reweighting "
+            f"model {size}. The product b * r needs one shared vocabulary: build the reweighting "
+            "model with make_reweighter(..., vocab_size=base.vocab_size), or pick a pretrained "
+            "model that uses the base model's tokenizer."
+        )
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that ignore left padding, as transformers' generate computes them."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def reweighter_logits(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    positions: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Logits (B, T, V), or (N, V) at the True entries of ``positions`` only.
+
+    The output head is the bulk of a small model's cost (256 x 49k for SmolLM2's vocabulary),
+    so training computes it only where the loss needs it.
+    """
+    if getattr(model, "is_context_free", False):
+        hidden = model.trunk(input_ids)
+    else:
+        hidden = model.base_model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+        ).last_hidden_state
+    if positions is not None:
+        hidden = hidden[positions]
+    return model.get_output_embeddings()(hidden)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
