@@ -291,7 +291,14 @@ def fit(
             steps += 1
             train_total, train_tokens = train_total + loss_sum.item(), train_tokens + n
         val_loss = val.mean_nll(model)
-        history.append({"epoch": epoch, "train_loss": train_total / train_tokens, "val_loss": val_loss})
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": train_total / train_tokens,
+                "val_loss": val_loss,
+                "lr": scheduler.get_last_lr()[0],
+            }
+        )
         epochs.set_postfix(train=f"{train_total / train_tokens:.3f}", val=f"{val_loss:.3f}")
         if val_loss < best_loss:
             best_loss, best_epoch, stale = val_loss, epoch, 0

@@ -1,0 +1,61 @@
+"""Tables and figures of the notebooks, written atomically under ``results/<profile>/``.
+
+Tables go to ``tables/<name>.{csv,md,tex}``, figures to ``figures/<name>.{png,pdf}``.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+import seaborn as sns
+
+from plugin_lib import config
+from plugin_lib.io import atomic_write_bytes, atomic_write_text
+
+FIGURE_DPI = 200
+
+
+def set_style() -> None:
+    """The one plotting style of all notebooks."""
+    sns.set_theme(context="paper", style="whitegrid", palette="colorblind", font_scale=1.2)
+    matplotlib.rcParams["figure.dpi"] = 100
+
+
+def _keeps_index(df: pd.DataFrame) -> bool:
+    """Write the index only when it carries information (not a plain 0..n-1 range)."""
+    return not isinstance(df.index, pd.RangeIndex) or df.index.name is not None
+
+
+def _markdown(df: pd.DataFrame, index: bool) -> str:
+    # tabulate prints pandas' NA as "<NA>"; as None it becomes the missing-value mark.
+    cells = df.astype(object).where(df.notna(), None)
+    return cells.to_markdown(index=index, missingval="--")
+
+
+def save_table(df: pd.DataFrame, name: str, profile: str,
+               caption: str = "") -> dict[str, Path]:
+    """Write ``df`` as CSV, Markdown and booktabs LaTeX; returns the paths by format."""
+    folder = config.results_dir(profile) / "tables"
+    index = _keeps_index(df)
+    latex = df.to_latex(index=index, caption=caption or None, label=f"tab:{name}",
+                        na_rep="--", escape=True)
+    return {
+        "csv": atomic_write_text(folder / f"{name}.csv", df.to_csv(index=index)),
+        "md": atomic_write_text(folder / f"{name}.md", _markdown(df, index) + "\n"),
+        "tex": atomic_write_text(folder / f"{name}.tex", latex),
+    }
+
+
+def save_figure(fig, name: str, profile: str) -> dict[str, Path]:
+    """Write a matplotlib figure as PNG (200 dpi) and PDF; returns the paths by format."""
+    folder = config.results_dir(profile) / "figures"
+    paths = {}
+    for fmt in ("png", "pdf"):
+        buffer = io.BytesIO()
+        # No creation date in the PDF, so that the same figure gives the same bytes.
+        metadata = {"CreationDate": None} if fmt == "pdf" else None
+        fig.savefig(buffer, format=fmt, dpi=FIGURE_DPI, bbox_inches="tight", metadata=metadata)
+        paths[fmt] = atomic_write_bytes(folder / f"{name}.{fmt}", buffer.getvalue())
+    return paths

@@ -1,0 +1,261 @@
+"""Dataset loaders: the paper's counts on the real offline data, splits, determinism, errors,
+and the conversion of Hub-shaped rows (hand-made here, since the Hub is not reachable)."""
+import os
+from pathlib import Path
+
+import pytest
+
+from plugin_lib import data
+from plugin_lib.data import Example
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    if not os.environ.get("PLUGIN_DATA_DIR"):
+        pytest.skip("PLUGIN_DATA_DIR is unset: point it at shared/data to check the counts "
+                    "on the real offline data.")
+    return Path(os.environ["PLUGIN_DATA_DIR"])
+
+
+def counts(name: str, split: str) -> tuple[int, int]:
+    """(rows = input-reference pairs, unique inputs) of a split."""
+    examples = data.load_dataset(name, split)
+    return len(data.training_pairs(examples)), len(examples)
+
+
+def sources(name: str, split: str) -> set[str]:
+    return {e.source for e in data.load_dataset(name, split)}
+
+
+# --- counts on the real data ------------------------------------------------------------------
+
+def test_e2e_counts_match_the_paper(data_dir):
+    assert counts("e2e", "validation") == (4_299, 1_484)
+    assert counts("e2e", "test") == (4_693, 1_847)
+
+
+def test_e2e_source_is_the_mr_and_references_are_grouped(data_dir):
+    first = data.load_dataset("e2e", "validation")[0]
+    assert first.source == "name[Alimentum], area[city centre], familyFriendly[no]"
+    assert len(first.references) == 6
+    assert first.meta["split"] == "validation"
+
+
+def test_e2e_train_missing_offline_says_what_to_download(data_dir):
+    if (data_dir / "e2e_cleaned/train-fixed.no-ol.csv").exists():
+        pytest.skip("the E2E train file is present in this data dir")
+    with pytest.raises(FileNotFoundError) as err:
+        data.load_dataset("e2e", "train")
+    message = str(err.value)
+    assert "e2e_cleaned/train-fixed.no-ol.csv" in message
+    assert "tuetschek/e2e-cleaning" in message and "ablations" in message
+
+
+def test_adidas_counts_and_format(data_dir):
+    assert counts("adidas", "validation")[0] == 745
+    assert counts("adidas", "test")[0] == 100
+    first = data.load_dataset("adidas", "validation")[0]
+    assert first.source == ("name: Beach Shorts, category: Clothing, selling_price: 40, "
+                            "color: Black")
+    assert first.meta["category"] == "Clothing"
+    references = [r for split in ("validation", "test")
+                  for e in data.load_dataset("adidas", split) for r in e.references]
+    assert all(r and "\r" not in r for r in references)
+
+
+def test_commongen_halves_the_dev_set_by_concept_set(data_dir):
+    assert counts("commongen", "validation")[0] == 2_026
+    assert counts("commongen", "test")[0] == 1_992
+    validation, test = sources("commongen", "validation"), sources("commongen", "test")
+    assert not validation & test
+    # 993 dev lines hold 992 distinct concept sets (cut#hair#style is listed twice).
+    assert len(validation) + len(test) == 992
+    merged = next(e for e in data.load_dataset("commongen", "validation")
+                  if e.source == "cut, hair, style")
+    assert len(merged.references) == 7
+
+
+def test_commongen_train_is_the_man_filter(data_dir):
+    examples = data.load_dataset("commongen", "train")
+    assert examples
+    for example in examples:
+        assert not {"man", "woman"} & set(example.meta["concepts"])
+        assert all(data.re.search(r"\bman\b", r) for r in example.references)
+
+
+def test_webnlg_counts_splits_and_categories(data_dir):
+    assert counts("webnlg", "train")[0] == 2_732
+    assert counts("webnlg", "validation")[0] == 844
+    assert counts("webnlg", "test")[0] == 720
+    assert not sources("webnlg", "validation") & sources("webnlg", "test")
+    train = data.load_dataset("webnlg", "train")
+    assert {e.meta["category"] for e in train} <= data.WEBNLG_TRAIN_CATEGORIES
+    evaluation = data.load_dataset("webnlg", "validation") + data.load_dataset("webnlg", "test")
+    assert {e.meta["category"] for e in evaluation} <= data.WEBNLG_EVAL_CATEGORIES
+
+
+def test_webnlg_keeps_all_lexicalisations(data_dir):
+    for example in data.load_dataset("webnlg", "validation"):
+        assert set(example.references) <= set(example.meta["all_lexicalisations"])
+        assert " | " in example.source
+
+
+def test_loading_is_deterministic(data_dir):
+    for name in data.DATASETS:
+        assert data.load_dataset(name, "test") == data.load_dataset(name, "test")
+
+
+def test_rows_subset_is_seeded_and_keeps_order(data_dir):
+    full = data.load_dataset("e2e", "validation")
+    subset = data.load_dataset("e2e", "validation", rows=50, seed=3)
+    assert len(subset) == 50
+    assert subset == data.load_dataset("e2e", "validation", rows=50, seed=3)
+    assert subset != data.load_dataset("e2e", "validation", rows=50, seed=4)
+    positions = [full.index(e) for e in subset]
+    assert positions == sorted(positions)
+    assert data.load_dataset("e2e", "validation", rows=10**6) == full
+
+
+def test_statistics_table(data_dir):
+    table = data.dataset_statistics()
+    assert len(table) == len(data.DATASETS) * 3
+    row = table.set_index(["dataset", "split"]).loc[("e2e", "validation")]
+    assert (row["paper_rows"], row["rows"], row["unique_inputs"]) == (4_299, 4_299, 1_484)
+    adidas_train = table.set_index(["dataset", "split"]).loc[("adidas", "train")]
+    assert adidas_train.isna()["rows"] and adidas_train["note"]
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+def test_unknown_names_list_the_valid_ones():
+    with pytest.raises(ValueError, match="e2e, webnlg, commongen, adidas"):
+        data.load_dataset("wikitext", "test")
+    with pytest.raises(ValueError, match="validation, test"):
+        data.load_dataset("adidas", "train")
+    with pytest.raises(ValueError, match="train, validation, test"):
+        data.load_dataset("e2e", "dev")
+
+
+def test_empty_data_dir_says_what_to_download(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
+    expected = {
+        "e2e": "e2e_cleaned/devel-fixed.no-ol.csv",
+        "webnlg": "webnlg/webnlg_challenge_2017",
+        "commongen": "commongen/hf_format/commongen.dev.jsonl",
+        "adidas": "adidas/adidas_usa.csv",
+    }
+    for name, relpath in expected.items():
+        with pytest.raises(FileNotFoundError, match=relpath):
+            data.load_dataset(name, "validation")
+
+
+def test_missing_data_dir_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        data.load_dataset("e2e", "validation")
+
+
+def test_statistics_show_missing_data_as_na(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
+    table = data.dataset_statistics()
+    assert table["rows"].isna().all()
+    assert table["note"].str.len().gt(0).all()
+
+
+def test_adidas_without_data_dir_needs_the_csv_variable(monkeypatch):
+    monkeypatch.delenv("PLUGIN_DATA_DIR", raising=False)
+    monkeypatch.delenv("PLUGIN_ADIDAS_CSV", raising=False)
+    with pytest.raises(FileNotFoundError, match="PLUGIN_ADIDAS_CSV"):
+        data.load_dataset("adidas", "test")
+
+
+# --- conversion of hand-made rows shaped like the Hub's ---------------------------------------
+
+def webnlg_row(category, triples, lexes):
+    return {"category": category, "eid": "Id1", "size": len(triples),
+            "modified_triple_sets": {"mtriple_set": [triples]},
+            "lex": {"comment": [c for c, _ in lexes], "lid": ["Id1"] * len(lexes),
+                    "text": [t for _, t in lexes], "lang": [""] * len(lexes)}}
+
+
+def test_e2e_rows_group_by_mr():
+    rows = [{"meaning_representation": "name[A], food[Thai]", "human_reference": "A is Thai."},
+            {"meaning_representation": "name[B]", "human_reference": "B."},
+            {"meaning_representation": "name[A], food[Thai]", "human_reference": "A: Thai."}]
+    examples = data.group_by_source("e2e", "test", data.e2e_records(rows))
+    assert [e.source for e in examples] == ["name[A], food[Thai]", "name[B]"]
+    assert examples[0].references == ("A is Thai.", "A: Thai.")
+    assert examples[0].id == "e2e-test-00000" and examples[1].meta["split"] == "test"
+
+
+def test_webnlg_rows_take_the_first_good_lexicalisation():
+    rows = [
+        webnlg_row("Artist", ["A | genre | Jazz", "A | birthPlace | Oslo"],
+                   [("toFix", "bad text"), ("good", "A, born in Oslo, plays jazz."),
+                    ("good", "Second.")]),
+        webnlg_row("Artist", ["B | genre | Rock"], []),  # no lexicalisation: dropped
+    ]
+    [example] = data.group_by_source("webnlg", "validation", data.webnlg_records(rows))
+    assert example.source == "A | genre | Jazz; A | birthPlace | Oslo"
+    assert example.references == ("A, born in Oslo, plays jazz.",)
+    assert example.meta["all_lexicalisations"] == (
+        "bad text", "A, born in Oslo, plays jazz.", "Second.")
+    assert example.meta["category"] == "Artist"
+
+
+def test_commongen_rows_sort_concepts_and_filter_man():
+    rows = [{"concept_set_idx": 0, "concepts": ["stand", "field"], "target": "A man stands."},
+            {"concept_set_idx": 0, "concepts": ["stand", "field"], "target": "Kids stand."},
+            {"concept_set_idx": 1, "concepts": ["man", "dog"], "target": "A man and a dog."},
+            {"concept_set_idx": 2, "concepts": ["dog"], "target": "The mandolin dog."}]
+    [example] = data.group_by_source("commongen", "validation", data.commongen_records(rows))
+    assert example.source == "field, stand"
+    assert example.references == ("A man stands.", "Kids stand.")
+    assert [data.is_commongen_man_row(r) for r in rows] == [True, False, False, False]
+
+
+def test_adidas_rows_format_and_normalise_newlines():
+    row = {"name": "Shorts", "category": "Clothing", "selling_price": "40", "color": "Black",
+           "description": "Line one.\r\nLine two.\r\n"}
+    [example] = data.group_by_source("adidas", "test", data.adidas_records([row]))
+    assert example.source == "name: Shorts, category: Clothing, selling_price: 40, color: Black"
+    assert example.references == ("Line one.\nLine two.",)
+
+
+def test_first_half_inputs_matches_pandas_shuffle():
+    import pandas as pd
+
+    keys = [i % 7 for i in range(40)]
+    shuffled = pd.Series(keys).sample(frac=1, random_state=42)
+    expected = set(list(dict.fromkeys(shuffled))[:3])
+    assert data.first_half_inputs(keys) == expected
+
+
+# --- hyper-validation split and training pairs ------------------------------------------------
+
+def make_examples(n: int) -> list[Example]:
+    return [Example(f"x-validation-{i:05d}", f"source {i}", (f"ref {i}a", f"ref {i}b"),
+                    {"split": "validation"}) for i in range(n)]
+
+
+def test_hyper_validation_split_is_disjoint_seeded_and_forty_percent():
+    examples = make_examples(100)
+    train, hyper = data.split_hyper_validation(examples)
+    assert len(hyper) == 40 and len(train) == 60
+    assert not {e.source for e in train} & {e.source for e in hyper}
+    assert (train, hyper) == data.split_hyper_validation(examples)
+    assert hyper != data.split_hyper_validation(examples, seed=1)[1]
+    assert all(len(part) == 1 for part in data.split_hyper_validation(examples[:2]))
+
+
+def test_hyper_validation_on_real_data(data_dir):
+    examples = data.load_dataset("e2e", "validation")
+    train, hyper = data.split_hyper_validation(examples)
+    assert abs(len(hyper) / len(examples) - 0.4) < 0.01
+    assert not {e.source for e in train} & {e.source for e in hyper}
+
+
+def test_training_pairs_has_one_pair_per_reference():
+    pairs = data.training_pairs(make_examples(3))
+    assert len(pairs) == 6
+    assert pairs[1][0].source == "source 0" and pairs[1][1] == "ref 0b"

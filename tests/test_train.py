@@ -1,0 +1,139 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from plugin_lib.loss import plugin_loss
+from plugin_lib.models import reweighter_logits
+from plugin_lib.train import (
+    BaseOutputCache,
+    TokenObjective,
+    TrainConfig,
+    collate,
+    encode_pairs,
+    fit,
+    small_model_log_probs,
+)
+
+PROMPTS = [f"Describe item {i}: colour {c}, size {s}." for i, (c, s) in
+           enumerate([("red", "small"), ("blue", "large"), ("green", "medium"), ("black", "tiny")] * 3)]
+TARGETS = [f"A {s} {c} item, number {i}." for i, (c, s) in
+           enumerate([("red", "small"), ("blue", "large"), ("green", "medium"), ("black", "tiny")] * 3)]
+
+
+@pytest.fixture
+def pairs(tokenizer):
+    return encode_pairs(tokenizer, PROMPTS, TARGETS)
+
+
+def test_encoding_truncates_and_appends_eos(tokenizer):
+    long_prompt = "word " * 300
+    long_target = "token " * 300
+    (pair,) = encode_pairs(tokenizer, [long_prompt + "END"], [long_target], max_prompt_tokens=128, max_target_tokens=127)
+    assert pair.prompt_length == 128 and pair.target_length == 128
+    assert pair.input_ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.decode(pair.input_ids[:128]).endswith("END")  # the prompt keeps its end
+    with pytest.raises(ValueError):
+        encode_pairs(tokenizer, ["a"], ["b", "c"])
+
+
+def test_collate_left_pads_and_masks_everything_but_targets(tokenizer, pairs):
+    batch = collate(pairs[:2], tokenizer.pad_token_id)
+    for row, pair in enumerate(pairs[:2]):
+        n, pad = len(pair.input_ids), batch["input_ids"].shape[1] - len(pair.input_ids)
+        assert batch["attention_mask"][row].tolist() == [0] * pad + [1] * n
+        labels = batch["labels"][row].tolist()
+        assert labels[: pad + pair.prompt_length] == [-100] * (pad + pair.prompt_length)
+        assert labels[pad + pair.prompt_length :] == list(pair.input_ids[pair.prompt_length :])
+
+
+def test_cached_base_outputs_give_the_recomputed_loss(tiny_base, small_reweighter, tokenizer, pairs):
+    rw = small_reweighter("llama")
+    cache = BaseOutputCache.build(tiny_base, pairs, batch_size=5, progress=False)
+    assert cache.rows.shape == (sum(p.target_length for p in pairs), tiny_base.vocab_size)
+    objective = TokenObjective(pairs, tokenizer.pad_token_id, cache=cache)
+    idx = [3, 0, 7]
+    with torch.no_grad():
+        loss_sum, n = objective.nll(rw, idx)
+        batch = collate([pairs[i] for i in idx], tokenizer.pad_token_id)
+        base = tiny_base.logits(batch["input_ids"], batch["attention_mask"])
+        small = reweighter_logits(rw, batch["input_ids"], batch["attention_mask"])
+        recomputed = plugin_loss(base, small, batch["labels"])
+    assert n == sum(pairs[i].target_length for i in idx)
+    torch.testing.assert_close(loss_sum / n, recomputed, rtol=1e-5, atol=1e-6)
+
+
+def test_disk_cache_is_reused_and_memory_is_bounded(tiny_base, pairs, tmp_path, monkeypatch):
+    built = BaseOutputCache.build(tiny_base, pairs, directory=tmp_path, progress=False)
+    assert isinstance(built.rows, np.memmap) or isinstance(built.rows, np.ndarray)
+    assert len(list(tmp_path.glob("base-*.npy"))) == 1 and not list(tmp_path.glob(".*partial"))
+    in_memory = BaseOutputCache.build(tiny_base, pairs, progress=False)
+    torch.testing.assert_close(built.get([2, 5]), in_memory.get([2, 5]))
+
+    def no_base_calls(*args, **kwargs):
+        raise AssertionError("the base model ran although its outputs were on disk")
+
+    monkeypatch.setattr(tiny_base, "logits", no_base_calls)
+    reused = BaseOutputCache.build(tiny_base, pairs, directory=tmp_path, progress=False)
+    torch.testing.assert_close(reused.get([1]), in_memory.get([1]))
+    with pytest.raises(MemoryError, match="directory="):
+        BaseOutputCache.build(tiny_base, pairs, max_memory_gb=1e-6, progress=False)
+
+
+def _objectives(tiny_base, tokenizer, pairs):
+    train, val = pairs[:8], pairs[8:]
+    return tuple(
+        TokenObjective(part, tokenizer.pad_token_id, cache=BaseOutputCache.build(tiny_base, part, progress=False))
+        for part in (train, val)
+    )
+
+
+def test_fit_trains_only_the_reweighting_model(tiny_base, small_reweighter, tokenizer, pairs):
+    train, val = _objectives(tiny_base, tokenizer, pairs)
+    rw = small_reweighter("llama")
+    before_rw = {k: v.clone() for k, v in rw.state_dict().items()}
+    before_base = {k: v.clone() for k, v in tiny_base._model.state_dict().items()}
+    start_loss = val.mean_nll(rw)
+    result = fit(rw, train, val, TrainConfig(lr=5e-3, max_epochs=4, patience=10, batch_size=4), progress=False)
+    assert result.best_val_loss < start_loss
+    assert any(not torch.equal(before_rw[k], v) for k, v in rw.state_dict().items())
+    assert all(torch.equal(before_base[k], v) for k, v in tiny_base._model.state_dict().items())
+    assert all(p.grad is None for p in tiny_base._model.parameters())
+
+
+def test_fit_is_deterministic_and_restores_the_best_epoch(tiny_base, small_reweighter, tokenizer, pairs):
+    train, val = _objectives(tiny_base, tokenizer, pairs)
+    cfg = TrainConfig(lr=2e-2, max_epochs=6, patience=2, batch_size=4, seed=5)
+    runs = []
+    for _ in range(2):
+        rw = small_reweighter("llama", seed=1)
+        runs.append((fit(rw, train, val, cfg, progress=False), rw.state_dict()))
+    (a, state_a), (b, state_b) = runs
+    assert a.history == b.history
+    assert all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+    losses = [h["val_loss"] for h in a.history]
+    assert a.best_epoch == 1 + int(np.argmin(losses)) and a.best_val_loss == min(losses)
+    rw = small_reweighter("llama", seed=1)
+    rw.load_state_dict(state_a)
+    assert math.isclose(val.mean_nll(rw), a.best_val_loss, rel_tol=1e-6)
+    assert a.epochs_run <= cfg.max_epochs
+
+
+def test_learning_rate_schedule_is_counted_in_optimizer_steps(tiny_base, small_reweighter, tokenizer, pairs):
+    train, val = _objectives(tiny_base, tokenizer, pairs)
+    cfg = TrainConfig(lr=1e-3, max_epochs=10, patience=100, batch_size=4, warmup_ratio=0.1)
+    result = fit(small_reweighter("linear"), train, val, cfg, progress=False)
+    # 8 pairs / batch 4 = 2 steps per epoch, 20 steps in all, 2 warmup steps: the peak is reached
+    # after epoch 1, then the rate decays linearly to 0 at step 20.
+    assert result.optimizer_steps == 20
+    lrs = [h["lr"] for h in result.history]
+    assert lrs[0] == pytest.approx(1e-3)
+    assert lrs[1] == pytest.approx(1e-3 * 16 / 18)
+    assert lrs[-1] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_new_model_objective_needs_no_base(small_reweighter, tokenizer, pairs):
+    objective = TokenObjective(pairs, tokenizer.pad_token_id, log_probs=small_model_log_probs)
+    loss, n = objective.nll(small_reweighter("llama"), [0, 1])
+    assert torch.isfinite(loss) and n == pairs[0].target_length + pairs[1].target_length
