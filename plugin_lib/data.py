@@ -23,8 +23,8 @@ Choices a user should know:
   unseen-category entries are in two of those files, so their inputs carry the same reference
   twice, as in the authors' data. Train: the Airport, Building, University and Monument entries
   with a "good" lexicalisation (the 2017 challenge has no MeanOfTransportation in train).
-- CommonGen: the source is the concepts in alphabetical order joined with ", " (the Hub's
-  builder shuffles the order unseeded; sorting makes local and Hub sources equal). Validation
+- CommonGen: the source is the concepts in alphabetical order joined with ", " (the Hub lists
+  each concept set in a shuffled order; sorting makes local and Hub sources equal). Validation
   and test halve the official dev set like the authors, by the Hub's ``concept_set_idx`` (one
   per line of the dev file), which reproduces the paper's counts exactly. The dev file lists
   the set cut#hair#style on two lines; both fall into validation, where they form one input
@@ -114,7 +114,12 @@ DOWNLOADS = {
 
 @dataclass(frozen=True)
 class Example:
-    """One unique input of a dataset split with all its references."""
+    """One unique input of a dataset split with all its references.
+
+    ``id`` is ``<dataset>-<split>-<index>`` (stable: indices are taken before subsetting);
+    ``source`` fills the prompt's slot; ``meta`` holds ``dataset``, ``split`` and per-dataset
+    details (WebNLG category and lexicalisations, CommonGen concepts, Adidas attributes).
+    """
 
     id: str
     source: str
@@ -134,18 +139,22 @@ class MissingDataError(FileNotFoundError):
 # Formatting of the source that fills the prompt's slot: one function per dataset.
 
 def format_e2e(mr: str) -> str:
+    """The MR as given, e.g. ``name[Aromi], eatType[pub]``."""
     return mr.strip()
 
 
 def format_webnlg(triples: Iterable[str]) -> str:
+    """Triples ``subject | property | object`` joined with ``; ``."""
     return "; ".join(t.strip() for t in triples)
 
 
 def format_commongen(concepts: Iterable[str]) -> str:
+    """Concepts in alphabetical order joined with ``, ``."""
     return ", ".join(sorted(c.strip() for c in concepts))
 
 
 def format_adidas(row: Mapping[str, str]) -> str:
+    """``name: ..., category: ..., selling_price: ..., color: ...``."""
     return ", ".join(f"{key}: {str(row[key]).strip()}" for key in ADIDAS_FIELDS)
 
 
@@ -169,6 +178,7 @@ def webnlg_first_good(row: Mapping[str, Any]) -> str | None:
 
 
 def webnlg_source(row: Mapping[str, Any]) -> str:
+    """The formatted (first) modified triple set of a ``web_nlg`` row."""
     return format_webnlg(row["modified_triple_sets"]["mtriple_set"][0])
 
 
@@ -202,7 +212,7 @@ def is_commongen_man_row(row: Mapping[str, Any]) -> bool:
 def adidas_records(rows: Iterable[Mapping[str, str]]) -> Iterator[Record]:
     """Records of Adidas CSV rows: the product attributes and their description."""
     for row in rows:
-        description = "\n".join(row["description"].splitlines()).strip()
+        description = row["description"].replace("\r\n", "\n").replace("\r", "\n").strip()
         yield format_adidas(row), description, {key: row[key] for key in ADIDAS_FIELDS}
 
 
@@ -265,6 +275,7 @@ def read_csv_rows(path: Path) -> list[dict[str, str]]:
 
 
 def e2e_rows(split: str):
+    """``e2e_nlg_cleaned`` rows of a split, from the local CSVs or the Hub."""
     if config.data_dir() is None:
         return hub_rows("e2e_nlg_cleaned", split)
     filename = {"train": "train-fixed.no-ol.csv", "validation": "devel-fixed.no-ol.csv",
@@ -297,6 +308,7 @@ def webnlg_local_files(hub_split: str) -> list[Path]:
 
 
 def webnlg_rows(hub_split: str):
+    """``web_nlg`` (``webnlg_challenge_2017``) rows of a Hub split: train, dev or test."""
     if config.data_dir() is None:
         return hub_rows("web_nlg", hub_split, "webnlg_challenge_2017")
     return [row for path in webnlg_local_files(hub_split) for row in webnlg_xml_rows(path)]
@@ -306,7 +318,7 @@ def commongen_jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
     """Rows shaped like HF ``common_gen`` rows, one per reference scene."""
     with open(path, encoding="utf-8") as f:
         for index, line in enumerate(f):
-            item = json.loads(line)
+            item = json.loads(line.replace(", }", "}"))  # a known glitch, fixed as HF does
             concepts = item["concept_set"].split("#")
             for scene in item["scene"]:
                 yield {"concept_set_idx": index, "concepts": concepts, "target": scene}
@@ -323,6 +335,7 @@ def commongen_v1_train_rows() -> Iterator[dict[str, Any]]:
 
 
 def commongen_rows(split: str):
+    """``common_gen`` rows of the train or validation (official dev) split."""
     if config.data_dir() is None:
         return hub_rows("common_gen", split)
     if split == "validation":
@@ -338,6 +351,7 @@ def commongen_rows(split: str):
 
 
 def adidas_rows() -> list[dict[str, str]]:
+    """All rows of the Adidas CSV, in file order."""
     if config.data_dir() is not None:
         return read_csv_rows(local_path("adidas/adidas_usa.csv"))
     path = os.environ.get("PLUGIN_ADIDAS_CSV")
@@ -392,6 +406,7 @@ LOADERS = {"e2e": load_e2e, "webnlg": load_webnlg, "commongen": load_commongen,
 
 
 def check_name_and_split(name: str, split: str) -> None:
+    """ValueError listing the valid names for an unknown dataset or split."""
     if name not in SPLITS:
         raise ValueError(f"Unknown dataset {name!r}. Choose one of: {', '.join(DATASETS)}.")
     if split not in SPLITS[name]:
@@ -440,16 +455,20 @@ def training_pairs(examples: Iterable[Example]) -> list[tuple[Example, str]]:
 
 
 def rows_for(rows: int | Mapping[str, int | None] | None, split: str) -> int | None:
+    """The subset size of one split, from an int or a per-split mapping."""
     return rows.get(split) if isinstance(rows, Mapping) else rows
 
 
 def count_note(ours: int, paper: int | None) -> str:
+    """How our row count compares with the paper's."""
     if paper is None:
         return ""
     return "matches the paper" if ours == paper else f"{ours - paper:+,} rows vs the paper"
 
 
-def statistics_row(name: str, split: str, rows) -> dict[str, Any]:
+def statistics_row(name: str, split: str,
+                   rows: int | Mapping[str, int | None] | None) -> dict[str, Any]:
+    """One line of :func:`dataset_statistics`; loader warnings become part of the note."""
     paper = PAPER_COUNTS[name][split]
     row = {"dataset": name, "split": split, "paper_rows": paper, "rows": pd.NA,
            "unique_inputs": pd.NA, "note": ""}

@@ -189,18 +189,20 @@ def greedy_decode_uncached(
     reweighter: torch.nn.Module | None = None,
     *,
     max_new_tokens: int = 64,
+    min_new_tokens: int = 0,
     repetition_penalty: float | None = None,
     combine: Combine = combine_log_probs,
 ) -> torch.Tensor:
     """Greedy decoding that re-runs both models over the full sequence at every step.
 
     Returns prompt + generated ids, padded after EOS with the pad token, as ``generate`` does.
+    EOS is not allowed before ``min_new_tokens`` (as ``generate(min_new_tokens=...)``).
     """
     eos, pad = base.eos_token_id, base.tokenizer.pad_token_id
     penalty = _penalty(repetition_penalty, input_ids.shape[1])
     ids, mask = input_ids.to(base.device), attention_mask.to(base.device)
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         scores = base.logits(ids, mask)[:, -1].float()
         if reweighter is not None:
             r = reweighter_logits(reweighter.eval(), ids, mask)[:, -1].to(scores.device)
@@ -209,6 +211,8 @@ def greedy_decode_uncached(
             scores = combine(scores, r)
         elif penalty is not None:
             scores = penalty(ids, scores)
+        if step < min_new_tokens:
+            scores[:, eos] = float("-inf")
         next_ids = scores.argmax(-1).masked_fill(done, pad)
         ids = torch.cat((ids, next_ids[:, None]), dim=1)
         mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)

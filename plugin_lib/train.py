@@ -235,6 +235,9 @@ class TrainConfig:
     warmup_ratio: float = 0.1
     seed: int = 0
     max_grad_norm: float | None = None
+    # "bfloat16": run the small model's forward/backward under autocast (the combination and
+    # the loss stay in float32). Several times faster on CPUs with AMX/AVX512-BF16.
+    autocast: str | None = None
 
 
 @dataclass
@@ -272,6 +275,10 @@ def fit(
     total_steps = steps_per_epoch * cfg.max_epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
 
+    device_type = next(model.parameters()).device.type
+    autocast = torch.autocast(
+        device_type, dtype=getattr(torch, cfg.autocast or "bfloat16"), enabled=cfg.autocast is not None
+    )
     best_loss, best_epoch, best_state, stale, steps = math.inf, 0, None, 0, 0
     history: list[dict] = []
     started = time.perf_counter()
@@ -281,7 +288,8 @@ def fit(
         order = torch.randperm(len(train), generator=order_rng).tolist()
         train_total, train_tokens = 0.0, 0
         for start in range(0, len(order), cfg.batch_size):
-            loss_sum, n = train.nll(model, order[start : start + cfg.batch_size])
+            with autocast:
+                loss_sum, n = train.nll(model, order[start : start + cfg.batch_size])
             optimizer.zero_grad(set_to_none=True)
             (loss_sum / n).backward()
             if cfg.max_grad_norm is not None:

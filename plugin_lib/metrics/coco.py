@@ -8,6 +8,7 @@ first use and stopped at exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import shutil
 import threading
 
@@ -95,8 +96,10 @@ class MeteorServer:
                 self._meteor = Meteor()
             try:
                 score, _ = self._meteor.compute_score(gts, res)
-            except Exception as exc:
+            except BaseException as exc:  # also Ctrl-C: a half-read reply poisons the process
                 stderr = self._discard()
+                if not isinstance(exc, Exception):
+                    raise
                 raise RuntimeError(f"METEOR (Java) failed: {stderr[-500:]}") from exc
         return float(score)
 
@@ -113,7 +116,8 @@ class MeteorServer:
         if meteor.lock.locked():
             meteor.lock.release()
         process = meteor.meteor_p
-        process.stdin.close()
+        with contextlib.suppress(OSError):  # flushing into a dead process's pipe fails
+            process.stdin.close()
         process.kill()
         process.wait()
         return process.stderr.read().decode(errors="replace")

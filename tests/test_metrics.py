@@ -1,0 +1,329 @@
+"""Metrics against values worked out independently of the code under test: by hand (the
+derivation is in the comments), from a library's documentation, or from the official
+mteval-v13a-sig.pl script that e2e-metrics runs."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+
+from plugin_lib.metrics import METRIC_NAMES, coco, compute_metrics, sentence_rouge
+from plugin_lib.metrics.mteval import nist_brevity_penalty
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEST_CSV = Path(
+    os.environ.get("PLUGIN_DATA_DIR", REPO_ROOT.parent / "shared" / "data")
+) / "e2e_cleaned" / "test-fixed.csv"
+
+LOG2_3 = math.log2(3)
+
+
+def score(metric, predictions, references):
+    return compute_metrics(predictions, references, metrics=(metric,))[metric]
+
+
+def e2e_test_groups() -> list[list[str]]:
+    """References of the real E2E test set grouped by MR, in file order."""
+    if not TEST_CSV.is_file():
+        pytest.skip(f"E2E test data not found at {TEST_CSV} (set PLUGIN_DATA_DIR)")
+    groups: OrderedDict[str, list[str]] = OrderedDict()
+    with open(TEST_CSV, encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            groups.setdefault(row["mr"], []).append(row["ref"])
+    return list(groups.values())
+
+
+def first_ref_as_prediction(groups, n_refs=None):
+    """Predictions = first reference of each MR, references = the others (MRs with one
+    reference skipped; with ``n_refs``, only MRs with exactly that many others)."""
+    kept = [g for g in groups if len(g) > 1 and (n_refs is None or len(g) - 1 == n_refs)]
+    return [g[0] for g in kept], [g[1:] for g in kept]
+
+
+# ---------------------------------------------------------------- BLEU
+
+
+def test_bleu_by_hand():
+    # hyp "the cat sat on the mat" (6 tokens), ref "the cat sat on a mat today" (7 tokens)
+    # 1-grams: the(clipped to 1) cat sat on mat = 5/6
+    # 2-grams: the cat, cat sat, sat on = 3/5
+    # 3-grams: the cat sat, cat sat on = 2/4
+    # 4-grams: the cat sat on = 1/3
+    # BP = exp(1 - 7/6); BLEU = BP * (5/6 * 3/5 * 2/4 * 1/3) ** (1/4) = exp(-1/6) * (1/12) ** 0.25
+    expected = math.exp(-1 / 6) * (1 / 12) ** 0.25
+    assert score("BLEU", ["the cat sat on the mat"], [["the cat sat on a mat today"]]) == pytest.approx(expected)
+    # Case-insensitive, and 13a makes the periods of "mat." and "today." tokens of their own:
+    # hyp "the cat sat on the mat ." (7), ref "the cat sat on a mat today ." (8)
+    # 1-grams 6/7 (the "." matches), 2-grams 3/6, 3-grams 2/5, 4-grams 1/4, BP exp(1 - 8/7)
+    expected = math.exp(1 - 8 / 7) * (6 / 7 * 3 / 6 * 2 / 5 * 1 / 4) ** 0.25
+    assert score("BLEU", ["THE Cat sat on the mat."], [["the cat sat on a mat today."]]) == pytest.approx(expected)
+
+
+def test_bleu_sacrebleu_documented_examples():
+    # sacrebleu README: BLEU = 48.53 with two references per segment, and 29.44 when the
+    # first segment's first reference is removed ("variable number of references").
+    predictions = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
+    two_refs = [
+        ["The dog bit the man.", "The dog had bit the man."],
+        ["It was not unexpected.", "No one was surprised."],
+        ["The man bit him first.", "The man had bitten the dog."],
+    ]
+    assert score("BLEU", predictions, two_refs) == pytest.approx(0.4853, abs=5e-5)
+    variable = [["", "The dog had bit the man."]] + two_refs[1:]  # the empty one is dropped
+    assert score("BLEU", predictions, variable) == pytest.approx(0.2944, abs=5e-5)
+
+
+# ---------------------------------------------------------------- NIST
+
+
+def test_nist_by_hand():
+    # References of the corpus: "a b c", "a b d" (input 0) and "a c" (input 1): 8 words.
+    # Counts: a 3, b 2, c 2, d 1; "a b" 2, "b c" 1, "b d" 1, "a c" 1; "a b c" 1, "a b d" 1.
+    # info = log2(count(prefix) / count(ngram)), unigram prefix count = 8:
+    #   a log2(8/3) = 3 - log2 3, b 2, c 2, d 3; "a b" log2(3/2); "b c" 1; "a b c" log2(2/1) = 1.
+    # Input 0 "a b c" matches a, b, c, "a b", "b c", "a b c".
+    # Input 1 "a" matches a (d would not match: clipping is against the input's own refs).
+    # n=1: (2 (3 - log2 3) + 2 + 2) / 4 prediction unigrams
+    # n=2: (log2 3 - 1 + 1) / 2 prediction bigrams;   n=3: 1 / 1;   n=4, 5: nothing
+    # The sum is exactly 2.5 + 1 = 3.5.
+    # Length: L_sys = 3 + 1 = 4, L_ref = mean(3, 3) + 2 = 5, ratio 0.8:
+    #   BP = exp(-beta ln(0.8)^2) with beta = ln 2 / ln(1.5)^2.
+    beta = math.log(2) / math.log(1.5) ** 2
+    expected = 3.5 * math.exp(-beta * math.log(0.8) ** 2)
+    assert score("NIST", ["a b c", "a"], [["a b c", "a b d"], ["a c"]]) == pytest.approx(expected)
+
+
+def test_nist_brevity_penalty_uses_average_reference_length():
+    # One input, refs "a b" and "a b c d" (6 words): info(a) = info(b) = log2(6/2) = log2 3,
+    # info("a b") = log2(2/2) = 0. Prediction "a b": n=1 gives 2 log2 3 / 2, n=2 gives 0.
+    # L_ref = mean(2, 4) = 3, L_sys = 2: ratio 2/3, where mteval's penalty is exactly 0.5.
+    assert score("NIST", ["a b"], [["a b", "a b c d"]]) == pytest.approx(0.5 * LOG2_3)
+    assert nist_brevity_penalty(2 / 3) == pytest.approx(0.5)
+    assert nist_brevity_penalty(1.2) == 1.0
+
+
+def test_nist_and_bleu_match_official_mteval_on_real_data():
+    # Reference values from e2e-metrics' mteval-v13a-sig.pl (perl, run outside this package)
+    # on the E2E test MRs with exactly 4 references: first reference as the prediction, the
+    # other 3 as references (144 MRs). With equal reference counts the Perl script's
+    # reference-length padding has no effect, so the definitions coincide.
+    predictions, references = first_ref_as_prediction(e2e_test_groups(), n_refs=3)
+    assert len(predictions) == 144
+    scores = compute_metrics(predictions, references, metrics=("BLEU", "NIST"))
+    assert scores["NIST"] == pytest.approx(8.1466230587, abs=1e-6)
+    assert scores["BLEU"] == pytest.approx(0.5950694678, abs=1e-6)
+
+
+def test_nist_close_to_official_mteval_with_variable_reference_counts():
+    # Same script on all 1019 multi-reference MRs: NIST 8.1322725876, BLEU 0.5510151125.
+    # The Perl script pads to 34 references with empty ones and divides by 34, so its L_ref is
+    # tiny and its penalty always 1; the per-input average (our definition) gives 0.99996.
+    predictions, references = first_ref_as_prediction(e2e_test_groups())
+    scores = compute_metrics(predictions, references, metrics=("BLEU", "NIST"))
+    assert scores["BLEU"] == pytest.approx(0.5510151125, abs=1e-6)
+    assert scores["NIST"] == pytest.approx(8.1322725876, rel=1e-4)
+    assert scores["NIST"] < 8.1322725876
+
+
+# ---------------------------------------------------------------- ROUGE-1/2
+
+
+def test_rouge_1_2_by_hand_with_best_reference():
+    # rouge_score tokens: hyp "the cat sat on the mat" (6), ref "the cat is on the red mat" (7)
+    # 1-grams: the x2, cat, on, mat = 5: P 5/6, R 5/7, F = 2PR/(P+R) = 10/13
+    # 2-grams: "the cat", "on the" = 2: P 2/5, R 2/6, F = 4/11
+    prediction = "The cat sat on the mat."
+    refs = ["Dogs bark loudly.", "the cat is on the red mat"]
+    assert sentence_rouge(prediction, refs) == pytest.approx({"ROUGE-1": 10 / 13, "ROUGE-2": 4 / 11})
+    # plain mean over inputs: a second input with no overlap halves both
+    scores = compute_metrics([prediction, "xyz"], [refs, ["abc"]], metrics=("ROUGE-1", "ROUGE-2"))
+    assert scores == pytest.approx({"ROUGE-1": 5 / 13, "ROUGE-2": 2 / 11})
+
+
+def test_rouge_has_no_stemming():
+    assert sentence_rouge("cats", ["cat"])["ROUGE-1"] == 0.0
+
+
+# ---------------------------------------------------------------- ROUGE-L, CIDEr-D (Java)
+
+
+@pytest.mark.slow
+def test_rouge_l_by_hand():
+    # hyp "the cat on mat" (4), ref "the cat sat on the mat" (6): LCS "the cat on mat" = 4
+    # P = 1, R = 2/3, F = (1 + 1.2^2) P R / (R + 1.2^2 P)
+    p, r, b2 = 1.0, 2 / 3, 1.2**2
+    expected = (1 + b2) * p * r / (r + b2 * p)
+    assert score("ROUGE-L", ["The cat on mat."], [["the cat sat on the mat"]]) == pytest.approx(expected)
+    # coco-caption maximises P and R separately over the references: "cat on mat" gives
+    # R = 3/3, the first reference P = 4/4, hence F = 1.
+    assert score("ROUGE-L", ["the cat on mat"], [["the cat sat on the mat", "cat on mat"]]) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_cider_d_by_hand():
+    # Two inputs, one reference each: N = 2 and every n-gram has document frequency <= 1,
+    # so every idf is ln 2 - ln 1 (unseen n-grams count as df 1): all weights equal.
+    # Input 0: "red apple" = its reference: cosine 1 for n = 1, 2; no 3-, 4-grams -> 0.
+    #   10 * mean(1, 1, 0, 0) = 5
+    # Input 1: "green pear tree" vs "green pear":
+    #   n=1: 2 / (sqrt 3 * sqrt 2); n=2: 1 / (sqrt 2 * 1); n=3, 4: 0 (reference has none)
+    #   length penalty: bigram counts 2 vs 1 (coco counts length in bigrams): exp(-1 / (2 * 6^2))
+    input_1 = 10 * math.exp(-1 / 72) * (2 / math.sqrt(6) + 1 / math.sqrt(2)) / 4
+    cider = score("CIDEr", ["red apple", "green pear tree"], [["red apple"], ["green pear"]])
+    assert cider == pytest.approx((5 + input_1) / 2)
+
+
+@pytest.mark.slow
+def test_cider_d_properties():
+    refs = [
+        ["the eagle is a cheap coffee shop near the river", "the eagle serves cheap coffee by the river"],
+        ["blue spice is a family friendly pub in the city centre", "a pub called blue spice welcomes families"],
+        ["the wrestlers is an expensive italian restaurant", "an italian restaurant named the wrestlers is pricey"],
+    ]
+    wrong = ["it is raining today", "my car is red", "numbers and letters"]
+    exact = score("CIDEr", [r[0] for r in refs], refs)
+    assert exact > score("CIDEr", wrong, refs) >= 0
+    # the x10 scale: a prediction identical to its only reference scores exactly 10
+    assert score("CIDEr", [r[0] for r in refs], [[r[0]] for r in refs]) == pytest.approx(10.0)
+    # one input: every idf is ln 1 - ln 1 = 0, so CIDEr-D is 0 by definition
+    assert score("CIDEr", [refs[0][0]], [refs[0]]) == 0.0
+
+
+# ---------------------------------------------------------------- METEOR (Java)
+
+
+@pytest.mark.slow
+def test_meteor_values():
+    # METEOR 1.5 English: alpha 0.85, beta 0.2, gamma 0.6, delta 0.75 ("the", "on" are
+    # function words). Reference "the cat sat on the mat": content cat sat mat, function the on the.
+    # "the cat sat": P = 1, R = (0.75*2 + 0.25*1) / (0.75*3 + 0.25*3) = 7/12,
+    #   Fmean = PR / (0.85 P + 0.15 R), one chunk of 3 matches: penalty 0.6 * (1/3)^0.2
+    ref = [["the cat sat on the mat"]]
+    r = 7 / 12
+    expected = r / (0.85 + 0.15 * r) * (1 - 0.6 * (1 / 3) ** 0.2)
+    assert score("METEOR", ["the cat sat"], ref) == pytest.approx(expected, abs=1e-4)
+    # An exact match is one chunk covering both sentences: METEOR 1.5 then sets the
+    # fragmentation to 0, so the score is exactly 1.
+    assert score("METEOR", ["The cat sat on the mat."], ref) == pytest.approx(1.0)
+    assert score("METEOR", ["dogs run"], ref) == 0.0
+    ladder = [score("METEOR", [h], ref) for h in ("the cat", "the cat sat", "the cat sat on the mat")]
+    assert ladder == sorted(ladder) and len(set(ladder)) == 3
+
+
+def _meteor_children() -> list[int]:
+    """PIDs of METEOR Java processes whose parent is this Python process."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"meteor-1.5.jar" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_meteor_process_is_started_once_and_reused():
+    compute_metrics(["a b c"], [["a b c"]], metrics=("METEOR",))
+    server, pid = coco.METEOR, coco.METEOR.process_id
+    compute_metrics(["d e f"], [["d e"]], metrics=("METEOR",))
+    assert coco.METEOR is server and coco.METEOR.process_id == pid
+    if Path("/proc").is_dir():
+        assert _meteor_children() == [pid]
+
+
+@pytest.mark.slow
+def test_meteor_is_thread_safe_and_recovers_from_a_dead_process():
+    predictions, references = ["the cat sat"], [["the cat sat on the mat"]]
+    expected = score("METEOR", predictions, references)
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(score("METEOR", predictions, references)))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert results == [expected] * 4
+    os.kill(coco.METEOR.process_id, 9)  # the Java process this test run started
+    with pytest.raises(RuntimeError, match="METEOR"):
+        score("METEOR", predictions, references)
+    assert score("METEOR", predictions, references) == expected  # a fresh process
+
+
+@pytest.mark.slow
+def test_meteor_field_separator_in_a_reference_does_not_split_it():
+    assert coco.METEOR.corpus_score(["a b"], [["a ||| b"]]) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- edge cases and errors
+
+
+@pytest.mark.slow
+def test_edge_cases_do_not_crash():
+    predictions = ["", "ok", "Café crème brûlée", "東京のレストラン 😀", "a b c d e f g"]
+    references = [["some words here"], ["ok then"], ["café crème"], ["東京のレストラン"], ["a b c d e f g"]]
+    scores = compute_metrics(predictions, references)
+    assert list(scores) == list(METRIC_NAMES)
+    assert all(math.isfinite(v) and v >= 0 for v in scores.values())
+    assert all(scores[m] <= 1 + 1e-9 for m in ("BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR"))
+
+
+@pytest.mark.slow
+def test_all_empty_predictions_score_zero():
+    scores = compute_metrics(["", "  "], [["a cheap pub"], ["an expensive restaurant", "pricey food"]])
+    assert scores == {name: 0.0 for name in METRIC_NAMES}
+
+
+@pytest.mark.slow
+def test_line_breaks_do_not_shift_inputs():
+    references = [["the first text"], ["the second text here"], ["and a third one"]]
+    flat = compute_metrics(["the first\ntext", "the second text here", "and a third one"], references)
+    broken = compute_metrics(["the first\r\u2028text", "the second text here", "and a third one"], references)
+    assert broken == pytest.approx(flat)
+
+
+def test_length_mismatch_raises():
+    with pytest.raises(ValueError, match="2 predictions but 1"):
+        compute_metrics(["a", "b"], [["a"]], metrics=("BLEU",))
+
+
+@pytest.mark.parametrize("refs", [[], [""], ["  ", "\n"]])
+def test_input_without_references_raises(refs):
+    with pytest.raises(ValueError, match=r"Input 1 .*references are required"):
+        compute_metrics(["a", "b"], [["a"], refs], metrics=("BLEU",))
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(TypeError, match="references\\[0\\] is a string"):
+        compute_metrics(["a"], ["a"], metrics=("BLEU",))
+    with pytest.raises(ValueError, match="Unknown"):
+        compute_metrics(["a"], [["a"]], metrics=("BLEU-4",))
+
+
+def test_subset_without_java_keeps_canonical_order():
+    scores = compute_metrics(["a b"], [["a b"]], metrics=("NIST", "ROUGE-1", "BLEU"))
+    assert list(scores) == ["BLEU", "ROUGE-1", "NIST"]
+
+
+# ---------------------------------------------------------------- real data
+
+
+@pytest.mark.slow
+def test_real_e2e_references_give_plausible_scores():
+    predictions, references = first_ref_as_prediction(e2e_test_groups())
+    scores = compute_metrics(predictions, references)
+    assert 0.2 < scores["BLEU"] < 0.8
+    assert 5 < scores["NIST"] < 10
+    assert 0.3 < scores["METEOR"] < 0.6
+    assert 0.4 < scores["ROUGE-L"] < 0.9
+    assert 0.4 < scores["ROUGE-1"] < 0.95 and 0.2 < scores["ROUGE-2"] < scores["ROUGE-1"]
+    assert 1 < scores["CIDEr"] < 6

@@ -1,0 +1,36 @@
+"""The dataset-statistics notebook runs top to bottom under papermill (smoke profile) and is
+stored commit-ready."""
+import os
+
+import nbformat
+import pytest
+
+from plugin_lib.config import REPO_ROOT
+
+NOTEBOOK = REPO_ROOT / "notebooks" / "00_dataset_statistics.ipynb"
+
+
+def test_stored_notebook_is_commit_ready():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    assert notebook.metadata.kernelspec.name == "python3"
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])
+    assert all(not cell.outputs and cell.execution_count is None for cell in code)
+    assert not any(line.lstrip().startswith(("def ", "class "))
+                   for cell in code for line in cell.source.splitlines())
+
+
+def test_notebook_runs_in_the_smoke_profile(tmp_path, monkeypatch):
+    if not os.environ.get("PLUGIN_DATA_DIR"):
+        pytest.skip("PLUGIN_DATA_DIR is unset: the notebook needs the offline data.")
+    import papermill
+
+    # The kernel inherits os.environ, so its results go to tmp_path, not the repository.
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    papermill.execute_notebook(
+        str(NOTEBOOK), str(tmp_path / "executed.ipynb"), parameters={"profile": "smoke"},
+        kernel_name="python3", cwd=str(REPO_ROOT), progress_bar=False)
+    for relpath in ("tables/dataset_statistics.csv", "tables/dataset_statistics.md",
+                    "tables/dataset_statistics.tex", "figures/dataset_statistics.png",
+                    "figures/dataset_statistics.pdf"):
+        assert (tmp_path / "smoke" / relpath).stat().st_size > 0
