@@ -32,11 +32,11 @@ class HeadEverywhere(TokenObjective):
         batch = {k: v.to(device) for k, v in collate([self.pairs[i] for i in indices], self.pad_token_id).items()}
         positions = target_positions(batch["labels"])
         small = reweighter_logits(model, batch["input_ids"], batch["attention_mask"])[positions]
-        base = self.base_logits(batch, positions, indices)
+        base = self.base_log_probs(batch, positions, indices)
         targets = shift_labels(batch["labels"])[positions]
         return F.nll_loss(self.log_probs(base, small), targets, reduction="sum"), targets.numel()
 
-    def base_logits(self, batch, positions, indices):
+    def base_log_probs(self, batch, positions, indices):
         return self.cache.get(indices)
 
 
@@ -45,8 +45,8 @@ class RecomputeBase(HeadEverywhere):
 
     base = None
 
-    def base_logits(self, batch, positions, indices):
-        return self.base.logits(batch["input_ids"], batch["attention_mask"])[positions]
+    def base_log_probs(self, batch, positions, indices):
+        return F.log_softmax(self.base.logits(batch["input_ids"], batch["attention_mask"])[positions].float(), -1)
 
 
 def main() -> None:

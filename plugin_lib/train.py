@@ -3,7 +3,7 @@
 The pieces, smallest first:
 - ``encode_pairs`` / ``collate``: (prompt, target) pairs as token ids, left padded, with labels
   that are -100 on prompt and padding (target truncated to 127 tokens, then EOS).
-- ``BaseOutputCache``: the frozen base's logits at the target positions of every pair,
+- ``BaseOutputCache``: the frozen base's log-probabilities at the target positions of every pair,
   computed once and reused by every epoch, seed, hyperparameter setting and method (Plugin,
   WeightedComb and TempNet all need the same base outputs). In memory up to a budget, or in a
   memory-mapped file on disk that later runs reuse.
@@ -30,7 +30,6 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from .base_model import BlackBoxLM
-from .combine import combine_log_probs
 from .loss import IGNORE_INDEX, shift_labels, target_positions
 from .models import reweighter_logits
 
@@ -89,10 +88,12 @@ def _cache_key(base_name: str, pairs: Sequence[EncodedPair]) -> str:
 
 
 class BaseOutputCache:
-    """The base model's logits at every target position, row ``offsets[i]:offsets[i+1]`` for pair i.
+    """The base model's log-probabilities at every target position; pair i owns rows
+    ``offsets[i]:offsets[i+1]``.
 
-    Rows are exactly what the base returns (its own dtype; bf16 widened to fp32, which is
-    lossless), so a loss computed from the cache equals one computed by re-running the base.
+    Rows are log_softmax of the base's logits, computed in float32 once here (so training
+    never repeats it) and stored in float32, or float16 for a float16 base whose logits carry
+    no more precision than that. A loss from the cache equals one from re-running the base.
     """
 
     def __init__(self, rows: torch.Tensor | np.ndarray, offsets: np.ndarray):
@@ -155,10 +156,11 @@ class BaseOutputCache:
             idx = list(range(start, min(start + batch_size, len(pairs))))
             batch = collate([pairs[i] for i in idx], base.tokenizer.pad_token_id)
             logits = base.logits(batch["input_ids"], batch["attention_mask"])
-            chunk = logits[target_positions(batch["labels"]).to(logits.device)].cpu()
+            selected = logits[target_positions(batch["labels"]).to(logits.device)]
+            chunk = F.log_softmax(selected.float(), dim=-1).to(torch_dtype).cpu()
             lo, hi = offsets[idx[0]], offsets[idx[-1] + 1]
             if isinstance(rows, np.ndarray):
-                rows[lo:hi] = chunk.float().numpy().astype(dtype, copy=False)
+                rows[lo:hi] = chunk.numpy()
             else:
                 rows[lo:hi] = chunk
         if path is not None:
@@ -172,11 +174,12 @@ class BaseOutputCache:
 LogProbs = Callable[[torch.Tensor | None, torch.Tensor], torch.Tensor]
 
 
-def plugin_log_probs(base_logits: torch.Tensor, small_logits: torch.Tensor) -> torch.Tensor:
-    return combine_log_probs(base_logits, small_logits)
+def plugin_log_probs(base_log_probs: torch.Tensor, small_logits: torch.Tensor) -> torch.Tensor:
+    """``combine_log_probs`` for a base that is already normalised (the cache's rows)."""
+    return F.log_softmax(base_log_probs.float() + F.log_softmax(small_logits.float(), dim=-1), dim=-1)
 
 
-def small_model_log_probs(_base_logits: torch.Tensor | None, small_logits: torch.Tensor) -> torch.Tensor:
+def small_model_log_probs(_base_log_probs: torch.Tensor | None, small_logits: torch.Tensor) -> torch.Tensor:
     """NewModel: the small model alone."""
     return F.log_softmax(small_logits.float(), dim=-1)
 
@@ -185,9 +188,9 @@ def small_model_log_probs(_base_logits: torch.Tensor | None, small_logits: torch
 class TokenObjective:
     """Summed token NLL of batches of ``pairs`` for one way of combining base and small model.
 
-    ``log_probs(base_logits, small_logits)`` gets the cached base logits at the target
-    positions (None when ``cache`` is None, e.g. for NewModel) and the small model's logits
-    there, and returns log-probabilities.
+    ``log_probs(base_log_probs, small_logits)`` gets the cached base log-probabilities at the
+    target positions (None when ``cache`` is None, e.g. for NewModel) and the small model's
+    logits there, and returns log-probabilities.
     """
 
     pairs: Sequence[EncodedPair]
