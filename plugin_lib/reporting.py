@@ -59,3 +59,19 @@ def save_figure(fig, name: str, profile: str) -> dict[str, Path]:
         fig.savefig(buffer, format=fmt, dpi=FIGURE_DPI, bbox_inches="tight", metadata=metadata)
         paths[fmt] = atomic_write_bytes(folder / f"{name}.{fmt}", buffer.getvalue())
     return paths
+
+
+def metric_bars(frame: pd.DataFrame, metrics=("BLEU", "ROUGE-L", "METEOR"), title: str = ""):
+    """Bars of the mean per method (error bars: std over seeds), one panel per metric."""
+    import matplotlib.pyplot as plt
+
+    long = frame.melt(id_vars=["model", "method", "seed"], value_vars=list(metrics), var_name="metric")
+    grid = sns.catplot(data=long, x="method", y="value", col="metric", row="model", kind="bar",
+                       errorbar="sd", sharey=False, height=3.2, aspect=1.3, color=sns.color_palette()[0])
+    grid.set_xticklabels(rotation=35, ha="right")
+    grid.set_titles("{row_name} | {col_name}")
+    grid.set_axis_labels("", "")
+    if title:
+        grid.figure.suptitle(title, y=1.03)
+    plt.close(grid.figure)
+    return grid.figure

