@@ -62,6 +62,7 @@ def _load_if_current(path: Path, fingerprint: str) -> dict | None:
 
 def _save_state(model: torch.nn.Module, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), tmp)
     tmp.rename(path)
 

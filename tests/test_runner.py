@@ -1,0 +1,84 @@
+import pytest
+
+from plugin_lib import config, data, methods, runner
+
+
+@pytest.fixture
+def profile(monkeypatch, tmp_path):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    real_spec = config.model_spec
+    monkeypatch.setattr(config, "model_spec",
+                        lambda name: {"name": name, "source": "test", "family": "llama"} if name == "tiny-llama" else real_spec(name))
+    prof = config.load_profile("smoke")
+    prof["decoding"] = {"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4}
+    prof["training"] = {"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1}
+    prof["grid"] = {"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]}
+    return prof
+
+
+def _example(i, split):
+    return data.Example(f"toy-{split}-{i}", f"name[Item {i}], colour[red]", (f"Item {i} is red.",),
+                        {"dataset": "e2e", "split": split})
+
+
+@pytest.fixture
+def task(tiny_base):
+    return methods.Task(tiny_base, "e2e", "llama",
+                        train=[_example(i, "validation") for i in range(4)],
+                        hyper=[_example(i, "validation") for i in range(4, 6)],
+                        test=[_example(i, "test") for i in range(2)])
+
+
+def test_finished_runs_are_not_redone_unless_settings_change(task, profile, monkeypatch):
+    first = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
+    path = runner.runs_dir(profile, "e2e", "tiny-llama") / "Zeroshot-seed0.json"
+    assert path.exists() and set(first["metrics"]) == {"BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR", "CIDEr", "NIST"}
+    assert len(first["predictions"]) == 2
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("a finished run was decoded again")
+
+    monkeypatch.setattr(methods, "predict", must_not_run)
+    assert runner.run_experiment(task, "Zeroshot", 0, profile) == first
+    profile["decoding"] = {**profile["decoding"], "max_new_tokens": 4}
+    with pytest.raises(AssertionError, match="decoded again"):
+        runner.run_experiment(task, "Zeroshot", 0, profile)
+
+
+def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatch):
+    trained = []
+    real_train = methods.train_method
+
+    def counting_train(task_, method, arch, hparams, seed, training, progress=True):
+        trained.append(hparams["lr"])
+        return real_train(task_, method, {**arch, "hidden_size": 16, "intermediate_size": 32},
+                          hparams, seed, training, progress=progress)
+
+    monkeypatch.setattr(methods, "train_method", counting_train)
+    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    first = runner.select_hparams(task, "Plugin", profile, progress=False)
+    assert trained == [1e-3, 5e-3]
+    losses = {tag: c["val_loss"] for tag, c in first["configs"].items()}
+    assert first["best"] == min(losses, key=losses.get)
+
+    # Interrupted after the first configuration: only the second one is trained again.
+    record_path = runner.runs_dir(profile, "e2e", "tiny-llama") / "Plugin-selection.json"
+    partial = dict(first, configs={k: v for k, v in first["configs"].items() if "0.001" in k}, best=None)
+    partial["best"] = next(iter(partial["configs"]))
+    from plugin_lib.io import atomic_write_json
+    atomic_write_json(record_path, partial)
+    trained.clear()
+    again = runner.select_hparams(task, "Plugin", profile, progress=False)
+    assert trained == [5e-3] and set(again["configs"]) == set(first["configs"])
+
+    record = runner.run_experiment(task, "Plugin", profile["seeds"][0], profile, progress=False)
+    assert record["hparams"] == again["configs"][again["best"]]["hparams"]
+    assert record["training"]["val_loss"] == again["configs"][again["best"]]["val_loss"]
+
+
+def test_hparam_grid_per_method():
+    prof = config.load_profile("local")
+    assert len(runner.hparam_grid(prof, "Plugin")) == len(prof["grid"]["lr"]) * len(prof["grid"]["weight_decay"])
+    assert all("alpha" in h for h in runner.hparam_grid(prof, "WeightedComb"))
+    with pytest.raises(ValueError, match="Unknown method"):
+        methods.check_method("LoRA-99")

@@ -1,0 +1,59 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from plugin_lib import tables
+from plugin_lib.metrics import METRIC_NAMES
+
+
+def _records():
+    rows = []
+    for method, base in [("Zeroshot", 0.1), ("ICL-1", 0.2), ("Plugin", 0.3)]:
+        for seed in ([0] if method == "Zeroshot" else [0, 1]):
+            metrics = {m: base + 0.01 * seed for m in METRIC_NAMES}
+            rows.append({"model": "m", "method": method, "seed": seed, "metrics": metrics})
+    return rows
+
+
+def test_summary_means_stds_and_method_order():
+    summary = tables.summarize(tables.runs_frame(_records()))
+    assert list(summary.index.get_level_values("method")) == ["Zeroshot", "ICL-1", "Plugin"]
+    assert summary.loc[("m", "Plugin"), "BLEU"] == pytest.approx(0.305)
+    assert summary.loc[("m", "Plugin"), "BLEU_std"] == pytest.approx(np.std([0.3, 0.31], ddof=1))
+    assert np.isnan(summary.loc[("m", "Zeroshot"), "BLEU_std"]) and summary.loc[("m", "Zeroshot"), "seeds"] == 1
+
+
+def test_best_is_bold_and_second_underlined():
+    summary = tables.summarize(tables.runs_frame(_records()))
+    md = tables.format_table(summary, "markdown").set_index("method")
+    assert md.loc["Plugin", "BLEU"].startswith("**0.3050**")
+    assert md.loc["ICL-1", "BLEU"].startswith("<u>0.2050</u>")
+    assert md.loc["Zeroshot", "BLEU"] == "0.1000"
+    tex = tables.format_table(summary, "latex").set_index("method")
+    assert tex.loc["Plugin", "NIST"].startswith(r"\textbf{0.3050}$_{\pm")
+
+
+def test_results_table_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    summary = tables.summarize(tables.runs_frame(_records()))
+    paths = tables.save_results_table(summary, "t", "smoke", "A caption.")
+    assert pd.read_csv(paths["csv"]).shape[0] == 3
+    assert "A caption." in paths["md"].read_text() and r"\textbf" in paths["tex"].read_text()
+    assert tables.wins(summary).loc[0, "best on"] == 7
+
+
+def test_paired_bootstrap_detects_a_clear_winner_and_not_a_tie():
+    refs = [[f"the {w} sat on the mat near the door"] for w in ["cat", "dog", "bird", "cow", "fox", "owl"] * 3]
+    good = [r[0] for r in refs]
+    bad = ["a completely different sentence" for _ in refs]
+    p_good = tables.paired_bootstrap(good, bad, refs, n_resamples=50, seed=0)
+    p_tie = tables.paired_bootstrap(good, good, refs, n_resamples=50, seed=0)
+    assert all(p < 0.05 for p in p_good.values())
+    assert all(p == 1.0 for p in p_tie.values())
+
+
+def test_paper_results_are_the_papers_tables():
+    paper = tables.paper_results("e2e")
+    row = paper[(paper.model == "GPT2-XL") & (paper.method == "Plugin")].iloc[0]
+    assert row["BLEU"] == 0.2470 and row["NIST"] == 1.2736 and row["BLEU_std"] == 0.009
+    assert len(tables.paper_results()) == 4 * 3 * 7
