@@ -73,9 +73,12 @@ class Task:
     max_target_tokens: int = 127
     use_chat_template: bool = False
     cache_dir: Path | None = None
+    prompt_prefix: str = ""  # e.g. a discrete prompt learned by BDPL, put before the task prompt
 
     def prompt(self, example: data.Example, demonstrations=()) -> str:
         text = prompts.build_prompt(self.dataset, self.family, example.source, demonstrations)
+        if self.prompt_prefix:
+            text = f"{self.prompt_prefix} {text}"
         return prompts.format_for_model(text, self.base.tokenizer, self.use_chat_template)
 
     @functools.cache

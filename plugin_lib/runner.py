@@ -42,7 +42,7 @@ def arch_for(model: str) -> dict:
     return config.reweighter_spec(config.model_spec(model)["family"])
 
 
-def settings_fingerprint(task: methods.Task, profile: dict) -> str:
+def settings_fingerprint(task: methods.Task, profile: dict, arch: dict | None = None) -> str:
     """Everything a stored run depends on; a run stored under other settings is redone."""
     import hashlib
     import json
@@ -50,6 +50,10 @@ def settings_fingerprint(task: methods.Task, profile: dict) -> str:
     relevant = {k: profile[k] for k in ("rows", "tokens", "training", "grid", "decoding")}
     relevant.update(dataset=task.dataset, model=config.model_spec(task.base.name),
                     chat_template=task.use_chat_template)
+    if task.prompt_prefix:
+        relevant["prompt_prefix"] = task.prompt_prefix
+    if arch is not None:
+        relevant["arch"] = arch
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -67,24 +71,29 @@ def _save_state(model: torch.nn.Module, path: Path) -> None:
     tmp.rename(path)
 
 
-def select_hparams(task: methods.Task, method: str, profile: dict, *, progress: bool = True) -> dict:
+def select_hparams(
+    task: methods.Task, method: str, profile: dict, *, arch: dict | None = None, label: str | None = None,
+    progress: bool = True,
+) -> dict:
     """Grid search on hyper-validation loss with the profile's first seed (resumable).
 
-    Returns the selection record; the best configuration's weights are in ``<method>-best.pt``.
+    Returns the selection record; the best configuration's weights are in ``<label>-best.pt``.
+    ``arch`` overrides the model family's reweighting architecture (ablations); ``label``
+    (default: the method) names the stored files, so variants do not overwrite each other.
     """
     folder = runs_dir(profile, task.dataset, task.base.name)
-    record_path = folder / f"{method}-selection.json"
-    state_path = folder / f"{method}-best.pt"
-    fingerprint = settings_fingerprint(task, profile)
+    label = label or method
+    arch = arch or arch_for(task.base.name)
+    record_path = folder / f"{label}-selection.json"
+    state_path = folder / f"{label}-best.pt"
+    fingerprint = settings_fingerprint(task, profile, arch if label != method else None)
     record = _load_if_current(record_path, fingerprint) or {"settings": fingerprint, "configs": {}, "best": None}
     seed = profile["seeds"][0]
     for hparams in hparam_grid(profile, method):
         tag = _tag(hparams)
         if tag in record["configs"]:
             continue
-        model, result = methods.train_method(
-            task, method, arch_for(task.base.name), hparams, seed, profile["training"], progress=progress
-        )
+        model, result = methods.train_method(task, method, arch, hparams, seed, profile["training"], progress=progress)
         best = record["best"]
         if best is None or result.best_val_loss < record["configs"][best]["val_loss"]:
             _save_state(model, state_path)
@@ -102,30 +111,35 @@ def select_hparams(task: methods.Task, method: str, profile: dict, *, progress: 
 
 
 def run_experiment(
-    task: methods.Task, method: str, seed: int, profile: dict, *, force: bool = False, progress: bool = True
+    task: methods.Task, method: str, seed: int, profile: dict, *, arch: dict | None = None,
+    label: str | None = None, force: bool = False, progress: bool = True,
 ) -> dict:
-    """Train (if needed), decode the test set, score it, store and return the run record."""
+    """Train (if needed), decode the test set, score it, store and return the run record.
+
+    ``arch`` and ``label`` as in :func:`select_hparams`; the record's ``method`` is the label.
+    """
     methods.check_method(method)
-    path = runs_dir(profile, task.dataset, task.base.name) / f"{method}-seed{seed}.json"
-    fingerprint = settings_fingerprint(task, profile)
+    label = label or method
+    folder = runs_dir(profile, task.dataset, task.base.name)
+    path = folder / f"{label}-seed{seed}.json"
+    fingerprint = settings_fingerprint(task, profile, arch if label != method else None)
+    arch = arch or arch_for(task.base.name)
     stored = None if force else _load_if_current(path, fingerprint)
     if stored is not None:
         return stored
     started = time.perf_counter()
     model, hparams, training = None, None, None
     if method in methods.TRAINED_METHODS:
-        selection = select_hparams(task, method, profile, progress=progress)
+        selection = select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
         chosen = selection["configs"][selection["best"]]
         hparams = chosen["hparams"]
         if seed == profile["seeds"][0]:
-            model = methods.build_model(task, method, arch_for(task.base.name), seed)
-            state = runs_dir(profile, task.dataset, task.base.name) / f"{method}-best.pt"
+            model = methods.build_model(task, method, arch, seed)
+            state = folder / f"{label}-best.pt"
             model.load_state_dict(torch.load(state, map_location=task.base.device))
             training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
         else:
-            model, result = methods.train_method(
-                task, method, arch_for(task.base.name), hparams, seed, profile["training"], progress=progress
-            )
+            model, result = methods.train_method(task, method, arch, hparams, seed, profile["training"], progress=progress)
             training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
                         "epochs_run": result.epochs_run, "history": result.history}
     predictions = methods.predict(task, method, model, seed, profile["decoding"], hparams, progress=progress)
@@ -133,7 +147,7 @@ def run_experiment(
     record = {
         "dataset": task.dataset,
         "model": task.base.name,
-        "method": method,
+        "method": label,
         "seed": seed,
         "profile": profile["name"],
         "settings": fingerprint,

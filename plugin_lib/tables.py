@@ -38,7 +38,9 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     grouped = frame.groupby(["model", "method"], sort=False)[list(METRIC_NAMES)]
     summary = grouped.mean().join(grouped.std(), rsuffix="_std").join(grouped.size().rename("seeds"))
     order = {m: i for i, m in enumerate(METHODS)}
-    return summary.sort_index(key=lambda idx: idx.map(order) if idx.name == "method" else idx)
+    # The paper's method order; variants (ablation labels) after it, in order of appearance.
+    return summary.sort_index(key=lambda idx: idx.map(lambda m: order.get(m, len(order))) if idx.name == "method" else idx,
+                              sort_remaining=False, kind="stable")
 
 
 def _ranks(values: pd.Series) -> pd.Series:
