@@ -53,7 +53,9 @@ for nb in "${notebooks[@]}"; do
     exit 1
   fi
   "$py" -m plugin_lib.notebooks strip "$out/executed/$name.ipynb"
+  echo $((SECONDS - t0)) > "$out/executed/$name.seconds"
   echo "$want" > "$stamp"
   echo "[run_all] ($i/$total) $name: done in $((SECONDS - t0)) s"
 done
 echo "[run_all] all $total notebooks finished for profile '$profile' in $((SECONDS - started)) s"
+"$py" -m plugin_lib.report --profile "$profile"

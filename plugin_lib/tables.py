@@ -171,3 +171,20 @@ def wins(summary: pd.DataFrame, method: str = "Plugin") -> pd.DataFrame:
         best = [m for m in METRIC_NAMES if block[m].idxmax()[1] == method]
         rows.append({"model": model, "best on": len(best), "of": len(METRIC_NAMES), "metrics": ", ".join(best)})
     return pd.DataFrame(rows)
+
+
+def record_main_claim(summary: pd.DataFrame, dataset: str, profile: str, method: str = "Plugin") -> dict:
+    """Check "Plugin outperforms the baselines on nearly all metrics" on our runs and record it."""
+    from .report import majority_verdict, record_claim
+
+    paper = paper_results(dataset).set_index(["model", "method"])[list(METRIC_NAMES)]
+    paper_wins = wins(paper, method)
+    ours = wins(summary, method)
+    return record_claim(
+        profile,
+        f"main_{dataset}",
+        f"{dataset}: Plugin has the best mean on most of the seven metrics",
+        "; ".join(f"{r.model}: {r['best on']}/7" for _, r in paper_wins.iterrows()),
+        "; ".join(f"{r.model}: {r['best on']}/7 ({r.metrics or 'none'})" for _, r in ours.iterrows()),
+        majority_verdict(int(ours["best on"].min()), len(METRIC_NAMES)),
+    )

@@ -347,3 +347,14 @@ def plot_convergence(runs: pd.DataFrame, slopes: pd.DataFrame, source: Source,
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def rate_claim(slopes: pd.DataFrame, fit_from: int) -> tuple[str, str]:
+    """(our result, verdict) for Theorem 1's O(1/t) excess loss, from the fitted slope's interval.
+
+    Reproduced when the 95% interval of the excess-loss slope over t >= fit_from contains -1
+    or lies below it (a rate at least as fast as 1/t).
+    """
+    row = slopes[(slopes.metric == "excess_loss") & (slopes.fit_from_tokens == fit_from)].iloc[0]
+    ours = f"slope {row.slope:.2f} [95% CI {row.ci95_low:.2f}, {row.ci95_high:.2f}] for t >= {fit_from}"
+    return ours, "reproduced" if row.ci95_low <= THEOREM_RATE else "not reproduced"

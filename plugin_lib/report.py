@@ -1,0 +1,113 @@
+"""The reproduction report, ``results/<profile>/REPORT.md``.
+
+Notebooks state the paper's claims they test with :func:`record_claim`: the claim, the paper's
+number, ours, and a verdict computed from the run (never typed in). ``write_report`` gathers
+every table, figure, claim and the wall time of each notebook into one Markdown page;
+``run_all.sh`` calls it at the end (``python -m plugin_lib.report --profile NAME``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from . import config
+from .io import atomic_write_json, atomic_write_text, read_json
+
+VERDICTS = ("reproduced", "not reproduced", "not measurable at this scale")
+
+# Notebook stem prefix -> the paper item it reproduces and the result files it writes.
+SECTIONS = [
+    ("00", "Dataset statistics (Table 7)", ["dataset_statistics"]),
+    ("01", "Main results, E2E NLG (Table 1)", ["main_e2e"]),
+    ("02", "Main results, WebNLG (Table 2)", ["main_webnlg"]),
+    ("03", "Main results, CommonGen (Table 3)", ["main_commongen"]),
+    ("04", "Main results, Adidas (Table 4)", ["main_adidas"]),
+    ("05", "Plugin as a wrapper: BDPL and BDPL + Plugin (Table 5)", ["bdpl"]),
+    ("06", "Base-model quality (Figures 2 and 5)", ["base_quality"]),
+    ("07", "Reweighting-model complexity (Figures 3 and 6)", ["complexity"]),
+    ("08", "Reweighting-model architecture (Figure 7)", ["architecture"]),
+    ("09", "Adidas case study (Figures 4 and 8)", ["adidas"]),
+    ("10", "Distribution shift (Section 6.4)", ["shift"]),
+    ("11", "Plugin vs LoRA and FLOPs (Table 8)", ["lora"]),
+    ("12", "Beyond the paper: top-k log-probability APIs", ["topk"]),
+    ("13", "Theorem 1, measured", ["theorem1"]),
+]
+
+
+def record_claim(profile: str, key: str, claim: str, paper: str, ours: str, verdict: str) -> dict:
+    """Store one claim's verdict (``results/<profile>/claims/<key>.json``) and return it."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    entry = {"key": key, "claim": claim, "paper": paper, "ours": ours, "verdict": verdict}
+    atomic_write_json(config.results_dir(profile) / "claims" / f"{key}.json", entry)
+    return entry
+
+
+def majority_verdict(count: int, total: int) -> str:
+    """'reproduced' when a property holds on more than half of the cases."""
+    return "reproduced" if count * 2 > total else "not reproduced"
+
+
+def load_claims(profile: str) -> list[dict]:
+    folder = config.results_dir(profile) / "claims"
+    return [read_json(p) for p in sorted(folder.glob("*.json"))]
+
+
+def _notebook_seconds(root: Path, prefix: str) -> str:
+    times = [float(p.read_text()) for p in (root / "executed").glob(f"{prefix}_*.seconds")]
+    return f"{sum(times) / 60:.1f} min" if times else "not run"
+
+
+def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]:
+    lines = [f"## {title}", "", f"Notebook `notebooks/{prefix}_*.ipynb`; wall time {_notebook_seconds(root, prefix)}.", ""]
+    tables = sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
+    figures = sorted(p for stem in stems for p in (root / "figures").glob(f"{stem}*.png"))
+    if not tables and not figures:
+        return lines + ["No results yet: the notebook has not run in this profile.", ""]
+    for table in tables:
+        lines += [f"**{table.stem}**", "", table.read_text(encoding="utf-8").strip(), ""]
+    for figure in figures:
+        lines += [f"![{figure.stem}](figures/{figure.name})", ""]
+    return lines
+
+
+def claims_table(claims: list[dict]) -> list[str]:
+    if not claims:
+        return ["No claim has been checked in this profile yet.", ""]
+    lines = ["| claim | paper | ours | verdict |", "| --- | --- | --- | --- |"]
+    for c in claims:
+        lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | **{c['verdict']}** |")
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    return lines + ["", f"In all: {summary}.", ""]
+
+
+def write_report(profile: str) -> Path:
+    root = config.results_dir(profile)
+    prof = config.load_profile(profile)
+    lines = [
+        f"# Reproduction report: profile `{profile}`",
+        "",
+        "Every number below was produced by the notebooks of this repository in this profile "
+        f"(base models: {', '.join(prof['base_models'])}; seeds: {prof['seeds']}; rows per split: "
+        f"{json.dumps(prof['rows'])}). The paper's numbers are quoted beside ours where a notebook "
+        "compares them.",
+        "",
+        "## Claim-by-claim verdicts",
+        "",
+        *claims_table(load_claims(profile)),
+    ]
+    for prefix, title, stems in SECTIONS:
+        lines += _section(root, prefix, title, stems)
+    return atomic_write_text(root / "REPORT.md", "\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Write results/<profile>/REPORT.md")
+    parser.add_argument("--profile", required=True, choices=config.PROFILE_NAMES)
+    print(write_report(parser.parse_args().profile))
+
+
+if __name__ == "__main__":
+    main()
