@@ -162,5 +162,12 @@ class BlackBoxLM:
 
 
 def load_base_model(name: str, *, dtype: str | torch.dtype | None = None, device=None) -> BlackBoxLM:
+    """The black box of ``name``; ``"<base>@top<k>[-<rule>]"`` gives the top-k log-probability
+    view of that base (``plugin_lib.topk``)."""
+    from .topk import TopKBlackBox, parse_model_name  # here, not at the top: topk imports this module
+
+    base, k, rule = parse_model_name(name)
+    if k is not None:
+        return TopKBlackBox(load_base_model(base, dtype=dtype, device=device), k, rule, name=name)
     model, tokenizer = load_causal_lm(name, dtype=dtype, device=device)
     return BlackBoxLM(model, tokenizer, name)

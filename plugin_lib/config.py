@@ -46,8 +46,16 @@ def model_spec(name: str) -> dict[str, Any]:
     """Registry entry of a base model: its source, family and display name.
 
     A name that is not in the registry is treated as a Hub id or a local directory of a
-    GPT-2 or LLaMA-family model, so users can plug in their own model.
+    GPT-2 or LLaMA-family model, so users can plug in their own model. A name with a top-k
+    suffix (``"smollm2-135m-instruct@top20"``, see ``plugin_lib.topk``) is that base's spec
+    under the suffixed name, with the view's ``top_k`` and ``top_k_rule``.
     """
+    from .topk import parse_model_name  # here, not at the top: topk imports this module
+
+    base, k, rule = parse_model_name(name)
+    if k is not None:
+        spec = model_spec(base)
+        return {**spec, "name": name, "display": f"{spec['display']} top-{k} {rule}", "top_k": k, "top_k_rule": rule}
     models = _settings()["models"]
     if name in models:
         return {"name": name, **models[name]}
@@ -120,3 +128,13 @@ def device() -> "torch.device":  # noqa: F821
     import torch
 
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def use_local_nltk_data() -> None:
+    """Let NLTK find ``<PLUGIN_DATA_DIR>/nltk_data`` (stopwords, punkt_tab) without NLTK_DATA."""
+    folder = data_dir()
+    if folder is not None and (folder / "nltk_data").is_dir():
+        import nltk
+
+        if str(folder / "nltk_data") not in nltk.data.path:
+            nltk.data.path.append(str(folder / "nltk_data"))

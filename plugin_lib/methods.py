@@ -9,6 +9,8 @@
   logits are divided by it. A positive temperature never changes a greedy argmax, so TempNet
   decodes by *sampling* at its learned temperature (seeded); otherwise it would equal Zeroshot.
 - Plugin: the reweighting model trained through the product b * r.
+- LoRA (``EXTRA_METHODS``, Table 8 only): rank-8 adapters on the query and value projections
+  of a private white-box copy of the base, trained on the same data, decoded like a base.
 
 All methods share the prompts, the decoding settings (greedy, max new tokens, repetition
 penalty applied to each model's logits) and the metric code. The trained methods train on
@@ -27,9 +29,10 @@ from torch import nn
 from transformers import LogitsProcessor
 
 from . import config, data, prompts
-from .base_model import BlackBoxLM
+from .base_model import BlackBoxLM, load_causal_lm
 from .combine import mixture_log_probs, temperature_log_probs
 from .decode import _penalty, generate
+from .lora import add_lora, lora_black_box, lora_objective
 from .loss import shift_labels, target_positions
 from .models import make_reweighter, position_ids_from_mask
 from .train import (
@@ -48,11 +51,13 @@ from .train import (
 METHODS = ("Zeroshot", "ICL-1", "ICL-3", "NewModel", "WeightedComb", "TempNet", "Plugin")
 TRAINED_METHODS = ("NewModel", "WeightedComb", "TempNet", "Plugin")
 ICL_SHOTS = {"ICL-1": 1, "ICL-3": 3}
+# Trained methods outside the main tables (notebooks 01-04 run METHODS): the white-box reference.
+EXTRA_METHODS = ("LoRA",)
 
 
 def check_method(method: str) -> None:
-    if method not in METHODS:
-        raise ValueError(f"Unknown method {method!r}. Choose one of: {', '.join(METHODS)}.")
+    if method not in METHODS + EXTRA_METHODS:
+        raise ValueError(f"Unknown method {method!r}. Choose one of: {', '.join(METHODS + EXTRA_METHODS)}.")
 
 
 @dataclass
@@ -188,13 +193,56 @@ class TemperatureLogitsProcessor(LogitsProcessor):
         return temperature_log_probs(scores, t)
 
 
+# ---------------------------------------------------------------- LoRA
+
+
+class LoraModel(nn.Module):
+    """A PeftModel seen as a small model: ``fit`` and ``TokenObjective`` train it unchanged.
+
+    ``base_model`` and ``get_output_embeddings`` answer as a reweighting model's do. The state
+    dict holds only the adapters (the base is its public checkpoint), so ``fit``'s best-epoch
+    copies and the runner's stored weights stay megabytes, not a copy of the base.
+    """
+
+    def __init__(self, peft_model: nn.Module):
+        super().__init__()
+        self.peft = peft_model
+
+    @property
+    def base_model(self) -> nn.Module:
+        return self.peft.get_base_model().base_model
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.peft.get_output_embeddings()
+
+    def state_dict(self, *args, **kwargs) -> dict:
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(self.peft)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        from peft import set_peft_model_state_dict
+
+        if strict and set(state_dict) != set(self.state_dict()):
+            raise KeyError("The state dict does not hold exactly this model's LoRA adapters.")
+        return set_peft_model_state_dict(self.peft, state_dict)
+
+
+def make_lora(task: Task, seed: int) -> LoraModel:
+    """Rank-8 LoRA on a fresh copy of the base (the black box's own weights stay untouched)."""
+    model, _ = load_causal_lm(task.base.name, dtype=task.base.dtype, device=task.base.device)
+    return LoraModel(add_lora(model, seed=seed))
+
+
 # ---------------------------------------------------------------- training
 
 
 def build_model(task: Task, method: str, arch: dict, seed: int) -> nn.Module:
     """A freshly initialised small model of ``method`` on the base's device."""
-    if method not in TRAINED_METHODS:
+    if method not in TRAINED_METHODS + EXTRA_METHODS:
         raise ValueError(f"{method} has nothing to train; trained methods: {', '.join(TRAINED_METHODS)}.")
+    if method == "LoRA":
+        return make_lora(task, seed)
     if method == "TempNet":
         model = make_tempnet(arch, task.base.vocab_size, seed)
     else:
@@ -207,6 +255,8 @@ def objective(task: Task, method: str, split: str, hparams: dict) -> TokenObject
     pad = task.base.tokenizer.pad_token_id
     if method == "NewModel":
         return TokenObjective(task.encoded(split), pad, log_probs=small_model_log_probs)
+    if method == "LoRA":
+        return lora_objective(task.encoded(split), pad)
     if method == "TempNet":
         return TempNetObjective(task.encoded(split), pad, cache=task.base_cache(split))
     log_probs = (
@@ -264,6 +314,10 @@ def predict(
         return generate(BlackBoxLM(model, task.base.tokenizer, "NewModel"), test_prompts, None, **settings, **truncate)
     if method == "Plugin":
         return generate(task.base, test_prompts, model, **settings, **truncate)
+    if method == "LoRA":
+        # Unmerged: merging would rewrite the model in place; adapters add < 1% FLOPs per token.
+        adapted = lora_black_box(model.peft, task.base.tokenizer, merge=False, name="LoRA")
+        return generate(adapted, test_prompts, None, **settings, **truncate)
     if method == "WeightedComb":
         combine = functools.partial(mixture_log_probs, alpha=hparams["alpha"])
         return generate(task.base, test_prompts, model, combine=combine, **settings, **truncate)

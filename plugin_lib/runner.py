@@ -110,13 +110,28 @@ def select_hparams(
     return record
 
 
+def trained_model(task: methods.Task, method: str, profile: dict, *, arch: dict | None = None,
+                  label: str | None = None) -> torch.nn.Module:
+    """The first seed's trained model of ``method`` (training it if the grid has not run yet)."""
+    label = label or method
+    arch = arch or arch_for(task.base.name)
+    select_hparams(task, method, profile, arch=arch, label=label, progress=False)
+    model = methods.build_model(task, method, arch, profile["seeds"][0])
+    state = runs_dir(profile, task.dataset, task.base.name) / f"{label}-best.pt"
+    model.load_state_dict(torch.load(state, map_location=task.base.device))
+    return model.eval()
+
+
 def run_experiment(
     task: methods.Task, method: str, seed: int, profile: dict, *, arch: dict | None = None,
-    label: str | None = None, force: bool = False, progress: bool = True,
+    label: str | None = None, force: bool = False, progress: bool = True, selection: dict | None = None,
 ) -> dict:
     """Train (if needed), decode the test set, score it, store and return the run record.
 
     ``arch`` and ``label`` as in :func:`select_hparams`; the record's ``method`` is the label.
+    ``selection`` (seeds after the first): a :func:`select_hparams` record to train with instead
+    of this task's own grid search, for variants whose task changes with the seed (BDPL+Plugin:
+    one learned prompt per seed, hyperparameters chosen on the first seed's prompt).
     """
     methods.check_method(method)
     label = label or method
@@ -129,14 +144,12 @@ def run_experiment(
         return stored
     started = time.perf_counter()
     model, hparams, training = None, None, None
-    if method in methods.TRAINED_METHODS:
-        selection = select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
+    if method in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
+        selection = selection or select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
         chosen = selection["configs"][selection["best"]]
         hparams = chosen["hparams"]
         if seed == profile["seeds"][0]:
-            model = methods.build_model(task, method, arch, seed)
-            state = folder / f"{label}-best.pt"
-            model.load_state_dict(torch.load(state, map_location=task.base.device))
+            model = trained_model(task, method, profile, arch=arch, label=label)
             training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
         else:
             model, result = methods.train_method(task, method, arch, hparams, seed, profile["training"], progress=progress)
@@ -168,6 +181,12 @@ def run_experiment(
     return record
 
 
+def load_task(model_name: str, dataset: str, profile: dict) -> methods.Task:
+    """The task of a (base model, dataset) pair, its base-output cache under the runs folder."""
+    base = load_base_model(model_name, dtype=profile.get("dtype"))
+    return methods.load_task(base, dataset, profile, cache_dir=runs_dir(profile, dataset, model_name) / "cache")
+
+
 def run_table(
     dataset: str,
     profile: dict,
@@ -182,8 +201,7 @@ def run_table(
     """
     records = []
     for model_name in models or profile["base_models"]:
-        base = load_base_model(model_name, dtype=profile.get("dtype"))
-        task = methods.load_task(base, dataset, profile, cache_dir=runs_dir(profile, dataset, model_name) / "cache")
+        task = load_task(model_name, dataset, profile)
         jobs = [
             (method, seed)
             for method in method_names or methods.METHODS

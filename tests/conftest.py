@@ -64,6 +64,17 @@ def small_reweighter(tokenizer):
     return make
 
 
+@pytest.fixture(scope="session")
+def nltk_ready():
+    """Skip when NLTK's stopwords/punkt_tab are missing (no data dir, no NLTK_DATA)."""
+    from plugin_lib.analysis import content_words
+
+    try:
+        content_words("check")
+    except LookupError:
+        pytest.skip("NLTK stopwords/punkt_tab not found: set PLUGIN_DATA_DIR (or NLTK_DATA)")
+
+
 @pytest.fixture
 def prompts() -> list[str]:
     return list(PROMPTS)

