@@ -87,7 +87,7 @@ def record_claims(profile: str, coverage: pd.DataFrame, preference: pd.DataFrame
     claims.append(record_claim(
         profile, "adidas_preference", "Adidas: Plugin's outputs are preferred over ICL-3's (closer to the reference)",
         "81% of 100 (human raters)",
-        f"{embedding.share_a.mean():.0%} (embedding judge, mean over {len(embedding)} seeds; "
-        f"CI above 50% in {won} of them)",
+        f"{embedding.share_a.mean():.0%} (embedding judge, mean over seeds; the 95% CI lies above "
+        f"50% in {won} of {len(embedding)} seeds)",
         "reproduced" if won * 2 > len(embedding) else "not reproduced"))
     return claims
