@@ -94,6 +94,9 @@ def load_causal_lm(
     if device.type != "cuda":
         model.to(device)
     tokenizer.padding_side = "left"
+    # A prompt longer than the limit keeps its end, next to where generation continues (as
+    # train.encode_pairs does), so the chat template's assistant turn is never cut off.
+    tokenizer.truncation_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -166,8 +169,9 @@ def load_base_model(name: str, *, dtype: str | torch.dtype | None = None, device
     view of that base (``plugin_lib.topk``)."""
     from .topk import TopKBlackBox, parse_model_name  # here, not at the top: topk imports this module
 
-    base, k, rule = parse_model_name(name)
-    if k is not None:
+    view = parse_model_name(name)
+    if view is not None:
+        base, k, rule = view
         return TopKBlackBox(load_base_model(base, dtype=dtype, device=device), k, rule, name=name)
     model, tokenizer = load_causal_lm(name, dtype=dtype, device=device)
     return BlackBoxLM(model, tokenizer, name)

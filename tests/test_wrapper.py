@@ -1,0 +1,277 @@
+"""Tables 5 and 8: BDPL prompts stored once, prefixed tasks, BDPL/LoRA runs as runner records,
+the paper's numbers beside ours, and the FLOP and parameter counts on the offline base."""
+from __future__ import annotations
+
+import copy
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from plugin_lib import bdpl, config, data, methods, prompts, runner, tables, wrapper
+from plugin_lib.config import REPO_ROOT
+from plugin_lib.metrics import METRIC_NAMES
+from plugin_lib.models import count_parameters, make_reweighter
+
+SMALL_ARCH = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
+
+
+@pytest.fixture
+def profile(monkeypatch, tmp_path):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    real_spec = config.model_spec
+    monkeypatch.setattr(config, "model_spec",
+                        lambda name: {"name": name, "source": "test", "family": "llama", "display": "tiny"}
+                        if name == "tiny-llama" else real_spec(name))
+    monkeypatch.setattr(runner, "arch_for", lambda name: dict(SMALL_ARCH))
+    prof = config.load_profile("smoke")
+    prof["seeds"] = [0, 1]
+    prof["decoding"] = {"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4}
+    prof["training"] = {"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1}
+    prof["grid"] = {"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]}
+    return prof
+
+
+def _example(i, split):
+    return data.Example(f"toy-{split}-{i}", f"name[Item {i}], colour[red]", (f"Item {i} is a red thing.",),
+                        {"dataset": "e2e", "split": split})
+
+
+@pytest.fixture
+def task(tiny_base, tmp_path):
+    return methods.Task(tiny_base, "e2e", "llama",
+                        train=[_example(i, "validation") for i in range(4)],
+                        hyper=[_example(i, "validation") for i in range(4, 6)],
+                        test=[_example(i, "test") for i in range(2)],
+                        cache_dir=tmp_path / "cache")
+
+
+def _count_calls(monkeypatch, base):
+    """Count the black box's forward calls (BDPL's log-likelihood reward makes one per API call)."""
+    calls = []
+    real = base.logits
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(base, "logits", counting)
+    return calls
+
+
+# ---------------------------------------------------------------- BDPL prompts
+
+
+def test_prompt_is_learned_once_within_the_budget_and_reused(task, profile, monkeypatch):
+    calls = _count_calls(monkeypatch, task.base)
+    first = wrapper.learn_prompt(task, profile, seed=0)
+    assert len(calls) == first["calls_used"] == first["budget"] == bdpl.DEFAULT_BUDGET == 75
+    assert first["prefix"] and len(first["prefix"].split()) >= 5  # 5 positions, a phrase each
+    assert sum(len(step["rewards"]) for step in first["history"]) == 75
+    assert wrapper.prompt_path(profile, "e2e", "tiny-llama", 0).exists()
+
+    calls.clear()
+    assert wrapper.learn_prompt(task, profile, seed=0) == first
+    assert calls == []  # read back: no black-box call
+    wrapper.learn_prompt(task, profile, seed=0, budget=10)  # other settings: learned again
+    assert len(calls) == 10
+
+
+def test_prefixed_prompts_are_what_bdpl_scored_and_have_their_own_cache(task):
+    chat = methods.Task(task.base, "e2e", "llama", task.train, task.hyper, task.test,
+                        use_chat_template=True, cache_dir=task.cache_dir)
+    prefix = "red thing item"
+    prefixed = wrapper.prefixed_task(chat, prefix)
+    for ex in chat.train:
+        scored = bdpl.prefixed_prompts(prefix, [prompts.build_prompt("e2e", "llama", ex.source)])[0]
+        assert prefixed.prompt(ex) == prompts.format_for_model(scored, task.base.tokenizer, True)
+    plain = wrapper.prefixed_task(task, prefix)
+    assert all(plain.prompt(ex).startswith(prefix + " ") for ex in task.test)
+
+    task.base_cache("train"), plain.base_cache("train")
+    assert len(list(task.cache_dir.glob("base-*.npy"))) == 2  # distinct files, no collision
+    assert len(plain.base_cache("train")) == len(task.base_cache("train"))
+
+
+def test_prefix_never_pushes_a_fitting_prompt_over_the_limit(task):
+    longest = wrapper.prompt_lengths(task)["longest"]
+    tight = methods.Task(task.base, "e2e", "llama", task.train, task.hyper, task.test, max_prompt_tokens=longest)
+    prefix = "the red item is a thing near the centre"
+    prefixed = wrapper.prefixed_task(tight, prefix)
+    assert prefixed.max_prompt_tokens == longest + wrapper.prefix_tokens(task.base.tokenizer, prefix)
+    assert wrapper.prompt_lengths(tight)["over_limit"] == wrapper.prompt_lengths(prefixed)["over_limit"] == 0
+    assert wrapper.prompt_lengths(prefixed)["longest"] > longest
+    # The encoded training pairs keep the whole prefixed prompt.
+    pair = prefixed.encoded("train")[0]
+    assert task.base.tokenizer.decode(pair.input_ids[: pair.prompt_length], skip_special_tokens=True).startswith(prefix)
+
+
+def test_bdpl_runs_are_records_and_later_seeds_reuse_the_first_seeds_choice(task, profile, monkeypatch):
+    trained = []
+    real_train = methods.train_method
+    monkeypatch.setattr(methods, "train_method", lambda *a, **k: trained.append(a[4]) or real_train(*a, **k))
+
+    prompt, (plain, plugin) = wrapper.run_bdpl(task, profile, 0, budget=6)
+    assert (plain["method"], plugin["method"]) == ("BDPL", "BDPL+Plugin")
+    assert len(trained) == 2  # the grid, on the first seed's prompt
+    zeroshot = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
+    assert set(plain) == set(plugin) == set(zeroshot)
+    assert plain["settings"] != zeroshot["settings"]  # the prefix is part of the settings
+    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    selection = (folder / "BDPL+Plugin-selection.json").read_text()
+
+    trained.clear()
+    prompt1, (_, plugin1) = wrapper.run_bdpl(task, profile, 1, budget=6)
+    assert len(trained) == 1 and plugin1["hparams"] == plugin["hparams"]  # no second grid search
+    assert (folder / "BDPL+Plugin-selection.json").read_text() == selection
+    assert prompt1["seed"] == 1 and prompt1["calls_used"] == 6
+
+    stored = runner.load_runs(profile["name"], "e2e")  # the prompt files are not taken for runs
+    assert sorted(r["method"] for r in stored) == ["BDPL", "BDPL", "BDPL+Plugin", "BDPL+Plugin", "Zeroshot"]
+    assert [r["method"] for r in wrapper.current_runs(task, profile)] == ["Zeroshot"]
+    trained.clear()
+    assert wrapper.run_bdpl(task, profile, 1, budget=6)[1][1] == plugin1 and trained == []
+
+
+# ---------------------------------------------------------------- LoRA
+
+
+@pytest.fixture
+def lora_copies(monkeypatch, tiny_base):
+    """LoRA's private copy of the base: here a copy of the tiny black box's model."""
+    monkeypatch.setattr(methods, "load_causal_lm",
+                        lambda name, **kw: (copy.deepcopy(tiny_base._model), tiny_base.tokenizer))
+
+
+def test_lora_trains_only_adapters_and_stores_only_them(task, profile, lora_copies):
+    model = methods.build_model(task, "LoRA", SMALL_ARCH, seed=0)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_A" in n or "lora_B" in n for n in trainable)
+    assert any("q_proj" in n for n in trainable) and any("v_proj" in n for n in trainable)
+    # 2 layers, q_proj and v_proj 32 -> 32, rank 8.
+    assert count_parameters(model) == 2 * 2 * 8 * (32 + 32)
+    state = model.state_dict()
+    assert set(state) and all("lora_" in k for k in state)
+    assert sum(t.numel() for t in state.values()) == count_parameters(model)
+    with pytest.raises(KeyError):
+        model.load_state_dict({})
+
+
+def test_lora_records_have_the_structure_of_the_others(task, profile, lora_copies):
+    assert "LoRA" not in methods.METHODS and "LoRA" in methods.EXTRA_METHODS
+    black_box = {k: v.clone() for k, v in task.base._model.state_dict().items()}
+    first = runner.run_experiment(task, "LoRA", 0, profile, progress=False)
+    second = runner.run_experiment(task, "LoRA", 1, profile, progress=False)
+    plugin = runner.run_experiment(task, "Plugin", 0, profile, progress=False)
+    assert set(first) == set(second) == set(plugin)
+    assert first["method"] == "LoRA" and set(first["metrics"]) == set(METRIC_NAMES)
+    assert first["hparams"] == second["hparams"] and len(first["predictions"]) == len(task.test)
+    assert set(first["training"]) == set(plugin["training"])
+    stored = torch.load(runner.runs_dir(profile, "e2e", "tiny-llama") / "LoRA-best.pt")
+    assert all("lora_" in k for k in stored)  # adapters only, not a copy of the base
+    for name, value in task.base._model.state_dict().items():
+        torch.testing.assert_close(value, black_box[name], rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- tables
+
+
+def test_paper_tables_are_consistent_with_the_main_results():
+    table8, table5 = wrapper.paper_rows(8), wrapper.paper_rows(5)
+    main = tables.paper_results()
+    shared = table8.merge(main, on=["dataset", "model", "method"], suffixes=("", "_main"))
+    assert len(shared) == 16  # Zeroshot and Plugin, 4 datasets, 2 models: the same numbers
+    for column in [c for c in table8.columns[3:]]:
+        np.testing.assert_allclose(shared[column].fillna(-1), shared[f"{column}_main"].fillna(-1))
+    assert set(table5.model) == {"GPT2-XL"} and len(table5) == 16
+    assert table5.set_index(["dataset", "method"]).loc[("e2e", "BDPL+Plugin"), "BLEU"] == 0.4527
+    assert table8.set_index(["dataset", "model", "method"]).loc[("adidas", "LLaMA-3.1-8B", "LoRA"), "NIST"] == 0.6137
+
+
+def _records(model="smollm2-135m-instruct"):
+    out = []
+    for dataset in ("webnlg", "e2e"):
+        for method, base, seeds in [("BDPL+Plugin", 0.3, [0, 1]), ("Zeroshot", 0.1, [0]), ("BDPL", 0.2, [0, 1])]:
+            for seed in seeds:
+                metrics = {m: base + 0.01 * seed for m in METRIC_NAMES}
+                out.append({"dataset": dataset, "model": model, "method": method, "seed": seed, "metrics": metrics})
+    return out
+
+
+def test_comparison_puts_the_paper_beside_ours_in_the_papers_order():
+    paper = wrapper.paper_rows(5)
+    frame = wrapper.comparison(_records(), paper, wrapper.TABLE5_METHODS)
+    assert list(zip(frame.dataset, frame.method)) == [
+        ("e2e", "Zeroshot"), ("e2e", "BDPL"), ("e2e", "BDPL+Plugin"),
+        ("webnlg", "Zeroshot"), ("webnlg", "BDPL"), ("webnlg", "BDPL+Plugin")]
+    assert set(frame["paper model"]) == {"GPT2-XL"}
+    row = frame.set_index(["dataset", "method"]).loc[("e2e", "BDPL+Plugin")]
+    assert row["BLEU"] == pytest.approx(0.305) and row["BLEU_paper"] == 0.4527
+    assert row["BLEU_std"] == pytest.approx(np.std([0.3, 0.31], ddof=1))
+    cells = wrapper.format_comparison(frame).set_index(["dataset", "method"])
+    assert cells.loc[("e2e", "Zeroshot"), "BLEU"] == "0.1000 (0.0562)"
+    assert cells.loc[("e2e", "BDPL+Plugin"), "NIST"] == "0.3050 ± 0.007 (2.0817)"
+    figure = wrapper.comparison_bars(_records(), paper, wrapper.TABLE5_METHODS)
+    assert len(figure.axes) == 2 * len(wrapper.FIGURE_METRICS)  # ours and the paper, per metric
+
+
+def test_lora_rows_compare_with_the_llama_rows_of_table8():
+    records = [dict(r, method={"BDPL": "LoRA", "BDPL+Plugin": "Plugin"}.get(r["method"], r["method"]))
+               for r in _records()]
+    frame = wrapper.comparison(records, wrapper.paper_rows(8), wrapper.TABLE8_METHODS)
+    assert list(frame.method[:3]) == ["Zeroshot", "LoRA", "Plugin"]
+    assert set(frame["paper model"]) == {"LLaMA-3.1-8B"}
+    assert frame.set_index(["dataset", "method"]).loc[("e2e", "LoRA"), "BLEU_paper"] == 0.3702
+
+
+def test_default_datasets_and_models():
+    assert wrapper.notebook_datasets("smoke") == ["e2e"]
+    assert wrapper.notebook_datasets("local") == list(data.DATASETS)
+    assert wrapper.notebook_datasets("local", "adidas") == ["adidas"]
+    assert wrapper.notebook_budget("local") == 75 and wrapper.notebook_budget("smoke") == 10
+    assert wrapper.notebook_budget("smoke", 75) == 75
+    paper = config.load_profile("paper")
+    assert wrapper.table_models(paper, wrapper.paper_rows(5)) == ["gpt2-xl"]
+    assert wrapper.table_models(paper, wrapper.paper_rows(8)) == ["gpt2-xl", "llama-3.1-8b"]
+    assert wrapper.table_models(config.load_profile("local"), wrapper.paper_rows(8)) == ["smollm2-135m-instruct"]
+
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def test_offline_flops_count_the_real_architectures(smollm2):
+    task = methods.Task(smollm2, "e2e", "llama", [], [], [_example(i, "test") for i in range(3)],
+                        use_chat_template=True)
+    new_tokens = 3
+    counts = wrapper.offline_flops(task, new_tokens=new_tokens)
+    # SmolLM2-135M: 30 layers, q_proj 576 -> 576, v_proj 576 -> 192 (3 KV heads of 64), rank 8.
+    adapter = 8 * (576 + 576) + 8 * (576 + 192)
+    assert counts["lora_params"] == 30 * adapter
+    arch = config.reweighter_spec("llama")
+    assert counts["plugin_params"] == count_parameters(make_reweighter(vocab_size=smollm2.vocab_size, **arch))
+    assert counts["plugin_flops"] == counts["base_flops"] + counts["reweighter_flops"]
+    positions = counts["prompt_length"] + new_tokens - 1  # every position the base processes
+    assert counts["lora_flops"] - counts["base_flops"] == 2 * 30 * adapter * positions
+
+    gpt2 = {"prompt_length": 1, "plugin_flops": 205e9, "lora_flops": 200e9, "plugin_params": 46e6,
+            "lora_params": 2.4576e6, **{f"paper_{k}": v for k, v in wrapper.flops.PAPER.items()}}
+    table = wrapper.flops_table(counts, gpt2)
+    assert table.loc["GPT2-XL (paper)", "Plugin GFLOPs"] == 196.2
+    assert table.loc["GPT2-XL (paper)", "LoRA params (M)"] == 2.46
+    assert table.iloc[0]["Plugin / LoRA"] == pytest.approx(counts["plugin_flops"] / counts["lora_flops"], abs=1e-3)
+
+
+# ---------------------------------------------------------------- notebooks
+
+
+@pytest.mark.parametrize("name, call", [("05_table5_bdpl_wrapper", "wrapper.run_table5("),
+                                        ("11_table8_lora", "wrapper.run_table8(")])
+def test_notebooks_are_stored_commit_ready(name, call):
+    notebook = nbformat.read(REPO_ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    assert notebook.metadata.kernelspec.name == "python3"
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert "parameters" in code[0].metadata.tags and code[0].source.startswith('profile = "local"')
+    assert all(not cell.outputs and cell.execution_count is None for cell in code)
+    assert not any(line.lstrip().startswith(("def ", "class ")) for cell in code for line in cell.source.splitlines())
+    assert call in "".join(cell.source for cell in code)
