@@ -1,0 +1,26 @@
+from plugin_lib import shift
+
+
+def _records():
+    return [
+        {"base": "original", "method": "Zeroshot", "seed": 0, "predictions": ["The airport is big.", "A tower."]},
+        {"base": "fine-tuned", "method": "Zeroshot", "seed": 0, "predictions": ["The airport is big.", "She is an actress."]},
+        {"base": "fine-tuned", "method": "Plugin", "seed": 0, "predictions": ["He was born in 1950.", "She is an actress."]},
+        {"base": "fine-tuned", "method": "Plugin", "seed": 1, "predictions": ["He was born in 1950.", "A tower."]},
+    ]
+
+
+def test_shift_table_and_claim(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    table = shift.shift_table("webnlg", _records(), ["He is a painter.", "The runway is long."])
+    assert table.loc["test references", "share"] == 0.5
+    assert table.loc["Zeroshot (fine-tuned base)", "share"] == 0.5
+    assert table.loc["Plugin (fine-tuned base)", "share"] == 0.75 and table.loc["Plugin (fine-tuned base)", "seeds"] == 2
+    claim = shift.record_shift_claim("webnlg", table, "smoke")
+    assert claim["verdict"] == "reproduced" and "50.0% -> 75.0%" in claim["ours"]
+
+
+def test_gpt4o_is_skipped_without_a_key(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    shares = shift.gpt4o_shares("commongen", _records())
+    assert shares.share.isna().all() and shares.status.str.startswith("skipped").all()
