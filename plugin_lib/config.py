@@ -52,10 +52,12 @@ def model_spec(name: str) -> dict[str, Any]:
     """
     from .topk import parse_model_name  # here, not at the top: topk imports this module
 
-    base, k, rule = parse_model_name(name)
-    if k is not None:
+    view = parse_model_name(name)
+    if view is not None:
+        base, k, rule = view
         spec = model_spec(base)
-        return {**spec, "name": name, "display": f"{spec['display']} top-{k} {rule}", "top_k": k, "top_k_rule": rule}
+        shown = f"top-{k} log-probs ({rule})" if k else "all log-probs"
+        return {**spec, "name": name, "display": f"{spec['display']}, {shown}", "top_k": k, "top_k_rule": rule}
     models = _settings()["models"]
     if name in models:
         return {"name": name, **models[name]}

@@ -35,6 +35,7 @@ from .decode import _penalty, generate
 from .lora import add_lora, lora_black_box, lora_objective
 from .loss import shift_labels, target_positions
 from .models import make_reweighter, position_ids_from_mask
+from .topk import reachable_plugin_log_probs
 from .train import (
     BaseOutputCache,
     EncodedPair,
@@ -44,7 +45,6 @@ from .train import (
     collate,
     encode_pairs,
     fit,
-    plugin_log_probs,
     small_model_log_probs,
 )
 
@@ -260,7 +260,10 @@ def objective(task: Task, method: str, split: str, hparams: dict) -> TokenObject
     if method == "TempNet":
         return TempNetObjective(task.encoded(split), pad, cache=task.base_cache(split))
     log_probs = (
-        plugin_log_probs if method == "Plugin" else functools.partial(mixture_log_probs, alpha=hparams["alpha"])
+        # reachable_: on a top-k view that rules tokens out (renormalize), targets outside the
+        # top k are left out of the loss instead of making it infinite; otherwise plugin_log_probs.
+        reachable_plugin_log_probs if method == "Plugin"
+        else functools.partial(mixture_log_probs, alpha=hparams["alpha"])
     )
     return TokenObjective(task.encoded(split), pad, log_probs=log_probs, cache=task.base_cache(split))
 

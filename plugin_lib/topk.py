@@ -23,8 +23,10 @@ The default is ``residual`` because it uses the reported numbers unchanged and k
 what the paper makes it, a reweighting of the base over the whole vocabulary.
 
 The views are loaded by name: ``load_base_model("smollm2-135m-instruct@top20")`` (default
-rule) or ``"...@top20-renormalize"``; ``config.model_spec`` of such a name is the base's spec
-with the suffix in its name, so runs are stored under their own folder.
+rule), ``"...@top20-renormalize"``, or ``"...@topall"`` (every log-probability: the control for
+"log-probabilities instead of logits", which matters because the repetition penalty divides a
+positive logit but multiplies a log-probability). ``config.model_spec`` of such a name is the
+base's spec with the suffix in its name, so runs are stored under their own folder.
 """
 from __future__ import annotations
 
@@ -34,27 +36,29 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from .base_model import BlackBoxLM
+from .metrics import METRIC_NAMES
 from .train import BaseOutputCache, EncodedPair, plugin_log_probs
 
 RULES = ("residual", "renormalize")
 DEFAULT_RULE = "residual"
-_SUFFIX = re.compile(r"top(\d+)(?:-(\w+))?")
+_SUFFIX = re.compile(r"top(all|\d+)(?:-(\w+))?")
 
 
-def restrict_log_probs(scores: torch.Tensor, k: int, rule: str = DEFAULT_RULE) -> torch.Tensor:
+def restrict_log_probs(scores: torch.Tensor, k: int | None, rule: str = DEFAULT_RULE) -> torch.Tensor:
     """What a top-k API returns for next-token ``scores`` (..., V): log-probabilities, in the
     dtype of ``scores``, with the tokens outside the top k filled in by ``rule``.
 
-    For k >= V every log-probability is returned (the full-vocabulary API).
+    For k = None or k >= V every log-probability is returned (an API without a top-k limit).
     """
     _check(k, rule)
     log_p = F.log_softmax(scores.float(), dim=-1)
     vocab = log_p.shape[-1]
-    if k >= vocab:
+    if k is None or k >= vocab:
         return log_p.to(scores.dtype)
     top, index = log_p.topk(k, dim=-1)
     kept = top.logsumexp(-1, keepdim=True)  # log of the top-k mass
@@ -68,9 +72,9 @@ def restrict_log_probs(scores: torch.Tensor, k: int, rule: str = DEFAULT_RULE) -
     return out.scatter_(-1, index, top).to(scores.dtype)
 
 
-def _check(k: int, rule: str) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+def _check(k: int | None, rule: str) -> None:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"k must be a positive integer or None (all tokens), got {k!r}")
     if rule not in RULES:
         raise ValueError(f"Unknown top-k rule {rule!r}; choose one of {RULES}.")
 
@@ -80,10 +84,10 @@ class TopKBlackBox(BlackBoxLM):
     the top-k log-probabilities and, elsewhere, what ``rule`` says (see the module docstring).
     """
 
-    def __init__(self, base: BlackBoxLM, k: int, rule: str = DEFAULT_RULE, name: str | None = None):
+    def __init__(self, base: BlackBoxLM, k: int | None, rule: str = DEFAULT_RULE, name: str | None = None):
         _check(k, rule)
         # The view runs the very same frozen model; only what leaves it changes.
-        super().__init__(base._model, base.tokenizer, name or f"{base.name}@top{k}-{rule}")
+        super().__init__(base._model, base.tokenizer, name or f"{base.name}@top{k or 'all'}-{rule}")
         self.k, self.rule = k, rule
 
     def restrict(self, scores: torch.Tensor) -> torch.Tensor:
@@ -118,21 +122,25 @@ class TopKBlackBox(BlackBoxLM):
         return f"TopKBlackBox({self.name!r}, k={self.k}, rule={self.rule!r}, vocab_size={self.vocab_size})"
 
 
-def parse_model_name(name: str) -> tuple[str, int | None, str | None]:
-    """``"base@top20-renormalize"`` -> ``("base", 20, "renormalize")``; the rule defaults to
-    ``DEFAULT_RULE``. A name without a suffix (or an existing local path) -> ``(name, None, None)``.
+def parse_model_name(name: str) -> tuple[str, int | None, str] | None:
+    """``"base@top20-renormalize"`` -> ``("base", 20, "renormalize")``; without a rule, the
+    default rule; ``"base@topall"`` -> ``("base", None, ...)``, every log-probability (the
+    control that separates "log-probabilities instead of logits" from "only the top k").
+    None for a name without a suffix (or an existing local path).
     """
     base, at, suffix = name.rpartition("@")
     if not at or Path(name).exists():
-        return name, None, None
+        return None
     match = _SUFFIX.fullmatch(suffix)
-    if not base or match is None or int(match[1]) < 1 or (match[2] or DEFAULT_RULE) not in RULES:
+    k = None if match is None or match[1] == "all" else int(match[1])
+    rule = (match and match[2]) or DEFAULT_RULE
+    if not base or match is None or k == 0 or rule not in RULES:
         raise ValueError(
             f"Unknown model-name suffix '@{suffix}' in {name!r}. Use '@top<k>' (k >= 1, rule "
-            f"{DEFAULT_RULE!r}) or '@top<k>-<rule>' with rule one of {RULES}, e.g. "
+            f"{DEFAULT_RULE!r}), '@top<k>-<rule>' with rule one of {RULES}, or '@topall', e.g. "
             "'smollm2-135m-instruct@top20-renormalize'."
         )
-    return base, int(match[1]), match[2] or DEFAULT_RULE
+    return base, k, rule
 
 
 def reachable_plugin_log_probs(base_log_probs: torch.Tensor, small_logits: torch.Tensor) -> torch.Tensor:
@@ -141,8 +149,9 @@ def reachable_plugin_log_probs(base_log_probs: torch.Tensor, small_logits: torch
     A target the base rules out cannot be produced by any reweighting, so it is left out of the
     loss: its log-probability reads 0 (no loss, no gradient) instead of -inf. Pass it as
     ``TokenObjective(log_probs=...)``. The objective still divides by every target token, so a
-    left-out token counts as a zero in the mean loss; AdamW's updates do not depend on that
-    scale. On a view without -inf (residual, full vocabulary) it equals ``plugin_log_probs``.
+    left-out token counts as a zero in the mean loss: a batch's gradient shrinks by its share of
+    reachable targets, which Adam's normalisation largely absorbs. On a view without -inf
+    (residual, full vocabulary) it equals ``plugin_log_probs``.
     """
     return plugin_log_probs(base_log_probs, small_logits).masked_fill(torch.isneginf(base_log_probs), 0.0)
 
@@ -159,3 +168,49 @@ def reference_coverage(cache: BaseOutputCache, pairs: Sequence[EncodedPair], ks:
         hits += [(ranks < k).sum().item() for k in ks]
         total += len(targets)
     return {k: hits[j] / total for j, k in enumerate(ks)}
+
+
+# ---------------------------------------------------------------- the ablation's table and figure
+
+FULL_LABEL, ALL_LABEL = "full logits", "all log-probs"
+
+
+def view_label(model_name: str) -> str:
+    """"top-20" for a top-k view, "all log-probs" for ``@topall``, "full logits" for the base."""
+    view = parse_model_name(model_name)
+    if view is None:
+        return FULL_LABEL
+    return ALL_LABEL if view[1] is None else f"top-{view[1]}"
+
+
+def _x_order(label: str) -> tuple[int, int]:
+    """Narrowest view first, then all log-probabilities, then the full base (right-most)."""
+    if label.startswith("top-"):
+        return 0, int(label.removeprefix("top-"))
+    return (1, 0) if label == ALL_LABEL else (2, 0)
+
+
+def plot_metric_vs_k(summary: pd.DataFrame, title: str = ""):
+    """One panel per metric: mean (error bars: std over seeds) per view, one line per method,
+    views from the narrowest top k to the full base. ``summary`` is ``tables.summarize`` of runs
+    whose ``model`` column holds ``view_label``s."""
+    import matplotlib.pyplot as plt
+
+    views = sorted(summary.index.unique("model"), key=_x_order)
+    fig, axes = plt.subplots(2, 4, figsize=(14, 7))
+    for ax, metric in zip(axes.flat, METRIC_NAMES):
+        for method, block in summary.groupby(level="method", sort=False):
+            block = block.droplevel("method").reindex(views)
+            ax.errorbar(range(len(views)), block[metric], yerr=block[f"{metric}_std"].fillna(0),
+                        marker="o", capsize=3, label=method)
+        ax.set_title(metric)
+        ax.set_xticks(range(len(views)), views, rotation=40, ha="right")
+    legend_ax = axes.flat[-1]
+    legend_ax.axis("off")
+    legend_ax.legend(*axes.flat[0].get_legend_handles_labels(), loc="center", title="method")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
