@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -79,6 +79,8 @@ class Task:
     use_chat_template: bool = False
     cache_dir: Path | None = None
     prompt_prefix: str = ""  # e.g. a discrete prompt learned by BDPL, put before the task prompt
+    # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def prompt(self, example: data.Example, demonstrations=()) -> str:
         text = prompts.build_prompt(self.dataset, self.family, example.source, demonstrations)
@@ -86,25 +88,26 @@ class Task:
             text = f"{self.prompt_prefix} {text}"
         return prompts.format_for_model(text, self.base.tokenizer, self.use_chat_template)
 
-    @functools.cache
     def encoded(self, split: str) -> list[EncodedPair]:
         """(prompt, reference) pairs of ``split`` ("train" or "hyper") as token ids."""
-        pairs = data.training_pairs(getattr(self, split))
-        return encode_pairs(
-            self.base.tokenizer,
-            [self.prompt(ex) for ex, _ in pairs],
-            [reference for _, reference in pairs],
-            max_prompt_tokens=self.max_prompt_tokens,
-            max_target_tokens=self.max_target_tokens,
-        )
+        key = ("encoded", split)
+        if key not in self._memo:
+            pairs = data.training_pairs(getattr(self, split))
+            self._memo[key] = encode_pairs(
+                self.base.tokenizer,
+                [self.prompt(ex) for ex, _ in pairs],
+                [reference for _, reference in pairs],
+                max_prompt_tokens=self.max_prompt_tokens,
+                max_target_tokens=self.max_target_tokens,
+            )
+        return self._memo[key]
 
-    @functools.cache
     def base_cache(self, split: str) -> BaseOutputCache:
         """The frozen base's outputs on ``split``, computed once for all methods and seeds."""
-        return BaseOutputCache.build(self.base, self.encoded(split), directory=self.cache_dir)
-
-    def __hash__(self) -> int:  # functools.cache on methods needs a hashable self
-        return id(self)
+        key = ("cache", split)
+        if key not in self._memo:
+            self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split), directory=self.cache_dir)
+        return self._memo[key]
 
 
 def load_task(base: BlackBoxLM, dataset: str, profile: dict, *, seed: int = 0, cache_dir=None) -> Task:

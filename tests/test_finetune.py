@@ -1,0 +1,115 @@
+"""Fine-tuning a base: what is trained, the cache, resuming from a shorter run, the prompts."""
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from plugin_lib import data, finetune, methods
+from plugin_lib.base_model import load_base_model
+from plugin_lib.finetune import FinetuneConfig, finetune_base
+
+CFG = FinetuneConfig(lr=1e-2, batch_size=2, trainable_layers=1)
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def tiny_dir(tmp_path, tokenizer):
+    """A 2-layer random LLaMA over SmolLM2's tokenizer, saved as a local model directory."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    path = tmp_path / "tiny-llama"
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _examples(n=4):
+    meta = {"dataset": "e2e", "split": "validation"}
+    return [data.Example(f"e2e-validation-{i:05d}", f"name[Item {i}], food[Thai]",
+                         (f"Item {i} serves Thai food.", f"Thai food at Item {i}."), meta)
+            for i in range(n)]
+
+
+def _weights(path):
+    return {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}
+
+
+def test_finetuning_changes_only_the_trainable_weights(cache, tiny_dir):
+    path = finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=CFG, progress=False)
+    assert path.parent == cache / "finetuned"
+    assert path.name.startswith("tiny-llama-e2e-toy-") and path.name.endswith("-1ep")
+    before, after = _weights(tiny_dir), _weights(path)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith(("model.layers.1.", "model.norm.")) for k in changed)
+    assert torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+    info = finetune.finetune_info(path)
+    assert (info["epochs"], info["inputs"], info["pairs"], info["pool"]) == (1, 4, 8, "toy")
+    assert info["history"][0]["train_loss"] > 0
+    base = load_base_model(str(path))  # a fine-tuned model is a black box again
+    assert base.vocab_size == len(base.tokenizer)
+
+
+def test_full_finetuning_trains_every_weight(cache, tiny_dir):
+    path = finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=FinetuneConfig(lr=1e-2, batch_size=2),
+                         progress=False)
+    before, after = _weights(tiny_dir), _weights(path)
+    assert not torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+    assert not torch.equal(before["model.layers.0.mlp.up_proj.weight"], after["model.layers.0.mlp.up_proj.weight"])
+
+
+def test_cached_model_is_reused_without_training(cache, tiny_dir, monkeypatch):
+    first = finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=CFG, progress=False)
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("a cached fine-tuned model was trained again")
+
+    monkeypatch.setattr(finetune, "load_causal_lm", must_not_load)
+    assert finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=CFG, progress=False) == first
+    # Other examples or settings are another run: not served from this cache entry.
+    with pytest.raises(AssertionError, match="trained again"):
+        finetune_base(str(tiny_dir), _examples(3), 1, pool="toy", cfg=CFG, progress=False)
+    with pytest.raises(AssertionError, match="trained again"):
+        finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=FinetuneConfig(lr=1e-3), progress=False)
+
+
+def test_longer_run_continues_from_the_shorter_checkpoint(cache, tiny_dir, monkeypatch, tmp_path):
+    trained = []
+    real_epoch = finetune.train_epoch
+
+    def counting_epoch(model, objective, optimizer, cfg, epoch, progress=False):
+        trained.append(epoch)
+        return real_epoch(model, objective, optimizer, cfg, epoch, progress)
+
+    monkeypatch.setattr(finetune, "train_epoch", counting_epoch)
+    finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=CFG, progress=False)
+    resumed = finetune_base(str(tiny_dir), _examples(), 3, pool="toy", cfg=CFG, progress=False)
+    assert trained == [1, 2, 3] and finetune.finetune_info(resumed)["resumed_from_epoch"] == 1
+    assert [h["epoch"] for h in finetune.finetune_info(resumed)["history"]] == [1, 2, 3]
+
+    monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / "other-cache"))
+    straight = finetune_base(str(tiny_dir), _examples(), 3, pool="toy", cfg=CFG, progress=False)
+    assert trained == [1, 2, 3, 1, 2, 3]
+    a, b = _weights(resumed), _weights(straight)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_finetuning_prompt_is_the_prompt_the_base_sees(smollm2):
+    example = _examples(1)[0]
+    task = methods.Task(smollm2, "e2e", "llama", train=[], hyper=[], test=[example], use_chat_template=True)
+    prompt = finetune.model_prompt("smollm2-135m-instruct", "e2e", example.source, smollm2.tokenizer)
+    assert prompt == task.prompt(example)
+    assert example.source in prompt and prompt.startswith("<|im_start|>")
+
+
+def test_epochs_and_datasets_are_checked(cache, tiny_dir):
+    with pytest.raises(ValueError, match="epochs must be >= 1"):
+        finetune_base(str(tiny_dir), _examples(), 0, pool="toy", cfg=CFG)
+    mixed = _examples(1) + [data.Example("x", "a", ("b",), {"dataset": "webnlg"})]
+    with pytest.raises(ValueError, match="one dataset"):
+        finetune_base(str(tiny_dir), mixed, 1, pool="toy", cfg=CFG)
