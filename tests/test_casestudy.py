@@ -27,6 +27,6 @@ def test_coverage_table_and_claims(tmp_path, monkeypatch, nltk_ready):
     assert coverage.loc["Plugin", "token_share"] == pytest.approx((3 / 4 + 1 / 3) / 2)
     preference = pd.DataFrame({"seed": [0, 1], "judge": ["embedding"] * 2, "share_a": [0.8, 0.6],
                                "ci_low": [0.7, 0.45]})
-    coverage_claim, preference_claim = casestudy.record_claims("smoke", coverage, preference)
+    coverage_claim, preference_claim = casestudy.record_claims("local", coverage, preference)
     assert coverage_claim["verdict"] == "reproduced"
     assert preference_claim["verdict"] == "not reproduced"  # the CI clears 50% in only 1 of 2 seeds

@@ -5,15 +5,21 @@ from plugin_lib import report
 
 def test_claims_and_sections_end_up_in_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    report.record_claim("smoke", "x", "A claim", "81%", "70%", report.majority_verdict(4, 7))
+    report.record_claim("local", "x", "A claim", "81%", "70%", report.majority_verdict(4, 7))
     with pytest.raises(ValueError, match="verdict"):
-        report.record_claim("smoke", "y", "B", "1", "2", "maybe")
-    (tmp_path / "smoke" / "tables").mkdir(parents=True)
-    (tmp_path / "smoke" / "tables" / "main_e2e.md").write_text("| a |\n| - |\n| 1 |\n")
-    text = report.write_report("smoke").read_text()
+        report.record_claim("local", "y", "B", "1", "2", "maybe")
+    (tmp_path / "local" / "tables").mkdir(parents=True)
+    (tmp_path / "local" / "tables" / "main_e2e.md").write_text("| a |\n| - |\n| 1 |\n")
+    text = report.write_report("local").read_text()
     assert "| A claim | 81% | 70% | **reproduced** |" in text
     assert "In all: 1 reproduced, 0 not reproduced, 0 not measurable at this scale." in text
     assert "| a |" in text and "No results yet" in text  # a section with and one without results
+
+
+def test_smoke_verdicts_are_never_claims(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    entry = report.record_claim("smoke", "x", "A claim", "81%", "90%", "reproduced")
+    assert entry["verdict"] == "not measurable at this scale"
 
 
 def test_majority_verdict():
