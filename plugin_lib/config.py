@@ -126,7 +126,8 @@ def auto_profile() -> str:
     return "paper" if torch.cuda.is_available() and hub_reachable() else "local"
 
 
-def device() -> "torch.device":  # noqa: F821
+def device():
+    """The torch device experiments run on: the GPU when there is one."""
     import torch
 
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -64,6 +64,54 @@ def small_reweighter(tokenizer):
     return make
 
 
+SMALL_ARCH = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
+
+
+@pytest.fixture
+def tiny_profile(monkeypatch, tmp_path):
+    """The smoke profile cut to a few steps, results in tmp_path, and the model name
+    "tiny-llama" (the ``tiny_base`` fixture) registered with a small reweighting model."""
+    from plugin_lib import config, runner
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    real_spec = config.model_spec
+    monkeypatch.setattr(config, "model_spec",
+                        lambda name: {"name": name, "source": "test", "family": "llama", "display": "tiny"}
+                        if name == "tiny-llama" else real_spec(name))
+    monkeypatch.setattr(runner, "arch_for", lambda name: dict(SMALL_ARCH))
+    prof = config.load_profile("smoke")
+    prof["seeds"] = [0, 1]
+    prof["decoding"] = {"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4}
+    prof["training"] = {"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1}
+    prof["grid"] = {"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]}
+    return prof
+
+
+def _toy_example(i: int, split: str):
+    from plugin_lib.data import Example
+
+    return Example(f"toy-{split}-{i}", f"name[Item {i}], colour[red]", (f"Item {i} is a red thing.",),
+                   {"dataset": "e2e", "split": split})
+
+
+@pytest.fixture
+def toy_example():
+    """Makes E2E-like examples: toy_example(i, split)."""
+    return _toy_example
+
+
+@pytest.fixture
+def toy_task(tiny_base, tmp_path):
+    """A six-input E2E-like task on the tiny base (4 train, 2 hyper, 2 test)."""
+    from plugin_lib import methods
+
+    return methods.Task(tiny_base, "e2e", "llama",
+                        train=[_toy_example(i, "validation") for i in range(4)],
+                        hyper=[_toy_example(i, "validation") for i in range(4, 6)],
+                        test=[_toy_example(i, "test") for i in range(2)],
+                        cache_dir=tmp_path / "cache")
+
+
 @pytest.fixture(scope="session")
 def nltk_ready():
     """Skip when NLTK's stopwords/punkt_tab are missing (no data dir, no NLTK_DATA)."""

@@ -14,7 +14,6 @@ import torch
 from plugin_lib.analysis import (
     Embedder,
     SheetItem,
-    content_words,
     coverage_readings,
     domain_word_coverage,
     export_preference_sheet,

@@ -1,32 +1,16 @@
 import pytest
 
-from plugin_lib import config, data, methods, runner
+from plugin_lib import config, methods, runner
 
 
 @pytest.fixture
-def profile(monkeypatch, tmp_path):
-    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    real_spec = config.model_spec
-    monkeypatch.setattr(config, "model_spec",
-                        lambda name: {"name": name, "source": "test", "family": "llama"} if name == "tiny-llama" else real_spec(name))
-    prof = config.load_profile("smoke")
-    prof["decoding"] = {"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4}
-    prof["training"] = {"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1}
-    prof["grid"] = {"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]}
-    return prof
-
-
-def _example(i, split):
-    return data.Example(f"toy-{split}-{i}", f"name[Item {i}], colour[red]", (f"Item {i} is red.",),
-                        {"dataset": "e2e", "split": split})
+def profile(tiny_profile):
+    return tiny_profile
 
 
 @pytest.fixture
-def task(tiny_base):
-    return methods.Task(tiny_base, "e2e", "llama",
-                        train=[_example(i, "validation") for i in range(4)],
-                        hyper=[_example(i, "validation") for i in range(4, 6)],
-                        test=[_example(i, "test") for i in range(2)])
+def task(toy_task):
+    return toy_task
 
 
 def test_finished_runs_are_not_redone_unless_settings_change(task, profile, monkeypatch):

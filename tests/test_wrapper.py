@@ -14,37 +14,17 @@ from plugin_lib.config import REPO_ROOT
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.models import count_parameters, make_reweighter
 
-SMALL_ARCH = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
+from conftest import SMALL_ARCH
 
 
 @pytest.fixture
-def profile(monkeypatch, tmp_path):
-    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    real_spec = config.model_spec
-    monkeypatch.setattr(config, "model_spec",
-                        lambda name: {"name": name, "source": "test", "family": "llama", "display": "tiny"}
-                        if name == "tiny-llama" else real_spec(name))
-    monkeypatch.setattr(runner, "arch_for", lambda name: dict(SMALL_ARCH))
-    prof = config.load_profile("smoke")
-    prof["seeds"] = [0, 1]
-    prof["decoding"] = {"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4}
-    prof["training"] = {"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1}
-    prof["grid"] = {"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]}
-    return prof
-
-
-def _example(i, split):
-    return data.Example(f"toy-{split}-{i}", f"name[Item {i}], colour[red]", (f"Item {i} is a red thing.",),
-                        {"dataset": "e2e", "split": split})
+def profile(tiny_profile):
+    return tiny_profile
 
 
 @pytest.fixture
-def task(tiny_base, tmp_path):
-    return methods.Task(tiny_base, "e2e", "llama",
-                        train=[_example(i, "validation") for i in range(4)],
-                        hyper=[_example(i, "validation") for i in range(4, 6)],
-                        test=[_example(i, "test") for i in range(2)],
-                        cache_dir=tmp_path / "cache")
+def task(toy_task):
+    return toy_task
 
 
 def _count_calls(monkeypatch, base):
@@ -240,8 +220,8 @@ def test_default_datasets_and_models():
 # ---------------------------------------------------------------- FLOPs
 
 
-def test_offline_flops_count_the_real_architectures(smollm2):
-    task = methods.Task(smollm2, "e2e", "llama", [], [], [_example(i, "test") for i in range(3)],
+def test_offline_flops_count_the_real_architectures(smollm2, toy_example):
+    task = methods.Task(smollm2, "e2e", "llama", [], [], [toy_example(i, "test") for i in range(3)],
                         use_chat_template=True)
     new_tokens = 3
     counts = wrapper.offline_flops(task, new_tokens=new_tokens)
