@@ -129,6 +129,17 @@ def _verdict(supported: bool, text: str) -> str:
     return f"{'Supported' if supported else 'Not supported'}: {text}"
 
 
+def record_claims(claims: dict[str, str], ablation: str, dataset: str, profile: str, paper: str) -> list[dict]:
+    """Put the ``check_*`` sentences of one notebook into the reproduction report."""
+    from .report import record_claim
+
+    return [
+        record_claim(profile, f"{ablation}_{dataset}_{i}", f"{dataset}: {claim}", paper, sentence,
+                     "reproduced" if sentence.startswith("Supported") else "not reproduced")
+        for i, (claim, sentence) in enumerate(claims.items())
+    ]
+
+
 def _numbers(values: pd.Series) -> str:
     return ", ".join(f"{k} {v:.4f}" for k, v in values.items())
 

@@ -25,3 +25,13 @@ def test_smoke_verdicts_are_never_claims(tmp_path, monkeypatch):
 def test_majority_verdict():
     assert report.majority_verdict(4, 7) == "reproduced"
     assert report.majority_verdict(3, 7) == "not reproduced"
+
+
+def test_ablation_checks_become_claims(tmp_path, monkeypatch):
+    from plugin_lib import ablations
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    entries = ablations.record_claims({"one layer helps": "Supported: +0.1 BLEU", "more layers hurt": "Not supported: x"},
+                                      "complexity", "e2e", "local", "Figure 3")
+    assert [e["verdict"] for e in entries] == ["reproduced", "not reproduced"]
+    assert len(report.load_claims("local")) == 2
