@@ -62,7 +62,7 @@ def load_claims(profile: str) -> list[dict]:
 
 def _notebook_seconds(root: Path, prefix: str) -> str:
     times = [float(p.read_text()) for p in (root / "executed").glob(f"{prefix}_*.seconds")]
-    return f"{sum(times) / 60:.1f} min" if times else "not run"
+    return f"{sum(times) / 60:.1f} min" if times else "not recorded on this machine"
 
 
 def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]:
