@@ -112,12 +112,22 @@ def select_hparams(
 
 def trained_model(task: methods.Task, method: str, profile: dict, *, arch: dict | None = None,
                   label: str | None = None) -> torch.nn.Module:
-    """The first seed's trained model of ``method`` (training it if the grid has not run yet)."""
+    """The first seed's trained model of ``method`` (training it if the grid has not run yet).
+
+    Weights are not committed with the run records: on another machine the chosen
+    configuration is trained again (seeded, so it gives the same model) and stored.
+    """
     label = label or method
     arch = arch or arch_for(task.base.name)
-    select_hparams(task, method, profile, arch=arch, label=label, progress=False)
-    model = methods.build_model(task, method, arch, profile["seeds"][0])
+    selection = select_hparams(task, method, profile, arch=arch, label=label, progress=False)
     state = runs_dir(profile, task.dataset, task.base.name) / f"{label}-best.pt"
+    if not state.exists():
+        hparams = selection["configs"][selection["best"]]["hparams"]
+        model, _ = methods.train_method(task, method, arch, hparams, profile["seeds"][0], profile["training"],
+                                        progress=False)
+        _save_state(model, state)
+        return model.eval()
+    model = methods.build_model(task, method, arch, profile["seeds"][0])
     model.load_state_dict(torch.load(state, map_location=task.base.device))
     return model.eval()
 

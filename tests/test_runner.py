@@ -66,3 +66,11 @@ def test_hparam_grid_per_method():
     assert all("alpha" in h for h in runner.hparam_grid(prof, "WeightedComb"))
     with pytest.raises(ValueError, match="Unknown method"):
         methods.check_method("LoRA-99")
+
+
+def test_missing_weights_are_retrained_from_the_recorded_choice(task, profile):
+    first = runner.run_experiment(task, "Plugin", 0, profile, progress=False)
+    state = runner.runs_dir(profile, "e2e", "tiny-llama") / "Plugin-best.pt"
+    state.unlink()  # as on a machine that only has the committed JSON records
+    again = runner.run_experiment(task, "Plugin", 0, profile, force=True, progress=False)
+    assert state.exists() and again["predictions"] == first["predictions"]
