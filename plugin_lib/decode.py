@@ -23,7 +23,9 @@ from .models import position_ids_from_mask, reweighter_logits
 Combine = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _penalty(repetition_penalty: float | None, prompt_length: int) -> RepetitionPenaltyLogitsProcessor | None:
+def repetition_penalty_processor(
+    repetition_penalty: float | None, prompt_length: int
+) -> RepetitionPenaltyLogitsProcessor | None:
     """CTRL-style penalty on the generated tokens only (the prompt is not penalised)."""
     if repetition_penalty is None or repetition_penalty == 1.0:
         return None
@@ -75,7 +77,7 @@ class PluginLogitsProcessor(LogitsProcessor):
         device = next(self.reweighter.parameters()).device
         if self._seen is None:
             new_ids, mask = input_ids, self._first_mask(input_ids).to(device)
-            self._penalty = _penalty(self.repetition_penalty, input_ids.shape[1])
+            self._penalty = repetition_penalty_processor(self.repetition_penalty, input_ids.shape[1])
         else:
             if input_ids.shape[1] != self._seen.shape[1] + 1:
                 raise RuntimeError(
@@ -159,7 +161,7 @@ def generate(
         )
         prompt_length = enc.input_ids.shape[1]
         if reweighter is None:
-            processors = [p for p in [_penalty(repetition_penalty, prompt_length)] if p is not None]
+            processors = [p for p in [repetition_penalty_processor(repetition_penalty, prompt_length)] if p is not None]
         else:
             processors = [
                 PluginLogitsProcessor(
@@ -199,7 +201,7 @@ def greedy_decode_uncached(
     EOS is not allowed before ``min_new_tokens`` (as ``generate(min_new_tokens=...)``).
     """
     eos, pad = base.eos_token_id, base.tokenizer.pad_token_id
-    penalty = _penalty(repetition_penalty, input_ids.shape[1])
+    penalty = repetition_penalty_processor(repetition_penalty, input_ids.shape[1])
     ids, mask = input_ids.to(base.device), attention_mask.to(base.device)
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     for step in range(max_new_tokens):

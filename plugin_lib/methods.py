@@ -31,7 +31,7 @@ from transformers import LogitsProcessor
 from . import config, data, prompts
 from .base_model import BlackBoxLM, load_causal_lm
 from .combine import mixture_log_probs, temperature_log_probs
-from .decode import _penalty, generate
+from .decode import generate, repetition_penalty_processor
 from .lora import add_lora, lora_black_box, lora_objective
 from .loss import shift_labels, target_positions
 from .models import make_reweighter, position_ids_from_mask
@@ -186,7 +186,7 @@ class TemperatureLogitsProcessor(LogitsProcessor):
 
     def __init__(self, temperatures: torch.Tensor, repetition_penalty: float | None, prompt_length: int):
         self.temperatures = temperatures
-        self.penalty = _penalty(repetition_penalty, prompt_length)
+        self.penalty = repetition_penalty_processor(repetition_penalty, prompt_length)
 
     def __call__(self, input_ids, scores):
         if self.penalty is not None:

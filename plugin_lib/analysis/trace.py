@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from plugin_lib.base_model import BlackBoxLM
 from plugin_lib.combine import combine_log_probs
-from plugin_lib.decode import _penalty, greedy_decode_uncached
+from plugin_lib.decode import greedy_decode_uncached, repetition_penalty_processor
 from plugin_lib.models import reweighter_logits
 
 TRACE_COLUMNS = ["step", "chosen", "word", "token", "token_id", "n_tokens", "base", "plugin"]
@@ -51,7 +51,7 @@ def _step_log_probs(base: BlackBoxLM, reweighter: torch.nn.Module, ids: torch.Te
     device = next(reweighter.parameters()).device
     r_scores = reweighter_logits(reweighter.eval(), ids.to(device), mask.to(device))[0, window]
     r_scores = r_scores.float().to(base_scores.device)
-    penalty = _penalty(repetition_penalty, prompt_length)
+    penalty = repetition_penalty_processor(repetition_penalty, prompt_length)
     if penalty is not None:
         for step in range(base_scores.shape[0]):
             prefix = ids[:, : prompt_length + step].to(base_scores.device)
