@@ -265,7 +265,13 @@ def hub_rows(hub_name: str, split: str, config_name: str | None = None):
     """Rows of a Hugging Face Hub dataset split (needs network access)."""
     import datasets
 
-    return datasets.load_dataset(hub_name, config_name, split=split)
+    try:
+        return datasets.load_dataset(hub_name, config_name, split=split)
+    except ConnectionError as error:
+        raise MissingDataError(
+            f"PLUGIN_DATA_DIR is not set and the Hugging Face Hub dataset '{hub_name}' cannot be "
+            "reached. Connect to the internet, or set PLUGIN_DATA_DIR to a folder with local "
+            "copies (layout in the README's Data section).", hub_name) from error
 
 
 def read_csv_rows(path: Path) -> list[dict[str, str]]:

@@ -170,6 +170,18 @@ def test_statistics_show_missing_data_as_na(tmp_path, monkeypatch):
     assert table["note"].str.len().gt(0).all()
 
 
+def test_unreachable_hub_without_data_dir_says_what_to_do(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'e2e_nlg_cleaned' on the Hub")
+
+    monkeypatch.delenv("PLUGIN_DATA_DIR", raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(data.MissingDataError, match="set PLUGIN_DATA_DIR"):
+        data.load_dataset("e2e", "test")
+
+
 def test_adidas_without_data_dir_needs_the_csv_variable(monkeypatch):
     monkeypatch.delenv("PLUGIN_DATA_DIR", raising=False)
     monkeypatch.delenv("PLUGIN_ADIDAS_CSV", raising=False)
