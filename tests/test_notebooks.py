@@ -1,0 +1,65 @@
+"""The numbered notebooks' shape: a Colab cell first, a papermill `parameters` cell with the
+profile, no function definitions (computation lives in plugin_lib), and a README Colab link."""
+import ast
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def code_cells(path: Path) -> list[dict]:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return [c for c in cells if c["cell_type"] == "code"]
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def test_every_numbered_notebook_is_found():
+    assert len(NOTEBOOKS) == 14
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_colab_cell_comes_first_and_is_identical(path):
+    first = code_cells(path)[0]
+    assert "colab" in first["metadata"].get("tags", [])
+    assert source(first) == source(code_cells(NOTEBOOKS[0])[0])
+
+
+def test_colab_cell_does_nothing_outside_colab():
+    cwd, path = os.getcwd(), list(sys.path)
+    exec(source(code_cells(NOTEBOOKS[0])[0]), {})
+    assert os.getcwd() == cwd and sys.path == path
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_parameters_cell_names_the_profile(path):
+    cells = code_cells(path)
+    tagged = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
+    assert len(tagged) == 1
+    assert re.search(r'^profile = "(local|smoke|paper)"', source(tagged[0]), re.M)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_function_or_class_definitions(path):
+    for cell in code_cells(path):
+        tree = ast.parse(source(cell))
+        defined = [n for n in ast.walk(tree)
+                   if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Lambda))]
+        assert not defined, f"{path.name}: move definitions into plugin_lib"
+
+
+def test_readme_opens_every_notebook_in_colab():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    clone_url = re.search(r'"(https://github\.com/[^"]+)"', source(code_cells(NOTEBOOKS[0])[0]))
+    repo = clone_url.group(1).removeprefix("https://github.com/")
+    for path in NOTEBOOKS:
+        link = f"https://colab.research.google.com/github/{repo}/blob/main/notebooks/{path.name}"
+        assert link in readme, f"README lacks the Colab link of {path.name}"
