@@ -10,15 +10,6 @@ from plugin_lib.config import REPO_ROOT
 NOTEBOOK = REPO_ROOT / "notebooks" / "00_dataset_statistics.ipynb"
 
 
-def test_stored_notebook_is_commit_ready():
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    assert notebook.metadata.kernelspec.name == "python3"
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert "parameters" in code[0].metadata.get("tags", [])
-    assert all(not cell.outputs and cell.execution_count is None for cell in code)
-    assert not any(line.lstrip().startswith(("def ", "class "))
-                   for cell in code for line in cell.source.splitlines())
-
 
 def test_notebook_runs_in_the_smoke_profile(tmp_path, monkeypatch):
     if not os.environ.get("PLUGIN_DATA_DIR"):

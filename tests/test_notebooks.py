@@ -48,6 +48,21 @@ def test_parameters_cell_names_the_profile(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_without_outputs_for_a_python3_kernel(path):
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    assert notebook["metadata"]["kernelspec"]["name"] == "python3"
+    assert all(not c["outputs"] and c["execution_count"] is None for c in code_cells(path))
+
+
+@pytest.mark.parametrize("path, call", [
+    ("05_table5_bdpl_wrapper", "wrapper.run_table5("), ("11_table8_lora", "wrapper.run_table8("),
+    ("12_topk_logprobs", "runner.run_table("), ("13_theorem1_convergence", "theory."),
+])
+def test_notebook_calls_into_plugin_lib(path, call):
+    assert call in "".join(source(c) for c in code_cells(ROOT / "notebooks" / f"{path}.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_function_or_class_definitions(path):
     for cell in code_cells(path):
         tree = ast.parse(source(cell))

@@ -127,13 +127,3 @@ def test_summary_and_figure(runs, source):
     fig = theory.plot_convergence(runs, slopes, source, fit_from=3_162)
     assert [ax.get_xscale() for ax in fig.axes] == ["log", "log"]
     matplotlib.pyplot.close(fig)
-
-
-def test_notebook_is_stored_commit_ready():
-    notebook = nbformat.read(REPO_ROOT / "notebooks" / "13_theorem1_convergence.ipynb", as_version=4)
-    assert notebook.metadata.kernelspec.name == "python3"
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert code[0].source == 'profile = "local"' and "parameters" in code[0].metadata.tags
-    assert all(not cell.outputs and cell.execution_count is None for cell in code)
-    assert not any(line.lstrip().startswith(("def ", "class "))
-                   for cell in code for line in cell.source.splitlines())

@@ -251,13 +251,3 @@ def test_ablation_figure_orders_views_from_narrowest_to_full_base():
     ticks = [t.get_text() for t in figure.axes[0].get_xticklabels()]
     assert ticks == ["top-5", "top-20", "top-100", "all log-probs", "full logits"]
     assert len(figure.axes[0].lines) >= 2
-
-
-def test_notebook_is_stored_commit_ready():
-    notebook = nbformat.read(REPO_ROOT / "notebooks" / "12_topk_logprobs.ipynb", as_version=4)
-    assert notebook.metadata.kernelspec.name == "python3"
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert "parameters" in code[0].metadata.tags
-    assert all(not cell.outputs and cell.execution_count is None for cell in code)
-    assert not any(line.lstrip().startswith(("def ", "class ")) for cell in code for line in cell.source.splitlines())
-    assert "runner.run_table(" in "".join(cell.source for cell in code)

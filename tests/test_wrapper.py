@@ -240,18 +240,3 @@ def test_offline_flops_count_the_real_architectures(smollm2, toy_example):
     assert table.loc["GPT2-XL (paper)", "Plugin GFLOPs"] == 196.2
     assert table.loc["GPT2-XL (paper)", "LoRA params (M)"] == 2.46
     assert table.iloc[0]["Plugin / LoRA"] == pytest.approx(counts["plugin_flops"] / counts["lora_flops"], abs=1e-3)
-
-
-# ---------------------------------------------------------------- notebooks
-
-
-@pytest.mark.parametrize("name, call", [("05_table5_bdpl_wrapper", "wrapper.run_table5("),
-                                        ("11_table8_lora", "wrapper.run_table8(")])
-def test_notebooks_are_stored_commit_ready(name, call):
-    notebook = nbformat.read(REPO_ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
-    assert notebook.metadata.kernelspec.name == "python3"
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert "parameters" in code[0].metadata.tags and code[0].source.startswith('profile = "local"')
-    assert all(not cell.outputs and cell.execution_count is None for cell in code)
-    assert not any(line.lstrip().startswith(("def ", "class ")) for cell in code for line in cell.source.splitlines())
-    assert call in "".join(cell.source for cell in code)
