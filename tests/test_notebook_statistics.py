@@ -2,7 +2,6 @@
 stored commit-ready."""
 import os
 
-import nbformat
 import pytest
 
 from plugin_lib.config import REPO_ROOT

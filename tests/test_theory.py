@@ -2,7 +2,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import nbformat
 import numpy as np
 import pytest
 import torch
@@ -10,7 +9,6 @@ import torch.nn.functional as F
 
 from plugin_lib import theory
 from plugin_lib.combine import combine_log_probs
-from plugin_lib.config import REPO_ROOT
 
 LARGE_T = 100_000
 SLOPE_GRID = [1_000, 3_162, 10_000, 31_623, LARGE_T]

@@ -1,13 +1,11 @@
 import math
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
 
 from plugin_lib import config, runner, tables
 from plugin_lib.base_model import load_base_model
-from plugin_lib.config import REPO_ROOT
 from plugin_lib.decode import PluginLogitsProcessor, generate, greedy_decode_uncached
 from plugin_lib.loss import shift_labels, target_positions
 from plugin_lib.models import ContextFreeReweighter, reweighter_logits

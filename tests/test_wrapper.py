@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import copy
 
-import nbformat
 import numpy as np
 import pytest
 import torch
 
 from plugin_lib import bdpl, config, data, methods, prompts, runner, tables, wrapper
-from plugin_lib.config import REPO_ROOT
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.models import count_parameters, make_reweighter
 
