@@ -58,4 +58,5 @@ for nb in "${notebooks[@]}"; do
   echo "[run_all] ($i/$total) $name: done in $((SECONDS - t0)) s"
 done
 echo "[run_all] all $total notebooks finished for profile '$profile' in $((SECONDS - started)) s"
-"$py" -m plugin_lib.report --profile "$profile"
+if [ "$profile" = local ]; then readme=--readme; else readme=; fi  # the README shows the local profile
+"$py" -m plugin_lib.report --profile "$profile" $readme

@@ -16,23 +16,27 @@ from .io import atomic_write_json, atomic_write_text, read_json
 
 VERDICTS = ("reproduced", "not reproduced", "not measurable at this scale")
 
-# Notebook stem prefix -> the paper item it reproduces and the result files it writes.
+# Notebook stem prefix -> the paper item it reproduces, the result files it writes, and the
+# tables the README shows (the ablations and top-k: their default dataset, E2E; REPORT.md has all).
 SECTIONS = [
-    ("00", "Dataset statistics (Table 7)", ["dataset_statistics"]),
-    ("01", "Main results, E2E NLG (Table 1)", ["main_e2e"]),
-    ("02", "Main results, WebNLG (Table 2)", ["main_webnlg"]),
-    ("03", "Main results, CommonGen (Table 3)", ["main_commongen"]),
-    ("04", "Main results, Adidas (Table 4)", ["main_adidas"]),
-    ("05", "Plugin as a wrapper: BDPL and BDPL + Plugin (Table 5)", ["table5"]),
-    ("06", "Base-model quality (Figures 2 and 5)", ["ablation_base_quality"]),
-    ("07", "Reweighting-model complexity (Figures 3 and 6)", ["ablation_complexity"]),
-    ("08", "Reweighting-model architecture (Figure 7)", ["ablation_architecture"]),
-    ("09", "Adidas case study (Figures 4 and 8)", ["adidas"]),
-    ("10", "Distribution shift (Section 6.4)", ["shift"]),
-    ("11", "Plugin vs LoRA and FLOPs (Table 8)", ["table8"]),
-    ("12", "Beyond the paper: top-k log-probability APIs", ["topk"]),
-    ("13", "Theorem 1, measured", ["theorem1"]),
+    ("00", "Dataset statistics (Table 7)", ["dataset_statistics"], []),
+    ("01", "Main results, E2E NLG (Table 1)", ["main_e2e"], ["main_e2e_vs_paper"]),
+    ("02", "Main results, WebNLG (Table 2)", ["main_webnlg"], ["main_webnlg_vs_paper"]),
+    ("03", "Main results, CommonGen (Table 3)", ["main_commongen"], ["main_commongen_vs_paper"]),
+    ("04", "Main results, Adidas (Table 4)", ["main_adidas"], ["main_adidas_vs_paper"]),
+    ("05", "Plugin as a wrapper: BDPL and BDPL + Plugin (Table 5)", ["table5"], ["table5_bdpl_wrapper_vs_paper"]),
+    ("06", "Base-model quality (Figures 2 and 5)", ["ablation_base_quality"], ["ablation_base_quality_e2e"]),
+    ("07", "Reweighting-model complexity (Figures 3 and 6)", ["ablation_complexity"], ["ablation_complexity_e2e"]),
+    ("08", "Reweighting-model architecture (Figure 7)", ["ablation_architecture"], ["ablation_architecture_e2e"]),
+    ("09", "Adidas case study (Figures 4 and 8)", ["adidas"], ["adidas_coverage", "adidas_preference"]),
+    ("10", "Distribution shift (Section 6.4)", ["shift"], ["shift_webnlg", "shift_commongen"]),
+    ("11", "Plugin vs LoRA and FLOPs (Table 8)", ["table8"], ["table8_lora_vs_paper", "table8_flops"]),
+    ("12", "Beyond the paper: top-k log-probability APIs", ["topk"], ["topk_e2e_residual"]),
+    ("13", "Theorem 1, measured", ["theorem1"], ["theorem1_slopes"]),
 ]
+README_START = "<!-- results:start (written by python -m plugin_lib.report --readme; do not edit) -->"
+README_END = "<!-- results:end -->"
+
 
 
 def record_claim(profile: str, key: str, claim: str, paper: str, ours: str, verdict: str) -> dict:
@@ -104,15 +108,59 @@ def write_report(profile: str) -> Path:
         "",
         *claims_table(load_claims(profile)),
     ]
-    for prefix, title, stems in SECTIONS:
+    for prefix, title, stems, _ in SECTIONS:
         lines += _section(root, prefix, title, stems)
     return atomic_write_text(root / "REPORT.md", "\n".join(lines) + "\n")
+
+
+def readme_block(profile: str) -> list[str]:
+    """The README's results: the verdict list, then per notebook that has run its headline
+    tables and first figure, with the scale and the wall time."""
+    root = config.results_dir(profile)
+    prof = config.load_profile(profile)
+    lines = [
+        f"Produced by `bash run_all.sh --profile {profile}` on a 2-core CPU (base: "
+        f"{', '.join(prof['base_models'])}; seeds {prof['seeds']}; at most {prof['rows']['validation']} "
+        f"validation and {prof['rows']['test']} test inputs per dataset). Full report with every "
+        f"table and figure: [`results/{profile}/REPORT.md`](results/{profile}/REPORT.md).",
+        "",
+        "#### Claim-by-claim verdicts",
+        "",
+        *claims_table(load_claims(profile)),
+    ]
+    for prefix, title, stems, headline in SECTIONS:
+        tables = [p for pattern in headline for p in sorted((root / "tables").glob(f"{pattern}.md"))]
+        figures = sorted(p for stem in stems for p in (root / "figures").glob(f"{stem}*.png"))
+        if not tables and not figures:
+            lines += [f"#### {title}", "", "Not yet run in this profile.", ""]
+            continue
+        lines += [f"#### {title}", "", f"`notebooks/{prefix}_*`, wall time {_notebook_seconds(root, prefix)}.", ""]
+        for table in tables:
+            lines += [table.read_text(encoding="utf-8").strip(), ""]
+        if figures:
+            lines += [f"![{figures[0].stem}](results/{profile}/figures/{figures[0].name})", ""]
+    return lines
+
+
+def update_readme(profile: str, readme: Path = config.REPO_ROOT / "README.md") -> Path:
+    """Replace the block between README_START and README_END with ``readme_block``."""
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme} has no results block: add the lines {README_START!r} and {README_END!r}.")
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    block = "\n".join([README_START, "", *readme_block(profile), README_END])
+    return atomic_write_text(readme, head + block + tail)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write results/<profile>/REPORT.md")
     parser.add_argument("--profile", required=True, choices=config.PROFILE_NAMES)
-    print(write_report(parser.parse_args().profile))
+    parser.add_argument("--readme", action="store_true", help="also refresh the README's results block")
+    args = parser.parse_args()
+    print(write_report(args.profile))
+    if args.readme:
+        print(update_readme(args.profile))
 
 
 if __name__ == "__main__":

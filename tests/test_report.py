@@ -35,3 +35,22 @@ def test_ablation_checks_become_claims(tmp_path, monkeypatch):
                                       "complexity", "e2e", "local", "Figure 3")
     assert [e["verdict"] for e in entries] == ["reproduced", "not reproduced"]
     assert len(report.load_claims("local")) == 2
+
+
+def test_readme_block_is_replaced_in_place_and_idempotent(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    report.record_claim("local", "x", "A claim", "81%", "70%", "reproduced")
+    (tmp_path / "local" / "tables").mkdir(parents=True)
+    (tmp_path / "local" / "tables" / "main_e2e_vs_paper.md").write_text("| ours | paper |\n| - | - |\n| 1 | 2 |\n")
+    (tmp_path / "local" / "tables" / "main_e2e_wins.md").write_text("| not | shown |\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{report.README_START}\nold text\n{report.README_END}\n\n## Next\n")
+    first = report.update_readme("local", readme).read_text()
+    assert first.startswith("# Title\n\n") and first.endswith(f"{report.README_END}\n\n## Next\n")
+    assert "old text" not in first and "| A claim | 81% | 70% | **reproduced** |" in first
+    assert "| 1 | 2 |" in first and "| not | shown |" not in first  # headline tables only
+    assert "Not yet run in this profile." in first  # e.g. WebNLG
+    assert report.update_readme("local", readme).read_text() == first
+    readme.write_text("# no block\n")
+    with pytest.raises(ValueError, match="no results block"):
+        report.update_readme("local", readme)
