@@ -53,7 +53,7 @@ for nb in "${notebooks[@]}"; do
     exit 1
   fi
   "$py" -m plugin_lib.notebooks strip "$out/executed/$name.ipynb"
-  echo $((SECONDS - t0)) > "$out/executed/$name.seconds"
+  echo $((SECONDS - t0)) >> "$out/executed/$name.seconds"  # one line per execution
   echo "$want" > "$stamp"
   echo "[run_all] ($i/$total) $name: done in $((SECONDS - t0)) s"
 done

@@ -65,8 +65,14 @@ def load_claims(profile: str) -> list[dict]:
 
 
 def _notebook_seconds(root: Path, prefix: str) -> str:
-    times = [float(p.read_text()) for p in (root / "executed").glob(f"{prefix}_*.seconds")]
-    return f"{sum(times) / 60:.1f} min" if times else "not recorded on this machine"
+    """Total wall time of a notebook's executions (run_all.sh writes one line per execution;
+    a later execution reuses the stored runs, so the first one usually dominates)."""
+    times = [float(line) for p in (root / "executed").glob(f"{prefix}_*.seconds")
+             for line in p.read_text().split()]
+    if not times:
+        return "not recorded on this machine"
+    runs = f" over {len(times)} executions" if len(times) > 1 else ""
+    return f"{sum(times) / 60:.1f} min{runs}"
 
 
 def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]:

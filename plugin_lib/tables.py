@@ -151,12 +151,13 @@ def caption(records: Sequence[dict], title: str) -> str:
 
 
 def paper_comparison(summary: pd.DataFrame, dataset: str, paper_model: str = "LLaMA-3.1-8B") -> pd.DataFrame:
-    """Our means next to the paper's for the same methods ("ours / paper")."""
+    """Our means next to the paper's for the same methods: cells "ours / paper", and the model
+    column says which model is which."""
     paper = paper_results(dataset)
     paper = paper[paper.model == paper_model].set_index("method")
     rows = []
     for (model, method), row in summary.iterrows():
-        cells = {"model": model, "method": method}
+        cells = {"model (ours / paper)": f"{model} / {paper_model}", "method": method}
         for metric in METRIC_NAMES:
             theirs = paper[metric].get(method, np.nan)
             cells[metric] = f"{row[metric]:.4f} / {theirs:.4f}"

@@ -54,3 +54,10 @@ def test_readme_block_is_replaced_in_place_and_idempotent(tmp_path, monkeypatch)
     readme.write_text("# no block\n")
     with pytest.raises(ValueError, match="no results block"):
         report.update_readme("local", readme)
+
+
+def test_wall_time_sums_the_executions(tmp_path):
+    (tmp_path / "executed").mkdir()
+    (tmp_path / "executed" / "01_table1_e2e.seconds").write_text("2143\n131\n")
+    assert report._notebook_seconds(tmp_path, "01") == "37.9 min over 2 executions"
+    assert report._notebook_seconds(tmp_path, "02") == "not recorded on this machine"

@@ -57,3 +57,11 @@ def test_paper_results_are_the_papers_tables():
     row = paper[(paper.model == "GPT2-XL") & (paper.method == "Plugin")].iloc[0]
     assert row["BLEU"] == 0.2470 and row["NIST"] == 1.2736 and row["BLEU_std"] == 0.009
     assert len(tables.paper_results()) == 4 * 3 * 7
+
+
+def test_paper_comparison_labels_which_number_is_whose():
+    summary = pd.DataFrame({m: [0.5] for m in METRIC_NAMES} | {f"{m}_std": [0.0] for m in METRIC_NAMES},
+                           index=pd.MultiIndex.from_tuples([("tiny", "Plugin")], names=["model", "method"]))
+    row = tables.paper_comparison(summary, "e2e").iloc[0]
+    assert row["model (ours / paper)"] == "tiny / LLaMA-3.1-8B"
+    assert row["BLEU"] == "0.5000 / 0.3691"  # the paper's Table 1, LLaMA-3.1-8B Plugin
