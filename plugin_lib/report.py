@@ -38,7 +38,6 @@ README_START = "<!-- results:start (written by python -m plugin_lib.report --rea
 README_END = "<!-- results:end -->"
 
 
-
 def record_claim(profile: str, key: str, claim: str, paper: str, ours: str, verdict: str) -> dict:
     """Store one claim's verdict (``results/<profile>/claims/<key>.json``) and return it.
 
@@ -75,10 +74,14 @@ def _notebook_seconds(root: Path, prefix: str) -> str:
     return f"{sum(times) / 60:.1f} min{runs}"
 
 
+def _figures(root: Path, stems: list[str]) -> list[Path]:
+    return sorted(p for stem in stems for p in (root / "figures").glob(f"{stem}*.png"))
+
+
 def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]:
     lines = [f"## {title}", "", f"Notebook `notebooks/{prefix}_*.ipynb`; wall time {_notebook_seconds(root, prefix)}.", ""]
     tables = sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
-    figures = sorted(p for stem in stems for p in (root / "figures").glob(f"{stem}*.png"))
+    figures = _figures(root, stems)
     if not tables and not figures:
         return lines + ["No results yet: the notebook has not run in this profile.", ""]
     for table in tables:
@@ -136,7 +139,7 @@ def readme_block(profile: str) -> list[str]:
     ]
     for prefix, title, stems, headline in SECTIONS:
         tables = [p for pattern in headline for p in sorted((root / "tables").glob(f"{pattern}.md"))]
-        figures = sorted(p for stem in stems for p in (root / "figures").glob(f"{stem}*.png"))
+        figures = _figures(root, stems)
         if not tables and not figures:
             lines += [f"#### {title}", "", "Not yet run in this profile.", ""]
             continue

@@ -402,28 +402,26 @@ MINIMAL_GAP = 0.10
 FLOPS_MARGIN = 1.05
 
 
-def metric_wins(frame: pd.DataFrame, better: str, worse: str) -> pd.Series:
-    """Per (dataset, model) of ``frame`` (ours from ``comparison``, or ``paper_rows``): on how many
-    metrics ``better``'s value beats ``worse``'s. Pairs lacking either method are left out."""
+def _metrics_where(frame: pd.DataFrame, first: str, second: str, holds) -> pd.Series:
+    """Per (dataset, model): on how many metrics ``holds(first's value, second's value)``.
+    Pairs lacking either method are left out."""
     counts = {}
     for (dataset, model), group in frame.groupby(["dataset", "model"], sort=False):
         rows = group.set_index("method")
-        if better in rows.index and worse in rows.index:
-            counts[(dataset, model)] = sum(
-                bool(rows.at[better, m] > rows.at[worse, m]) for m in METRIC_NAMES)
+        if first in rows.index and second in rows.index:
+            counts[(dataset, model)] = sum(bool(holds(rows.at[first, m], rows.at[second, m])) for m in METRIC_NAMES)
     return pd.Series(counts, dtype=int)
+
+
+def metric_wins(frame: pd.DataFrame, better: str, worse: str) -> pd.Series:
+    """Per (dataset, model) of ``frame`` (ours from ``comparison``, or ``paper_rows``): on how many
+    metrics ``better``'s value beats ``worse``'s."""
+    return _metrics_where(frame, better, worse, lambda a, b: a > b)
 
 
 def minimal_gaps(frame: pd.DataFrame, method: str = "Plugin", reference: str = "LoRA") -> pd.Series:
     """Per (dataset, model): on how many metrics ``method`` is within MINIMAL_GAP of ``reference``."""
-    counts = {}
-    for (dataset, model), group in frame.groupby(["dataset", "model"], sort=False):
-        rows = group.set_index("method")
-        if method in rows.index and reference in rows.index:
-            counts[(dataset, model)] = sum(
-                bool(abs(rows.at[method, m] - rows.at[reference, m])
-                     <= MINIMAL_GAP * abs(rows.at[reference, m])) for m in METRIC_NAMES)
-    return pd.Series(counts, dtype=int)
+    return _metrics_where(frame, method, reference, lambda a, b: abs(a - b) <= MINIMAL_GAP * abs(b))
 
 
 def _claim_from_counts(profile: str, key: str, claim: str, ours: pd.Series, paper: pd.Series) -> dict:
