@@ -50,28 +50,27 @@ from .models import count_parameters, make_reweighter
 PAPER_TABLES = {5: Path(__file__).with_name("paper_table5.csv"), 8: Path(__file__).with_name("paper_table8.csv")}
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
 TABLE8_METHODS = ("Zeroshot", "LoRA", "Plugin")
-# CI time: the smoke profile checks the code paths on one dataset with a 10-call BDPL budget
-# (a call is a base forward over 8 training pairs, seconds on a 2-core CPU).
-SMOKE_DATASETS = ("e2e",)
-SMOKE_BDPL_BUDGET = 10
 FIGURE_METRICS = ("BLEU", "ROUGE-L", "METEOR")
 
 
 # ---------------------------------------------------------------- what to run
 
 
-def notebook_datasets(profile_name: str, datasets: str | list[str] | None = None) -> list[str]:
-    """The datasets given (one name or a list); by default all four, in the smoke profile E2E only."""
+def notebook_datasets(profile: dict, datasets: str | list[str] | None = None) -> list[str]:
+    """The datasets given (one name or a list); by default the profile's ``wrapper.datasets``
+    (all four when that is null)."""
     if datasets is None:
-        return list(SMOKE_DATASETS if profile_name == "smoke" else data.DATASETS)
-    return [datasets] if isinstance(datasets, str) else list(datasets)
+        datasets = profile["wrapper"]["datasets"] or data.DATASETS
+    chosen = [datasets] if isinstance(datasets, str) else list(datasets)
+    unknown = [d for d in chosen if d not in data.DATASETS]
+    if unknown:
+        raise ValueError(f"Unknown dataset(s) {unknown}; choose from {list(data.DATASETS)}.")
+    return chosen
 
 
-def notebook_budget(profile_name: str, budget: int | None = None) -> int:
-    """The BDPL budget given; by default the paper's 75 calls, in the smoke profile 10."""
-    if budget is not None:
-        return budget
-    return SMOKE_BDPL_BUDGET if profile_name == "smoke" else bdpl.DEFAULT_BUDGET
+def notebook_budget(profile: dict, budget: int | None = None) -> int:
+    """The BDPL budget given; by default the profile's ``wrapper.bdpl_budget``."""
+    return budget if budget is not None else profile["wrapper"]["bdpl_budget"]
 
 
 def paper_rows(table: int) -> pd.DataFrame:

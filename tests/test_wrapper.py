@@ -205,12 +205,14 @@ def test_lora_rows_compare_with_the_llama_rows_of_table8():
 
 
 def test_default_datasets_and_models():
-    assert wrapper.notebook_datasets("smoke") == ["e2e"]
-    assert wrapper.notebook_datasets("local") == list(data.DATASETS)
-    assert wrapper.notebook_datasets("local", "adidas") == ["adidas"]
-    assert wrapper.notebook_budget("local") == 75 and wrapper.notebook_budget("smoke") == 10
-    assert wrapper.notebook_budget("smoke", 75) == 75
-    paper = config.load_profile("paper")
+    paper, local, smoke = (config.load_profile(name) for name in ("paper", "local", "smoke"))
+    assert wrapper.notebook_datasets(paper) == list(data.DATASETS)
+    assert wrapper.notebook_datasets(smoke) == ["e2e"]
+    assert wrapper.notebook_datasets(local, "adidas") == ["adidas"]
+    with pytest.raises(ValueError, match="Unknown dataset"):
+        wrapper.notebook_datasets(local, ["e2e", "xsum"])
+    assert wrapper.notebook_budget(paper) == 75 and wrapper.notebook_budget(smoke) == 10
+    assert wrapper.notebook_budget(smoke, 75) == 75
     assert wrapper.table_models(paper, wrapper.paper_rows(5)) == ["gpt2-xl"]
     assert wrapper.table_models(paper, wrapper.paper_rows(8)) == ["gpt2-xl", "llama-3.1-8b"]
     assert wrapper.table_models(config.load_profile("local"), wrapper.paper_rows(8)) == ["smollm2-135m-instruct"]
