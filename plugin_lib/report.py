@@ -31,7 +31,7 @@ SECTIONS = [
     ("09", "Adidas case study (Figures 4 and 8)", ["adidas"], ["adidas_coverage", "adidas_preference"]),
     ("10", "Distribution shift (Section 6.4)", ["shift"], ["shift_webnlg", "shift_commongen"]),
     ("11", "Plugin vs LoRA and FLOPs (Table 8)", ["table8"], ["table8_lora_vs_paper", "table8_flops"]),
-    ("12", "Beyond the paper: top-k log-probability APIs", ["topk"], ["topk_e2e_residual"]),
+    ("12", "Beyond the paper: top-k log-probability APIs", ["topk"], ["topk_e2e_residual", "topk_e2e_residual_gaps"]),
     ("13", "Theorem 1, measured", ["theorem1"], ["theorem1_slopes"]),
 ]
 README_START = "<!-- results:start (written by python -m plugin_lib.report --readme; do not edit) -->"

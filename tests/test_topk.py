@@ -13,7 +13,9 @@ from plugin_lib.topk import (
     TopKBlackBox,
     parse_model_name,
     plot_metric_vs_k,
+    plugin_gaps,
     reachable_plugin_log_probs,
+    record_claims,
     reference_coverage,
     restrict_log_probs,
     view_label,
@@ -249,3 +251,19 @@ def test_ablation_figure_orders_views_from_narrowest_to_full_base():
     ticks = [t.get_text() for t in figure.axes[0].get_xticklabels()]
     assert ticks == ["top-5", "top-20", "top-100", "all log-probs", "full logits"]
     assert len(figure.axes[0].lines) >= 2
+
+
+def test_plugin_gaps_count_metrics_and_give_one_verdict_per_top_k_view(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "results_dir", lambda profile: tmp_path / profile)
+    metrics = ("BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR", "CIDEr", "NIST")
+    plugin_ahead = {"full logits": 7, "top-20": 4, "top-5": 2}
+    records = [{"model": view, "method": method, "seed": 0,
+                "metrics": {m: 0.5 + (0.1 if method == "Plugin" and i < ahead else 0) for i, m in enumerate(metrics)}}
+               for view, ahead in plugin_ahead.items() for method in ("Zeroshot", "Plugin")]
+    gaps = plugin_gaps(tables.summarize(tables.runs_frame(records)))
+    assert list(gaps.index) == ["top-5", "top-20", "full logits"]
+    assert gaps["Plugin ahead on"].to_dict() == {"top-5": 2, "top-20": 4, "full logits": 7}
+    assert gaps.loc["top-5", "BLEU"] == pytest.approx(0.1) and gaps.loc["top-5", "NIST"] == 0
+    entries = record_claims(gaps, "e2e", "residual", "local")
+    assert [e["verdict"] for e in entries] == ["not reproduced", "reproduced"]  # top-5, top-20; the full base is not a top-k view
+    assert "4/7" in entries[1]["ours"] and (tmp_path / "local" / "claims" / "topk_e2e_residual_top-20.json").exists()
