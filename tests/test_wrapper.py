@@ -249,13 +249,15 @@ def test_offline_flops_count_the_real_architectures(smollm2, toy_example):
 def test_table5_claims_count_metrics_per_dataset(monkeypatch, tmp_path):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     frame = wrapper.comparison(_records(), wrapper.paper_rows(5), wrapper.TABLE5_METHODS)
-    combined, plugin = wrapper.record_table5_claims(frame, "local")
+    combined, plugin, combined_vs_plugin = wrapper.record_table5_claims(frame, "local")
     assert combined["verdict"] == "reproduced"  # BDPL+Plugin 0.3 > BDPL 0.2 on every metric
     assert combined["ours"] == "e2e (smollm2-135m-instruct): 7/7; webnlg (smollm2-135m-instruct): 7/7"
     assert combined["paper"].startswith("e2e (GPT2-XL): 7/7; webnlg (GPT2-XL): 7/7")
     assert plugin["verdict"] == "not measurable at this scale" and plugin["ours"] == "not run"
     assert plugin["paper"].count("(GPT2-XL)") == 4
     assert (tmp_path / "local" / "claims" / "table5_bdpl_plugin.json").exists()
+    assert combined_vs_plugin["ours"] == "not run"  # no Plugin rows in this frame
+    assert combined_vs_plugin["paper"].startswith("e2e (GPT2-XL): 7/7")  # 0.4527 vs 0.2470 BLEU, ...
 
 
 def test_table8_gap_is_relative_to_lora_and_flops_use_our_counts(monkeypatch, tmp_path):
