@@ -24,10 +24,10 @@ bash "$root/scripts/bootstrap_env.sh"
 py="${PLUGIN_VENV:-$root/.venv}/bin/python"
 cd "$root"
 if [ -z "$profile" ]; then
-  profile="$("$py" -c 'from plugin_lib.config import auto_profile; print(auto_profile())')"
+  profile="$("$py" -c 'from plugin_lib.harness.profile import auto_profile; print(auto_profile())')"
   echo "[run_all] profile: $profile (chosen automatically; --profile overrides)"
 fi
-"$py" -c "from plugin_lib.config import load_profile; load_profile('$profile')"  # clear error if unknown
+"$py" -c "from plugin_lib.harness.profile import load_profile; load_profile('$profile')"  # clear error if unknown
 out="$root/results/$profile"
 mkdir -p "$out/executed" "$out/logs"
 
@@ -52,7 +52,7 @@ for nb in "${notebooks[@]}"; do
     echo "[run_all] Full log: results/$profile/logs/$name.log; partial notebook: results/$profile/executed/$name.ipynb" >&2
     exit 1
   fi
-  "$py" -m plugin_lib.notebooks strip "$out/executed/$name.ipynb"
+  "$py" "$root/scripts/strip_notebook.py" "$out/executed/$name.ipynb"
   echo $((SECONDS - t0)) >> "$out/executed/$name.seconds"  # one line per execution
   echo "$want" > "$stamp"
   echo "[run_all] ($i/$total) $name: done in $((SECONDS - t0)) s"

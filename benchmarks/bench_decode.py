@@ -17,10 +17,11 @@ import time
 
 import torch
 
-from plugin_lib import data, prompts
-from plugin_lib.base_model import load_base_model
-from plugin_lib.decode import generate, greedy_decode_uncached
-from plugin_lib.models import count_parameters, make_reweighter
+from plugin_lib import data
+from plugin_lib.core.decode import generate, greedy_decode_uncached
+from plugin_lib.core.reweighter import count_parameters, make_reweighter
+from plugin_lib.data import prompts
+from plugin_lib.harness.models import load_base_model
 
 
 def timed(fn, repeats: int = 1) -> float:

@@ -17,11 +17,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from plugin_lib import data, prompts
-from plugin_lib.base_model import load_base_model
-from plugin_lib.loss import shift_labels, target_positions
-from plugin_lib.models import make_reweighter, reweighter_logits
-from plugin_lib.train import BaseOutputCache, TokenObjective, TrainConfig, collate, encode_pairs, fit
+from plugin_lib import data
+from plugin_lib.core.loss import shift_labels, target_positions
+from plugin_lib.core.reweighter import make_reweighter, reweighter_logits
+from plugin_lib.core.train import BaseOutputCache, TokenObjective, TrainConfig, collate, encode_pairs, fit
+from plugin_lib.data import prompts
+from plugin_lib.harness.models import load_base_model
 
 
 class HeadEverywhere(TokenObjective):

@@ -10,8 +10,10 @@ import argparse
 
 import pandas as pd
 
-from plugin_lib import config, data, methods
-from plugin_lib.base_model import load_base_model
+from plugin_lib import data
+from plugin_lib.harness import methods
+from plugin_lib.harness.models import load_base_model
+from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import compute_metrics
 
 
@@ -20,7 +22,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=40, help="hyper-validation inputs per dataset")
     args = parser.parse_args()
     base = load_base_model("smollm2-135m-instruct")
-    decoding = dict(config.load_profile("local")["decoding"])
+    decoding = load_profile("local").decoding
     rows = []
     for dataset in ("e2e", "webnlg", "commongen", "adidas"):
         _, hyper = data.split_hyper_validation(data.load_dataset(dataset, "validation"), seed=0)

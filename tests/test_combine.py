@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from plugin_lib.combine import combine_log_probs, mixture_log_probs, temperature_log_probs
+from plugin_lib.core.combine import combine_log_probs, mixture_log_probs, temperature_log_probs
 
 
 def product_reference(b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from plugin_lib import data
 from plugin_lib.data import Example
+from plugin_lib.data import datasets as data
+from plugin_lib.experiments.dataset_statistics import dataset_statistics
 
 
 @pytest.fixture
@@ -122,13 +123,13 @@ def test_rows_subset_is_seeded_and_keeps_order(data_dir):
 
 
 def test_statistics_table(data_dir):
-    table = data.dataset_statistics()
+    table = dataset_statistics()
     assert len(table) == len(data.DATASETS) * 3
     row = table.set_index(["dataset", "split"]).loc[("e2e", "validation")]
     assert (row["paper_rows"], row["rows"], row["unique_inputs"]) == (4_299, 4_299, 1_484)
     adidas_train = table.set_index(["dataset", "split"]).loc[("adidas", "train")]
     assert adidas_train.isna()["rows"] and adidas_train["note"]
-    subsets = data.dataset_statistics(rows={"train": 3, "validation": 5, "test": 4})
+    subsets = dataset_statistics(rows={"train": 3, "validation": 5, "test": 4})
     row = subsets.set_index(["dataset", "split"]).loc[("webnlg", "validation")]
     assert row["unique_inputs"] == 5 and row["note"] == "subset"
 
@@ -165,7 +166,7 @@ def test_missing_data_dir_is_an_error(tmp_path, monkeypatch):
 
 def test_statistics_show_missing_data_as_na(tmp_path, monkeypatch):
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
-    table = data.dataset_statistics()
+    table = dataset_statistics()
     assert table["rows"].isna().all()
     assert table["note"].str.len().gt(0).all()
 

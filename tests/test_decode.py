@@ -2,9 +2,9 @@ import pytest
 import torch
 from transformers import LogitsProcessor
 
-from plugin_lib.combine import combine_log_probs
-from plugin_lib.decode import PluginLogitsProcessor, generate, greedy_decode_uncached
-from plugin_lib.models import ContextFreeReweighter, reweighter_logits
+from plugin_lib.core.combine import combine_log_probs
+from plugin_lib.core.decode import PluginLogitsProcessor, generate, greedy_decode_uncached
+from plugin_lib.core.reweighter import ContextFreeReweighter, reweighter_logits
 
 
 class UncachedPluginProcessor(LogitsProcessor):

@@ -3,12 +3,12 @@ import re
 
 import yaml
 
-from plugin_lib import config
+from plugin_lib.harness.profile import REPO_ROOT
 
 
 def _requirements() -> dict[str, str]:
     pins = {}
-    for line in (config.REPO_ROOT / "requirements.txt").read_text().splitlines():
+    for line in (REPO_ROOT / "requirements.txt").read_text().splitlines():
         line = line.split("#")[0].strip()
         if line:
             name, version = line.split("==")
@@ -17,7 +17,7 @@ def _requirements() -> dict[str, str]:
 
 
 def test_environment_yml_pip_section_matches_requirements():
-    env = yaml.safe_load((config.REPO_ROOT / "environment.yml").read_text())
+    env = yaml.safe_load((REPO_ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     pins = {}
     for item in pip:
@@ -26,6 +26,6 @@ def test_environment_yml_pip_section_matches_requirements():
             pins[match[1].lower().replace("_", "-")] = match[2]
     torch_pin = pins.pop("torch")
     assert pins == _requirements()
-    bootstrap = (config.REPO_ROOT / "scripts" / "bootstrap_env.sh").read_text()
+    bootstrap = (REPO_ROOT / "scripts" / "bootstrap_env.sh").read_text()
     assert f"torch=={torch_pin}" in bootstrap
     assert any(str(d).startswith("python=") for d in env["dependencies"])

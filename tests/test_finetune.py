@@ -3,9 +3,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from plugin_lib import data, finetune, methods
-from plugin_lib.base_model import load_base_model
-from plugin_lib.finetune import FinetuneConfig, finetune_base
+from plugin_lib import data
+from plugin_lib.harness import finetune, methods, models
+from plugin_lib.harness.finetune import FinetuneConfig, finetune_base
+from plugin_lib.harness.models import load_base_model
 
 CFG = FinetuneConfig(lr=1e-2, batch_size=2, trainable_layers=1)
 
@@ -69,7 +70,7 @@ def test_cached_model_is_reused_without_training(cache, tiny_dir, monkeypatch):
     def must_not_load(*args, **kwargs):
         raise AssertionError("a cached fine-tuned model was trained again")
 
-    monkeypatch.setattr(finetune, "load_causal_lm", must_not_load)
+    monkeypatch.setattr(models, "load_causal_lm", must_not_load)
     assert finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=CFG, progress=False) == first
     # Other examples or settings are another run: not served from this cache entry.
     with pytest.raises(AssertionError, match="trained again"):

@@ -6,10 +6,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from plugin_lib.base_model import BlackBoxLM
-from plugin_lib.decode import generate
-from plugin_lib.flops import decoding_flops, decoding_flops_by_op, generation_flops
-from plugin_lib.lora import add_lora
+from plugin_lib.core.blackbox import BlackBoxLM
+from plugin_lib.core.decode import generate
+from plugin_lib.harness.flops import decoding_flops, decoding_flops_by_op, generation_flops
+from plugin_lib.harness.lora import add_lora
 
 PROMPT = "Hello, my name is"
 NEW_TOKENS = 5

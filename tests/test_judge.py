@@ -8,7 +8,7 @@ import urllib.error
 
 import pytest
 
-from plugin_lib import judge
+from plugin_lib.analysis import judge
 
 needs_data = pytest.mark.skipif(not os.environ.get("PLUGIN_DATA_DIR"),
                                 reason="PLUGIN_DATA_DIR is unset: point it at shared/data")

@@ -5,10 +5,10 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from plugin_lib.decode import generate
-from plugin_lib.lora import add_lora, fit_lora, lora_black_box, lora_objective, lora_targets
-from plugin_lib.models import count_parameters
-from plugin_lib.train import TrainConfig, encode_pairs
+from plugin_lib.core.decode import generate
+from plugin_lib.core.reweighter import count_parameters
+from plugin_lib.core.train import TrainConfig, encode_pairs
+from plugin_lib.harness.lora import add_lora, fit_lora, lora_black_box, lora_objective, lora_targets
 
 PAIRS = [
     ("name[The Eagle], eatType[pub]", "The Eagle is a pub."),

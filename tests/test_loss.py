@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from plugin_lib.loss import IGNORE_INDEX, plugin_loss, shift_labels, target_positions, token_nll
+from plugin_lib.core.loss import IGNORE_INDEX, plugin_loss, shift_labels, target_positions, token_nll
 
 
 def test_shift_follows_transformers_convention():

@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from plugin_lib.models import (
+from plugin_lib.core.reweighter import (
     check_vocabulary,
     count_parameters,
     make_reweighter,

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from plugin_lib.config import REPO_ROOT
+from plugin_lib.harness.profile import REPO_ROOT
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "00_dataset_statistics.ipynb"
 

@@ -55,8 +55,8 @@ def test_stored_without_outputs_for_a_python3_kernel(path):
 
 
 @pytest.mark.parametrize("path, call", [
-    ("05_table5_bdpl_wrapper", "wrapper.run_table5("), ("11_table8_lora", "wrapper.run_table8("),
-    ("12_topk_logprobs", "runner.run_table("), ("13_theorem1_convergence", "theory."),
+    ("05_table5_bdpl_wrapper", "table5.run_table5("), ("11_table8_lora", "table8.run_table8("),
+    ("12_topk_logprobs", "runner.run_table("), ("13_theorem1_convergence", "theorem1."),
 ])
 def test_notebook_calls_into_plugin_lib(path, call):
     assert call in "".join(source(c) for c in code_cells(ROOT / "notebooks" / f"{path}.ipynb"))
@@ -78,3 +78,29 @@ def test_readme_opens_every_notebook_in_colab():
     for path in NOTEBOOKS:
         link = f"https://colab.research.google.com/github/{repo}/blob/main/notebooks/{path.name}"
         assert link in readme, f"README lacks the Colab link of {path.name}"
+
+
+def _without_parameters(path: Path) -> list[str]:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return [source(c) for c in cells if "parameters" not in c["metadata"].get("tags", [])
+            and c["cell_type"] == "code"]
+
+
+def test_main_table_notebooks_differ_only_in_their_parameters():
+    """Notebooks 01-04 are one notebook run on four datasets: only the parameters cell differs."""
+    main = [p for p in NOTEBOOKS if p.name[:2] in ("01", "02", "03", "04")]
+    assert len(main) == 4
+    first = _without_parameters(main[0])
+    for path in main[1:]:
+        assert _without_parameters(path) == first, f"{path.name} differs from {main[0].name} outside its parameters"
+    datasets = {re.search(r'^dataset = "(\w+)"', source(c), re.M).group(1)
+                for p in main for c in code_cells(p) if "parameters" in c["metadata"].get("tags", [])}
+    assert datasets == {"e2e", "webnlg", "commongen", "adidas"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_one_profile_object(path):
+    """The parameter ``profile`` is turned into the Profile once; no second name for it."""
+    text = "".join(source(c) for c in code_cells(path))
+    assert "profile = load_profile(profile" in text
+    assert not re.search(r"\bprof\b", text)

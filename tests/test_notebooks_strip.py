@@ -1,7 +1,13 @@
+import importlib.util
 import json
+from pathlib import Path
 
-from plugin_lib.config import REPO_ROOT
-from plugin_lib.notebooks import strip_notebook
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+_spec = importlib.util.spec_from_file_location("strip_notebook", REPO_ROOT / "scripts" / "strip_notebook.py")
+_strip = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_strip)
+strip_notebook = _strip.strip_notebook
 
 
 def test_strip_drops_images_timing_and_machine_paths(tmp_path):

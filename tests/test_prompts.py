@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin_lib import prompts
-from plugin_lib.data import Example
+from plugin_lib.data import Example, prompts
 
 PAPER_TEX = Path(__file__).resolve().parents[2] / "shared/paper/logits-are-all-we-need.tex"
 

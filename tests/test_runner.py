@@ -1,6 +1,8 @@
 import pytest
 
-from plugin_lib import config, methods, runner
+from plugin_lib.harness import methods, runner
+from plugin_lib.harness.profile import load_profile
+from plugin_lib.utils.io import atomic_write_json
 
 
 @pytest.fixture
@@ -24,7 +26,7 @@ def test_finished_runs_are_not_redone_unless_settings_change(task, profile, monk
 
     monkeypatch.setattr(methods, "predict", must_not_run)
     assert runner.run_experiment(task, "Zeroshot", 0, profile) == first
-    profile["decoding"] = {**profile["decoding"], "max_new_tokens": 4}
+    profile = profile.replace(decoding={**profile.section("decoding"), "max_new_tokens": 4})
     with pytest.raises(AssertionError, match="decoded again"):
         runner.run_experiment(task, "Zeroshot", 0, profile)
 
@@ -49,20 +51,19 @@ def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatc
     record_path = runner.runs_dir(profile, "e2e", "tiny-llama") / "Plugin-selection.json"
     partial = dict(first, configs={k: v for k, v in first["configs"].items() if "0.001" in k}, best=None)
     partial["best"] = next(iter(partial["configs"]))
-    from plugin_lib.io import atomic_write_json
     atomic_write_json(record_path, partial)
     trained.clear()
     again = runner.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == [5e-3] and set(again["configs"]) == set(first["configs"])
 
-    record = runner.run_experiment(task, "Plugin", profile["seeds"][0], profile, progress=False)
+    record = runner.run_experiment(task, "Plugin", profile.seeds[0], profile, progress=False)
     assert record["hparams"] == again["configs"][again["best"]]["hparams"]
     assert record["training"]["val_loss"] == again["configs"][again["best"]]["val_loss"]
 
 
 def test_hparam_grid_per_method():
-    prof = config.load_profile("local")
-    assert len(runner.hparam_grid(prof, "Plugin")) == len(prof["grid"]["lr"]) * len(prof["grid"]["weight_decay"])
+    prof = load_profile("local")
+    assert len(runner.hparam_grid(prof, "Plugin")) == len(prof.grid.lr) * len(prof.grid.weight_decay)
     assert all("alpha" in h for h in runner.hparam_grid(prof, "WeightedComb"))
     with pytest.raises(ValueError, match="Unknown method"):
         methods.check_method("LoRA-99")

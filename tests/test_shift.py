@@ -1,4 +1,4 @@
-from plugin_lib import shift
+from plugin_lib.experiments import shift
 
 
 def _records():
@@ -16,7 +16,7 @@ def test_shift_table_and_claim(tmp_path, monkeypatch):
     assert table.loc["test references", "share"] == 0.5
     assert table.loc["Zeroshot (fine-tuned base)", "share"] == 0.5
     assert table.loc["Plugin (fine-tuned base)", "share"] == 0.75 and table.loc["Plugin (fine-tuned base)", "seeds"] == 2
-    claim = shift.record_shift_claim("webnlg", table, "local")
+    claim = shift.record_claims("local", "webnlg", table)
     assert claim["verdict"] == "reproduced" and "50.0% -> 75.0%" in claim["ours"]
 
 

@@ -2,7 +2,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from plugin_lib import tables
+from plugin_lib import paper as published
+from plugin_lib.experiments import main_tables
+from plugin_lib.report import stats, tables
 from plugin_lib.metrics import METRIC_NAMES
 
 
@@ -46,22 +48,22 @@ def test_paired_bootstrap_detects_a_clear_winner_and_not_a_tie():
     refs = [[f"the {w} sat on the mat near the door"] for w in ["cat", "dog", "bird", "cow", "fox", "owl"] * 3]
     good = [r[0] for r in refs]
     bad = ["a completely different sentence" for _ in refs]
-    p_good = tables.paired_bootstrap(good, bad, refs, n_resamples=50, seed=0)
-    p_tie = tables.paired_bootstrap(good, good, refs, n_resamples=50, seed=0)
+    p_good = stats.paired_bootstrap(good, bad, refs, n_resamples=50, seed=0)
+    p_tie = stats.paired_bootstrap(good, good, refs, n_resamples=50, seed=0)
     assert all(p < 0.05 for p in p_good.values())
     assert all(p == 1.0 for p in p_tie.values())
 
 
 def test_paper_results_are_the_papers_tables():
-    paper = tables.paper_results("e2e")
+    paper = published.main_results("e2e")
     row = paper[(paper.model == "GPT2-XL") & (paper.method == "Plugin")].iloc[0]
     assert row["BLEU"] == 0.2470 and row["NIST"] == 1.2736 and row["BLEU_std"] == 0.009
-    assert len(tables.paper_results()) == 4 * 3 * 7
+    assert len(published.main_results()) == 4 * 3 * 7
 
 
 def test_paper_comparison_labels_which_number_is_whose():
     summary = pd.DataFrame({m: [0.5] for m in METRIC_NAMES} | {f"{m}_std": [0.0] for m in METRIC_NAMES},
                            index=pd.MultiIndex.from_tuples([("tiny", "Plugin")], names=["model", "method"]))
-    row = tables.paper_comparison(summary, "e2e").iloc[0]
+    row = main_tables.paper_comparison(summary, "e2e").iloc[0]
     assert row["model (ours / paper)"] == "tiny / LLaMA-3.1-8B"
     assert row["BLEU"] == "0.5000 / 0.3691"  # the paper's Table 1, LLaMA-3.1-8B Plugin

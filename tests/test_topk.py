@@ -4,23 +4,25 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plugin_lib import config, runner, tables
-from plugin_lib.base_model import load_base_model
-from plugin_lib.decode import PluginLogitsProcessor, generate, greedy_decode_uncached
-from plugin_lib.loss import shift_labels, target_positions
-from plugin_lib.models import ContextFreeReweighter, reweighter_logits
-from plugin_lib.topk import (
-    TopKBlackBox,
-    parse_model_name,
-    plot_metric_vs_k,
-    plugin_gaps,
+from plugin_lib.core.blackbox import TopKBlackBox, restrict_log_probs
+from plugin_lib.core.decode import PluginLogitsProcessor, generate, greedy_decode_uncached
+from plugin_lib.core.loss import shift_labels, target_positions
+from plugin_lib.core.reweighter import ContextFreeReweighter, reweighter_logits
+from plugin_lib.core.train import (
+    BaseOutputCache,
+    TokenObjective,
+    TrainConfig,
+    collate,
+    encode_pairs,
+    fit,
+    plugin_log_probs,
     reachable_plugin_log_probs,
-    record_claims,
-    reference_coverage,
-    restrict_log_probs,
-    view_label,
 )
-from plugin_lib.train import BaseOutputCache, TokenObjective, TrainConfig, collate, encode_pairs, fit, plugin_log_probs
+from plugin_lib.experiments.topk import plot_metric_vs_k, plugin_gaps, record_claims, reference_coverage, view_label
+from plugin_lib.harness import models, runner
+from plugin_lib.harness.models import load_base_model, parse_model_name
+from plugin_lib.harness.profile import load_profile
+from plugin_lib.report import tables
 
 PROMPTS = [f"Describe item {i}: colour {c}, size {s}." for i, (c, s) in
            enumerate([("red", "small"), ("blue", "large"), ("green", "medium")] * 2)]
@@ -165,15 +167,15 @@ def test_model_names_select_a_view_with_the_bases_settings(smollm2):
     for bad in ("smollm2-135m-instruct@bottom5", "smollm2-135m-instruct@top0", "smollm2-135m-instruct@top5-clip",
                 "smollm2-135m-instruct@top", "@top5"):
         with pytest.raises(ValueError, match="Unknown model-name suffix"):
-            config.model_spec(bad)
+            models.model_spec(bad)
     with pytest.raises(ValueError, match="Unknown base model"):
-        config.model_spec("gpt5@top5")
+        models.model_spec("gpt5@top5")
 
-    base, view = config.model_spec("smollm2-135m-instruct"), config.model_spec("smollm2-135m-instruct@top20")
+    base, view = models.model_spec("smollm2-135m-instruct"), models.model_spec("smollm2-135m-instruct@top20")
     assert view["name"] == "smollm2-135m-instruct@top20" and (view["top_k"], view["top_k_rule"]) == (20, "residual")
     assert {k: v for k, v in view.items() if k not in ("name", "display", "top_k", "top_k_rule")} == {
         k: v for k, v in base.items() if k not in ("name", "display")}
-    profile = config.load_profile("smoke")
+    profile = load_profile("smoke")
     assert runner.runs_dir(profile, "e2e", "smollm2-135m-instruct@top20") != runner.runs_dir(
         profile, "e2e", "smollm2-135m-instruct")
 
@@ -254,7 +256,7 @@ def test_ablation_figure_orders_views_from_narrowest_to_full_base():
 
 
 def test_plugin_gaps_count_metrics_and_give_one_verdict_per_top_k_view(tmp_path, monkeypatch):
-    monkeypatch.setattr(config, "results_dir", lambda profile: tmp_path / profile)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     metrics = ("BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR", "CIDEr", "NIST")
     plugin_ahead = {"full logits": 7, "top-20": 4, "top-5": 2}
     records = [{"model": view, "method": method, "seed": 0,
@@ -264,6 +266,6 @@ def test_plugin_gaps_count_metrics_and_give_one_verdict_per_top_k_view(tmp_path,
     assert list(gaps.index) == ["top-5", "top-20", "full logits"]
     assert gaps["Plugin ahead on"].to_dict() == {"top-5": 2, "top-20": 4, "full logits": 7}
     assert gaps.loc["top-5", "BLEU"] == pytest.approx(0.1) and gaps.loc["top-5", "NIST"] == 0
-    entries = record_claims(gaps, "e2e", "residual", "local")
+    entries = record_claims("local", gaps, "e2e", "residual")
     assert [e["verdict"] for e in entries] == ["not reproduced", "reproduced"]  # top-5, top-20; the full base is not a top-k view
     assert "4/7" in entries[1]["ours"] and (tmp_path / "local" / "claims" / "topk_e2e_residual_top-20.json").exists()

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from plugin_lib.loss import plugin_loss
-from plugin_lib.models import reweighter_logits
-from plugin_lib.train import (
+from plugin_lib.core.loss import plugin_loss
+from plugin_lib.core.reweighter import reweighter_logits
+from plugin_lib.core.train import (
     BaseOutputCache,
     TokenObjective,
     TrainConfig,

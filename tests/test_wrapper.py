@@ -1,4 +1,4 @@
-"""Tables 5 and 8: BDPL prompts stored once, prefixed tasks, BDPL/LoRA runs as runner records,
+"""Tables 5 and 8 (experiments.table5, experiments.table8, report.comparison): BDPL prompts stored once, prefixed tasks, BDPL/LoRA runs as runner records,
 the paper's numbers beside ours, and the FLOP and parameter counts on the offline base."""
 from __future__ import annotations
 
@@ -9,9 +9,15 @@ import pandas as pd
 import pytest
 import torch
 
-from plugin_lib import bdpl, config, data, methods, prompts, runner, tables, wrapper
+from plugin_lib import data
+from plugin_lib import paper as published
+from plugin_lib.core.reweighter import count_parameters, make_reweighter
+from plugin_lib.data import prompts
+from plugin_lib.experiments import table5, table8
+from plugin_lib.harness import bdpl, methods, models, runner
+from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import METRIC_NAMES
-from plugin_lib.models import count_parameters, make_reweighter
+from plugin_lib.report import comparison
 
 from conftest import SMALL_ARCH
 
@@ -44,16 +50,16 @@ def _count_calls(monkeypatch, base):
 
 def test_prompt_is_learned_once_within_the_budget_and_reused(task, profile, monkeypatch):
     calls = _count_calls(monkeypatch, task.base)
-    first = wrapper.learn_prompt(task, profile, seed=0)
+    first = table5.learn_prompt(task, profile, seed=0)
     assert len(calls) == first["calls_used"] == first["budget"] == bdpl.DEFAULT_BUDGET == 75
     assert first["prefix"] and len(first["prefix"].split()) >= 5  # 5 positions, a phrase each
     assert sum(len(step["rewards"]) for step in first["history"]) == 75
-    assert wrapper.prompt_path(profile, "e2e", "tiny-llama", 0).exists()
+    assert table5.prompt_path(profile, "e2e", "tiny-llama", 0).exists()
 
     calls.clear()
-    assert wrapper.learn_prompt(task, profile, seed=0) == first
+    assert table5.learn_prompt(task, profile, seed=0) == first
     assert calls == []  # read back: no black-box call
-    wrapper.learn_prompt(task, profile, seed=0, budget=10)  # other settings: learned again
+    table5.learn_prompt(task, profile, seed=0, budget=10)  # other settings: learned again
     assert len(calls) == 10
 
 
@@ -61,11 +67,11 @@ def test_prefixed_prompts_are_what_bdpl_scored_and_have_their_own_cache(task):
     chat = methods.Task(task.base, "e2e", "llama", task.train, task.hyper, task.test,
                         use_chat_template=True, cache_dir=task.cache_dir)
     prefix = "red thing item"
-    prefixed = wrapper.prefixed_task(chat, prefix)
+    prefixed = table5.prefixed_task(chat, prefix)
     for ex in chat.train:
         scored = bdpl.prefixed_prompts(prefix, [prompts.build_prompt("e2e", "llama", ex.source)])[0]
         assert prefixed.prompt(ex) == prompts.format_for_model(scored, task.base.tokenizer, True)
-    plain = wrapper.prefixed_task(task, prefix)
+    plain = table5.prefixed_task(task, prefix)
     assert all(plain.prompt(ex).startswith(prefix + " ") for ex in task.test)
 
     task.base_cache("train"), plain.base_cache("train")
@@ -74,13 +80,13 @@ def test_prefixed_prompts_are_what_bdpl_scored_and_have_their_own_cache(task):
 
 
 def test_prefix_never_pushes_a_fitting_prompt_over_the_limit(task):
-    longest = wrapper.prompt_lengths(task)["longest"]
+    longest = table5.prompt_lengths(task)["longest"]
     tight = methods.Task(task.base, "e2e", "llama", task.train, task.hyper, task.test, max_prompt_tokens=longest)
     prefix = "the red item is a thing near the centre"
-    prefixed = wrapper.prefixed_task(tight, prefix)
-    assert prefixed.max_prompt_tokens == longest + wrapper.prefix_tokens(task.base.tokenizer, prefix)
-    assert wrapper.prompt_lengths(tight)["over_limit"] == wrapper.prompt_lengths(prefixed)["over_limit"] == 0
-    assert wrapper.prompt_lengths(prefixed)["longest"] > longest
+    prefixed = table5.prefixed_task(tight, prefix)
+    assert prefixed.max_prompt_tokens == longest + table5.prefix_tokens(task.base.tokenizer, prefix)
+    assert table5.prompt_lengths(tight)["over_limit"] == table5.prompt_lengths(prefixed)["over_limit"] == 0
+    assert table5.prompt_lengths(prefixed)["longest"] > longest
     # The encoded training pairs keep the whole prefixed prompt.
     pair = prefixed.encoded("train")[0]
     assert task.base.tokenizer.decode(pair.input_ids[: pair.prompt_length], skip_special_tokens=True).startswith(prefix)
@@ -91,7 +97,7 @@ def test_bdpl_runs_are_records_and_later_seeds_reuse_the_first_seeds_choice(task
     real_train = methods.train_method
     monkeypatch.setattr(methods, "train_method", lambda *a, **k: trained.append(a[4]) or real_train(*a, **k))
 
-    prompt, (plain, plugin) = wrapper.run_bdpl(task, profile, 0, budget=6)
+    prompt, (plain, plugin) = table5.run_bdpl(task, profile, 0, budget=6)
     assert (plain["method"], plugin["method"]) == ("BDPL", "BDPL+Plugin")
     assert len(trained) == 2  # the grid, on the first seed's prompt
     zeroshot = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
@@ -101,16 +107,16 @@ def test_bdpl_runs_are_records_and_later_seeds_reuse_the_first_seeds_choice(task
     selection = (folder / "BDPL+Plugin-selection.json").read_text()
 
     trained.clear()
-    prompt1, (_, plugin1) = wrapper.run_bdpl(task, profile, 1, budget=6)
+    prompt1, (_, plugin1) = table5.run_bdpl(task, profile, 1, budget=6)
     assert len(trained) == 1 and plugin1["hparams"] == plugin["hparams"]  # no second grid search
     assert (folder / "BDPL+Plugin-selection.json").read_text() == selection
     assert prompt1["seed"] == 1 and prompt1["calls_used"] == 6
 
-    stored = runner.load_runs(profile["name"], "e2e")  # the prompt files are not taken for runs
+    stored = runner.load_runs(profile.name, "e2e")  # the prompt files are not taken for runs
     assert sorted(r["method"] for r in stored) == ["BDPL", "BDPL", "BDPL+Plugin", "BDPL+Plugin", "Zeroshot"]
-    assert [r["method"] for r in wrapper.current_runs(task, profile)] == ["Zeroshot"]
+    assert [r["method"] for r in table5.current_runs(task, profile)] == ["Zeroshot"]
     trained.clear()
-    assert wrapper.run_bdpl(task, profile, 1, budget=6)[1][1] == plugin1 and trained == []
+    assert table5.run_bdpl(task, profile, 1, budget=6)[1][1] == plugin1 and trained == []
 
 
 # ---------------------------------------------------------------- LoRA
@@ -119,7 +125,7 @@ def test_bdpl_runs_are_records_and_later_seeds_reuse_the_first_seeds_choice(task
 @pytest.fixture
 def lora_copies(monkeypatch, tiny_base):
     """LoRA's private copy of the base: here a copy of the tiny black box's model."""
-    monkeypatch.setattr(methods, "load_causal_lm",
+    monkeypatch.setattr(models, "load_causal_lm",
                         lambda name, **kw: (copy.deepcopy(tiny_base._model), tiny_base.tokenizer))
 
 
@@ -157,15 +163,15 @@ def test_lora_records_have_the_structure_of_the_others(task, profile, lora_copie
 
 
 def test_paper_tables_are_consistent_with_the_main_results():
-    table8, table5 = wrapper.paper_rows(8), wrapper.paper_rows(5)
-    main = tables.paper_results()
-    shared = table8.merge(main, on=["dataset", "model", "method"], suffixes=("", "_main"))
+    paper8, paper5 = table8.paper_rows(), table5.paper_rows()
+    main = published.main_results()
+    shared = paper8.merge(main, on=["dataset", "model", "method"], suffixes=("", "_main"))
     assert len(shared) == 16  # Zeroshot and Plugin, 4 datasets, 2 models: the same numbers
-    for column in [c for c in table8.columns[3:]]:
+    for column in [c for c in paper8.columns[3:]]:
         np.testing.assert_allclose(shared[column].fillna(-1), shared[f"{column}_main"].fillna(-1))
-    assert set(table5.model) == {"GPT2-XL"} and len(table5) == 16
-    assert table5.set_index(["dataset", "method"]).loc[("e2e", "BDPL+Plugin"), "BLEU"] == 0.4527
-    assert table8.set_index(["dataset", "model", "method"]).loc[("adidas", "LLaMA-3.1-8B", "LoRA"), "NIST"] == 0.6137
+    assert set(paper5.model) == {"GPT2-XL"} and len(paper5) == 16
+    assert paper5.set_index(["dataset", "method"]).loc[("e2e", "BDPL+Plugin"), "BLEU"] == 0.4527
+    assert paper8.set_index(["dataset", "model", "method"]).loc[("adidas", "LLaMA-3.1-8B", "LoRA"), "NIST"] == 0.6137
 
 
 def _records(model="smollm2-135m-instruct"):
@@ -179,8 +185,8 @@ def _records(model="smollm2-135m-instruct"):
 
 
 def test_comparison_puts_the_paper_beside_ours_in_the_papers_order():
-    paper = wrapper.paper_rows(5)
-    frame = wrapper.comparison(_records(), paper, wrapper.TABLE5_METHODS)
+    paper = table5.paper_rows()
+    frame = comparison.comparison(_records(), paper, table5.TABLE5_METHODS)
     assert list(zip(frame.dataset, frame.method)) == [
         ("e2e", "Zeroshot"), ("e2e", "BDPL"), ("e2e", "BDPL+Plugin"),
         ("webnlg", "Zeroshot"), ("webnlg", "BDPL"), ("webnlg", "BDPL+Plugin")]
@@ -188,34 +194,34 @@ def test_comparison_puts_the_paper_beside_ours_in_the_papers_order():
     row = frame.set_index(["dataset", "method"]).loc[("e2e", "BDPL+Plugin")]
     assert row["BLEU"] == pytest.approx(0.305) and row["BLEU_paper"] == 0.4527
     assert row["BLEU_std"] == pytest.approx(np.std([0.3, 0.31], ddof=1))
-    cells = wrapper.format_comparison(frame).set_index(["dataset", "method"])
+    cells = comparison.format_comparison(frame).set_index(["dataset", "method"])
     assert cells.loc[("e2e", "Zeroshot"), "BLEU"] == "0.1000 (0.0562)"
     assert cells.loc[("e2e", "BDPL+Plugin"), "NIST"] == "0.3050 ± 0.007 (2.0817)"
-    figure = wrapper.comparison_bars(_records(), paper, wrapper.TABLE5_METHODS)
-    assert len(figure.axes) == 2 * len(wrapper.FIGURE_METRICS)  # ours and the paper, per metric
+    figure = comparison.comparison_bars(_records(), paper, table5.TABLE5_METHODS)
+    assert len(figure.axes) == 2 * len(comparison.FIGURE_METRICS)  # ours and the paper, per metric
 
 
 def test_lora_rows_compare_with_the_llama_rows_of_table8():
     records = [dict(r, method={"BDPL": "LoRA", "BDPL+Plugin": "Plugin"}.get(r["method"], r["method"]))
                for r in _records()]
-    frame = wrapper.comparison(records, wrapper.paper_rows(8), wrapper.TABLE8_METHODS)
+    frame = comparison.comparison(records, table8.paper_rows(), table8.TABLE8_METHODS)
     assert list(frame.method[:3]) == ["Zeroshot", "LoRA", "Plugin"]
     assert set(frame["paper model"]) == {"LLaMA-3.1-8B"}
     assert frame.set_index(["dataset", "method"]).loc[("e2e", "LoRA"), "BLEU_paper"] == 0.3702
 
 
 def test_default_datasets_and_models():
-    paper, local, smoke = (config.load_profile(name) for name in ("paper", "local", "smoke"))
-    assert wrapper.notebook_datasets(paper) == list(data.DATASETS)
-    assert wrapper.notebook_datasets(smoke) == ["e2e"]
-    assert wrapper.notebook_datasets(local, "adidas") == ["adidas"]
+    paper, local, smoke = (load_profile(name) for name in ("paper", "local", "smoke"))
+    assert runner.notebook_datasets(paper) == list(data.DATASETS)
+    assert runner.notebook_datasets(smoke) == ["e2e"]
+    assert runner.notebook_datasets(local, "adidas") == ["adidas"]
     with pytest.raises(ValueError, match="Unknown dataset"):
-        wrapper.notebook_datasets(local, ["e2e", "xsum"])
-    assert wrapper.notebook_budget(paper) == 75 and wrapper.notebook_budget(smoke) == 10
-    assert wrapper.notebook_budget(smoke, 75) == 75
-    assert wrapper.table_models(paper, wrapper.paper_rows(5)) == ["gpt2-xl"]
-    assert wrapper.table_models(paper, wrapper.paper_rows(8)) == ["gpt2-xl", "llama-3.1-8b"]
-    assert wrapper.table_models(config.load_profile("local"), wrapper.paper_rows(8)) == ["smollm2-135m-instruct"]
+        runner.notebook_datasets(local, ["e2e", "xsum"])
+    assert table5.notebook_budget(paper) == 75 and table5.notebook_budget(smoke) == 10
+    assert table5.notebook_budget(smoke, 75) == 75
+    assert comparison.table_models(paper, table5.paper_rows()) == ["gpt2-xl"]
+    assert comparison.table_models(paper, table8.paper_rows()) == ["gpt2-xl", "llama-3.1-8b"]
+    assert comparison.table_models(load_profile("local"), table8.paper_rows()) == ["smollm2-135m-instruct"]
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -225,19 +231,19 @@ def test_offline_flops_count_the_real_architectures(smollm2, toy_example):
     task = methods.Task(smollm2, "e2e", "llama", [], [], [toy_example(i, "test") for i in range(3)],
                         use_chat_template=True)
     new_tokens = 3
-    counts = wrapper.offline_flops(task, new_tokens=new_tokens)
+    counts = table8.offline_flops(task, new_tokens=new_tokens)
     # SmolLM2-135M: 30 layers, q_proj 576 -> 576, v_proj 576 -> 192 (3 KV heads of 64), rank 8.
     adapter = 8 * (576 + 576) + 8 * (576 + 192)
     assert counts["lora_params"] == 30 * adapter
-    arch = config.reweighter_spec("llama")
+    arch = models.reweighter_spec("llama")
     assert counts["plugin_params"] == count_parameters(make_reweighter(vocab_size=smollm2.vocab_size, **arch))
     assert counts["plugin_flops"] == counts["base_flops"] + counts["reweighter_flops"]
     positions = counts["prompt_length"] + new_tokens - 1  # every position the base processes
     assert counts["lora_flops"] - counts["base_flops"] == 2 * 30 * adapter * positions
 
     gpt2 = {"prompt_length": 1, "plugin_flops": 205e9, "lora_flops": 200e9, "plugin_params": 46e6,
-            "lora_params": 2.4576e6, **{f"paper_{k}": v for k, v in wrapper.flops.PAPER.items()}}
-    table = wrapper.flops_table(counts, gpt2)
+            "lora_params": 2.4576e6, **{f"paper_{k}": v for k, v in published.flops().items()}}
+    table = table8.flops_table(counts, gpt2)
     assert table.loc["GPT2-XL (paper)", "Plugin GFLOPs"] == 196.2
     assert table.loc["GPT2-XL (paper)", "LoRA params (M)"] == 2.46
     assert table.iloc[0]["Plugin / LoRA"] == pytest.approx(counts["plugin_flops"] / counts["lora_flops"], abs=1e-3)
@@ -248,8 +254,8 @@ def test_offline_flops_count_the_real_architectures(smollm2, toy_example):
 
 def test_table5_claims_count_metrics_per_dataset(monkeypatch, tmp_path):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    frame = wrapper.comparison(_records(), wrapper.paper_rows(5), wrapper.TABLE5_METHODS)
-    combined, plugin, combined_vs_plugin = wrapper.record_table5_claims(frame, "local")
+    frame = comparison.comparison(_records(), table5.paper_rows(), table5.TABLE5_METHODS)
+    combined, plugin, combined_vs_plugin = table5.record_claims("local", frame)
     assert combined["verdict"] == "reproduced"  # BDPL+Plugin 0.3 > BDPL 0.2 on every metric
     assert combined["ours"] == "e2e (smollm2-135m-instruct): 7/7; webnlg (smollm2-135m-instruct): 7/7"
     assert combined["paper"].startswith("e2e (GPT2-XL): 7/7; webnlg (GPT2-XL): 7/7")
@@ -264,15 +270,15 @@ def test_table8_gap_is_relative_to_lora_and_flops_use_our_counts(monkeypatch, tm
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     records = [dict(r, method={"BDPL": "LoRA", "BDPL+Plugin": "Plugin"}.get(r["method"], r["method"]))
                for r in _records()]
-    frame = wrapper.comparison(records, wrapper.paper_rows(8), wrapper.TABLE8_METHODS)
-    assert wrapper.minimal_gaps(frame).tolist() == [0, 0]  # 0.305 vs 0.205: 49% apart
+    frame = comparison.comparison(records, table8.paper_rows(), table8.TABLE8_METHODS)
+    assert comparison.minimal_gaps(frame).tolist() == [0, 0]  # 0.305 vs 0.205: 49% apart
     close = frame.assign(**{m: np.where(frame.method == "Plugin", frame[m] * 0 + 0.21, frame[m])
                             for m in METRIC_NAMES})
-    assert wrapper.minimal_gaps(close).tolist() == [7, 7]  # 0.21 vs 0.205: within 10%
+    assert comparison.minimal_gaps(close).tolist() == [7, 7]  # 0.21 vs 0.205: within 10%
     flop_table = pd.DataFrame({"Plugin / LoRA": [1.06, 1.03, 1.039]}, index=["SmolLM2", "GPT2-XL shape", "paper"])
-    gap, flops_claim = wrapper.record_table8_claims(close, flop_table, "local")
+    gap, flops_claim = table8.record_claims("local", close, flop_table)
     assert gap["verdict"] == "reproduced" and flops_claim["verdict"] == "reproduced"
     assert flops_claim["paper"] == "ratio 1.039 (GPT2-XL, 64 steps)"
     flop_table.iloc[1, 0] = 1.2  # the paper's claim is about GPT2-XL: judged on that row
-    assert wrapper.record_table8_claims(frame, flop_table, "local")[1]["verdict"] == "not reproduced"
-    assert wrapper.record_table8_claims(frame, flop_table, "smoke")[0]["verdict"] == "not measurable at this scale"
+    assert table8.record_claims("local", frame, flop_table)[1]["verdict"] == "not reproduced"
+    assert table8.record_claims("smoke", frame, flop_table)[0]["verdict"] == "not measurable at this scale"

@@ -7,7 +7,7 @@ Figure 4, the human evaluation, Appendix "Details for Adidas Qualitative Studies
   ROUGE-L judges, bootstrap interval, sign test);
 - ``sheet``: HTML and CSV material to run the human study yourself.
 """
-from plugin_lib.analysis.preference import (
+from .preference import (
     Embedder,
     embedding_similarity,
     preference_outcomes,
@@ -15,13 +15,13 @@ from plugin_lib.analysis.preference import (
     preference_summary,
     rouge_l_similarity,
 )
-from plugin_lib.analysis.sheet import (
+from .sheet import (
     SheetItem,
     export_preference_sheet,
     sheet_items,
     tally_preference_sheet,
 )
-from plugin_lib.analysis.style import (
+from .style import (
     COVERAGE_READINGS,
     adidas_descriptions,
     content_words,
@@ -29,7 +29,7 @@ from plugin_lib.analysis.style import (
     domain_word_coverage,
     style_words,
 )
-from plugin_lib.analysis.trace import trace_token_probabilities, word_first_token
+from .trace import trace_token_probabilities, word_first_token
 
 __all__ = [
     "COVERAGE_READINGS", "Embedder", "SheetItem", "adidas_descriptions", "content_words",

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from plugin_lib.analysis.preference import preference_summary
-from plugin_lib.data import ADIDAS_FIELDS, Example
-from plugin_lib.io import atomic_write_text
+from ..data import ADIDAS_FIELDS, Example
+from ..utils.io import atomic_write_text
+from .preference import preference_summary
 
 CSV_COLUMNS = ("item", "id", "attributes", "reference", "left", "right", "choice",
                "key_left", "key_right")

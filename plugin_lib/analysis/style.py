@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from plugin_lib import config, data
+from .. import data
 
 TOP_WORDS = 50
 NOT_A_LETTER = re.compile(r"[^a-z\s]")  # applied after lowercasing: digits, punctuation, accents
@@ -32,7 +32,7 @@ def english_stopwords() -> frozenset[str]:
     """NLTK's English stopword list (the ``stopwords`` corpus under ``NLTK_DATA`` or the data dir)."""
     from nltk.corpus import stopwords
 
-    config.use_local_nltk_data()
+    data.use_local_nltk_data()
     return frozenset(stopwords.words("english"))
 
 
@@ -40,7 +40,7 @@ def content_words(text: str, separator: str = " ") -> list[str]:
     """The words of ``text`` that the style-word recipe counts, in order."""
     from nltk.tokenize import word_tokenize
 
-    config.use_local_nltk_data()
+    data.use_local_nltk_data()
     cleaned = NOT_A_LETTER.sub(separator, text.lower())
     stop = english_stopwords()
     return [word for word in word_tokenize(cleaned) if word not in stop]

@@ -14,10 +14,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from plugin_lib.base_model import BlackBoxLM
-from plugin_lib.combine import combine_log_probs
-from plugin_lib.decode import greedy_decode_uncached, repetition_penalty_processor
-from plugin_lib.models import reweighter_logits
+from ..core.blackbox import BlackBoxLM
+from ..core.combine import combine_log_probs
+from ..core.decode import greedy_decode_uncached, repetition_penalty_processor
+from ..core.reweighter import reweighter_logits
 
 TRACE_COLUMNS = ["step", "chosen", "word", "token", "token_id", "n_tokens", "base", "plugin"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from rouge_score import rouge_scorer
 
-from plugin_lib.metrics import coco, mteval
+from . import coco, mteval
 
 METRIC_NAMES = ("BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR", "CIDEr", "NIST")
 _COCO_METRICS = {"ROUGE-L", "METEOR", "CIDEr"}

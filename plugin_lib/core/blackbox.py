@@ -1,0 +1,170 @@
+"""The black box: a frozen causal LM seen from outside, and its top-k log-probability view.
+
+``BlackBoxLM`` exposes only what a closed model with logit access would: next-token logits for
+given token ids, and generation with a logits-processor hook; never weights or gradients.
+
+The paper assumes the closed model exposes its whole next-token distribution b_t. Real APIs
+return the log-probabilities of the k most likely tokens only (often k = 5 or 20).
+``TopKBlackBox`` wraps a ``BlackBoxLM`` so that everything downstream (the base-output cache,
+Zeroshot, the Plugin's logits processor, beam search) sees exactly that, with the tokens
+outside the top k filled in by one of two rules:
+
+- ``"residual"`` (the default): the top-k log-probabilities are kept exactly as the API gives
+  them, and the missing mass 1 - sum(top-k probabilities) is spread uniformly over the other
+  V - k tokens. This is the least committal completion of what the API reports: it adds no
+  information about the unreported tokens beyond their total mass, and never reorders tokens
+  (each unreported token gets at most the k-th probability, since their average cannot exceed
+  it). The reweighting model can still promote an unreported token, and every training target
+  keeps a finite loss.
+- ``"renormalize"``: -inf outside the top k, the top k renormalised to sum to 1. Then no token
+  outside the top k can ever be produced, by Zeroshot or by the Plugin (b_t * r_t = 0 for
+  every r_t), and a training target outside the top k has infinite loss. Training on this
+  view leaves such targets out (``core.train.reachable_plugin_log_probs``): they are tokens the
+  decoding model cannot produce, so the model is fitted on the ones it can.
+
+The default is ``residual`` because it uses the reported numbers unchanged and keeps the Plugin
+what the paper makes it, a reweighting of the base over the whole vocabulary.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .reweighter import position_ids_from_mask
+
+RULES = ("residual", "renormalize")
+DEFAULT_RULE = "residual"
+
+
+class BlackBoxLM:
+    """A frozen causal LM seen from outside: token ids in, next-token logits out.
+
+    The wrapped model is private and frozen; every call runs without autograd, so nothing
+    downstream can reach the weights or push gradients into them.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str = "base"):
+        model.eval()
+        model.requires_grad_(False)
+        self._model = model
+        self.tokenizer = tokenizer
+        self.name = name
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of logits per position (may exceed len(tokenizer), e.g. padded vocabularies)."""
+        return self._model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self._model.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """dtype of the logits it returns."""
+        return self._model.dtype
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @torch.no_grad()
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Next-token logits (B, T, V) for every position of a (left-padded) batch."""
+        input_ids = input_ids.to(self.device)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        attention_mask = attention_mask.to(self.device)
+        out = self._model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+        )
+        return out.logits
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
+        """transformers' ``generate`` (with its KV cache); ``logits_processor`` is the Plugin's hook."""
+        return self._model.generate(
+            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device), **kwargs
+        )
+
+    def __repr__(self) -> str:
+        return f"BlackBoxLM({self.name!r}, vocab_size={self.vocab_size}, device={self.device})"
+
+
+def restrict_log_probs(scores: torch.Tensor, k: int | None, rule: str = DEFAULT_RULE) -> torch.Tensor:
+    """What a top-k API returns for next-token ``scores`` (..., V): log-probabilities, in the
+    dtype of ``scores``, with the tokens outside the top k filled in by ``rule``.
+
+    For k = None or k >= V every log-probability is returned (an API without a top-k limit).
+    """
+    _check(k, rule)
+    log_p = F.log_softmax(scores.float(), dim=-1)
+    vocab = log_p.shape[-1]
+    if k is None or k >= vocab:
+        return log_p.to(scores.dtype)
+    top, index = log_p.topk(k, dim=-1)
+    kept = top.logsumexp(-1, keepdim=True)  # log of the top-k mass
+    if rule == "renormalize":
+        top, fill = top - kept, torch.full_like(kept, -math.inf)
+    else:
+        # log((1 - exp(kept)) / (V - k)); -expm1 stays exact when the top k hold almost all the
+        # mass, and the clamp turns a rounding overshoot into an empty residual (-inf).
+        fill = (-torch.expm1(kept)).clamp(min=0).log() - math.log(vocab - k)
+    out = log_p.copy_(fill.expand_as(log_p))  # reuse the buffer: (B, T, V) is large
+    return out.scatter_(-1, index, top).to(scores.dtype)
+
+
+def _check(k: int | None, rule: str) -> None:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"k must be a positive integer or None (all tokens), got {k!r}")
+    if rule not in RULES:
+        raise ValueError(f"Unknown top-k rule {rule!r}; choose one of {RULES}.")
+
+
+class TopKBlackBox(BlackBoxLM):
+    """``base`` as a top-k log-probability API: ``logits`` and ``generate`` expose per position
+    the top-k log-probabilities and, elsewhere, what ``rule`` says (see the module docstring).
+    """
+
+    def __init__(self, base: BlackBoxLM, k: int | None, rule: str = DEFAULT_RULE, name: str | None = None):
+        _check(k, rule)
+        # The view runs the very same frozen model; only what leaves it changes.
+        super().__init__(base._model, base.tokenizer, name or f"{base.name}@top{k or 'all'}-{rule}")
+        self.k, self.rule = k, rule
+
+    def restrict(self, scores: torch.Tensor) -> torch.Tensor:
+        return restrict_log_probs(scores, self.k, self.rule)
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The API's log-probabilities (B, T, V) for every position (normalised: any
+        log_softmax downstream leaves them unchanged)."""
+        return self.restrict(super().logits(input_ids, attention_mask))
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
+        """transformers' ``generate`` on the API's view.
+
+        The restriction is applied to the model's output, so it comes before every logits
+        processor, warper and beam-search score. A processor put first in ``logits_processor``
+        would not be: generate runs the processors it builds from its own arguments
+        (``repetition_penalty=``, ``min_new_tokens=``, ...) before the ones it is given. The
+        repetition penalty therefore acts on log-probabilities, as it must with a real API.
+        """
+        handle = self._model.register_forward_hook(self._restrict_output)
+        try:
+            return super().generate(input_ids, attention_mask, **kwargs)
+        finally:
+            handle.remove()
+
+    def _restrict_output(self, _module, _inputs, output):
+        output.logits = self.restrict(output.logits)
+        return output
+
+    def __repr__(self) -> str:
+        return f"TopKBlackBox({self.name!r}, k={self.k}, rule={self.rule!r}, vocab_size={self.vocab_size})"

@@ -1,0 +1,199 @@
+"""Notebook 05: the Plugin as a wrapper of a prompt-learning method (paper Table 5).
+
+BDPL and BDPL + Plugin, per (dataset, base model, seed):
+
+1. BDPL (``harness.bdpl``) learns a discrete prefix on the task's training part with a
+   budget of black-box calls (75, as in the paper). The prompt, the calls used and the reward
+   history are stored in ``runs/<dataset>/<model>/bdpl-prompts/seed<k>.json`` and reused,
+   never learned twice (outside the ``*-seed*.json`` pattern of run records).
+2. "BDPL" is Zeroshot on the prefixed task; "BDPL+Plugin" is the Plugin trained and decoded
+   on the prefixed task. Both are ordinary runner records (labels "BDPL", "BDPL+Plugin"). The
+   base-output cache of the prefixed task is a different file from the unprefixed one:
+   ``BaseOutputCache`` names it by a hash of the token ids, and the prefix changes them.
+   BDPL+Plugin's hyperparameters are chosen on the first seed's prompt and reused by the later
+   seeds (the same protocol as every method; ``runner.run_experiment(selection=...)``).
+3. Prompt length: ``encode_pairs`` keeps a prompt's last ``max_prompt_tokens`` tokens and
+   decoding truncates at the same limit, so the prefixed task's limit is raised by the
+   prefix's length (``prefixed_task``): a prompt that fitted without the prefix still fits.
+
+The paper's numbers: ``plugin_lib/paper/table5.csv`` (its Table 5; ROUGE-1/2 are hidden
+columns in its LaTeX, transcribed anyway), with the GPT2-XL Zeroshot and Plugin rows of its
+Tables 1-4.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from .. import paper as published
+from ..data import prompts
+from ..harness import bdpl, methods, runner
+from ..harness.profile import Profile
+from ..report.comparison import claim_from_counts, metric_wins, table_models
+from ..utils.io import atomic_write_json, read_json
+
+TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
+
+
+def paper_rows() -> pd.DataFrame:
+    """The paper's Table 5, with the GPT2-XL Zeroshot and Plugin rows of its Tables 1-4."""
+    main = published.main_results()
+    main = main[(main.model == "GPT2-XL") & main.method.isin(["Zeroshot", "Plugin"])]
+    return pd.concat([main, published.table("table5")], ignore_index=True)
+
+
+def notebook_budget(profile: Profile, budget: int | None = None) -> int:
+    """The BDPL budget given; by default the profile's ``wrapper.bdpl_budget``."""
+    return budget if budget is not None else profile.wrapper.bdpl_budget
+
+
+# ---------------------------------------------------------------- BDPL prompts
+
+
+def prompt_path(profile: Profile, dataset: str, model: str, seed: int) -> Path:
+    return runner.runs_dir(profile, dataset, model) / "bdpl-prompts" / f"seed{seed}.json"
+
+
+def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str) -> str:
+    """Everything a learned prompt depends on; a prompt learned under other settings is relearned."""
+    relevant = {"dataset": task.dataset, "model": task.base.name, "family": task.family,
+                "chat_template": task.use_chat_template, "train_ids": [ex.id for ex in task.train],
+                "seed": seed, "budget": budget, "reward": reward}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
+                 reward: str = "loglik") -> dict:
+    """BDPL's prefix for ``task`` and ``seed``: learned on the training part once, then read back."""
+    if task.prompt_prefix:
+        raise ValueError("BDPL learns a prefix for an unprefixed task.")
+    path = prompt_path(profile, task.dataset, task.base.name, seed)
+    settings = _prompt_settings(task, seed, budget, reward)
+    if path.exists() and (stored := read_json(path)).get("settings") == settings:
+        return stored
+    started = time.perf_counter()
+    result = bdpl.train_bdpl(
+        task.base,
+        task.train,
+        lambda ex: prompts.build_prompt(task.dataset, task.family, ex.source),
+        reward=reward,
+        # The chat template wraps prefix + task prompt, exactly as Task.prompt does.
+        format_prompt=functools.partial(prompts.format_for_model, tokenizer=task.base.tokenizer,
+                                        use_chat_template=task.use_chat_template),
+        budget=budget,
+        seed=seed,
+    )
+    record = {
+        "dataset": task.dataset, "model": task.base.name, "seed": seed, "settings": settings,
+        "prefix": result.prefix, "budget": budget, "calls_used": result.calls_used, "reward": reward,
+        "mean_rewards": result.mean_rewards, "history": result.history, "candidates": list(result.candidates),
+        "indices": list(result.indices), "probs": result.probs.tolist(), "train_inputs": len(task.train),
+        "seconds": time.perf_counter() - started,
+    }
+    atomic_write_json(path, record)
+    return read_json(path)  # as stored (lists, not tuples), the same as a later read
+
+
+def prefix_tokens(tokenizer, prefix: str) -> int:
+    """Tokens the prefix adds to a prompt: its own, plus one for the joining space."""
+    return len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) + 1
+
+
+def prefixed_task(task: methods.Task, prefix: str) -> methods.Task:
+    """``task`` with ``prefix`` before every prompt, its token limit raised by the prefix's length.
+
+    A new Task object, so its encoded pairs and base-output caches are its own.
+    """
+    extra = prefix_tokens(task.base.tokenizer, prefix) if prefix else 0
+    return dataclasses.replace(task, prompt_prefix=prefix, max_prompt_tokens=task.max_prompt_tokens + extra)
+
+
+def prompt_lengths(task: methods.Task) -> dict:
+    """Token counts of the task's prompts (training, hyper-validation, test) against its limit."""
+    texts = [task.prompt(ex) for ex in task.train + task.hyper + task.test]
+    lengths = np.array([len(ids) for ids in task.base.tokenizer(texts)["input_ids"]])
+    return {"mean": float(lengths.mean()), "longest": int(lengths.max()), "limit": task.max_prompt_tokens,
+            "over_limit": int((lengths > task.max_prompt_tokens).sum()), "prompts": len(lengths)}
+
+
+def run_bdpl(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
+             reward: str = "loglik", progress: bool = False) -> tuple[dict, list[dict]]:
+    """The seed's BDPL prompt and its two runs, "BDPL" and "BDPL+Plugin" (stored, resumable)."""
+    prompt = learn_prompt(task, profile, seed, budget=budget, reward=reward)
+    prefixed = prefixed_task(task, prompt["prefix"])
+    first = profile.seeds[0]
+    selection = None
+    if seed != first:  # hyperparameters chosen on the first seed's prompt, as for every method
+        first_prompt = learn_prompt(task, profile, first, budget=budget, reward=reward)
+        selection = runner.select_hparams(prefixed_task(task, first_prompt["prefix"]), "Plugin", profile,
+                                          label="BDPL+Plugin", progress=progress)
+    runs = [
+        runner.run_experiment(prefixed, "Zeroshot", seed, profile, label="BDPL", progress=progress),
+        runner.run_experiment(prefixed, "Plugin", seed, profile, label="BDPL+Plugin", selection=selection,
+                              progress=progress),
+    ]
+    return prompt, runs
+
+
+def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot", "Plugin")) -> list[dict]:
+    """The main tables' stored runs of ``method_names`` on ``task`` made under the current
+    settings (``runner.load_runs``); nothing is run."""
+    fingerprint = runner.settings_fingerprint(task, profile)
+    return [r for r in runner.load_runs(profile, task.dataset)
+            if r["model"] == task.base.name and r["method"] in method_names and r["settings"] == fingerprint]
+
+
+def prompt_row(prompt: dict, task: methods.Task, prefixed: methods.Task) -> dict:
+    """One line of the learned-prompts table, with the truncation check of both tasks."""
+    plain, with_prefix = prompt_lengths(task), prompt_lengths(prefixed)
+    return {
+        "dataset": prompt["dataset"], "model": prompt["model"], "seed": prompt["seed"], "prefix": prompt["prefix"],
+        "calls": f"{prompt['calls_used']}/{prompt['budget']}",
+        "reward first step": round(prompt["mean_rewards"][0], 4),
+        "reward last step": round(prompt["mean_rewards"][-1], 4),
+        "longest prompt (tokens)": plain["longest"], "with prefix": with_prefix["longest"],
+        "limit": plain["limit"], "limit with prefix": with_prefix["limit"],
+        "over limit": plain["over_limit"], "over limit with prefix": with_prefix["over_limit"],
+    }
+
+
+def run_table5(datasets: list[str], profile: Profile, *, model_names: list[str] | None = None,
+               budget: int = bdpl.DEFAULT_BUDGET, reward: str = "loglik") -> tuple[list[dict], pd.DataFrame]:
+    """Every BDPL and BDPL+Plugin run of Table 5, with the main tables' Zeroshot and Plugin
+    runs where they exist; and the learned prompts, one row per (dataset, model, seed)."""
+    records, rows = [], []
+    for model_name in model_names or table_models(profile, paper_rows()):
+        base = None
+        for dataset in datasets:
+            task = runner.load_task(base or model_name, dataset, profile)
+            base = task.base
+            records += current_runs(task, profile)
+            for seed in tqdm(profile.seeds, desc=f"BDPL {dataset} / {model_name}"):
+                prompt, runs = run_bdpl(task, profile, seed, budget=budget, reward=reward)
+                records += runs
+                rows.append(prompt_row(prompt, task, prefixed_task(task, prompt["prefix"])))
+    return records, pd.DataFrame(rows)
+
+
+def record_claims(profile: Profile | str, frame: pd.DataFrame) -> list[dict]:
+    """Table 5: the Plugin beats BDPL, and "their combination yields further gains", read both
+    ways: BDPL + Plugin beats BDPL, and (the stronger reading, which the paper's GPT2-XL numbers
+    also show) BDPL + Plugin beats the Plugin alone. Per dataset, on most metrics."""
+    paper = paper_rows()
+    return [
+        claim_from_counts(profile, "table5_bdpl_plugin", "BDPL + Plugin beats BDPL on most metrics",
+                           metric_wins(frame, "BDPL+Plugin", "BDPL"), metric_wins(paper, "BDPL+Plugin", "BDPL")),
+        claim_from_counts(profile, "table5_plugin_vs_bdpl", "Plugin (main tables) beats BDPL on most metrics",
+                           metric_wins(frame, "Plugin", "BDPL"), metric_wins(paper, "Plugin", "BDPL")),
+        claim_from_counts(profile, "table5_bdpl_plugin_vs_plugin",
+                           "BDPL + Plugin beats the Plugin alone (main tables) on most metrics",
+                           metric_wins(frame, "BDPL+Plugin", "Plugin"), metric_wins(paper, "BDPL+Plugin", "Plugin")),
+    ]

@@ -1,0 +1,315 @@
+"""Fine-tuning a base model on task data: the stronger bases of the base-quality ablation.
+
+The paper fine-tunes GPT2-M for 1, 2 and 5 epochs ("1FT", "2FT", "5FT") and trains a Plugin
+on each (its Figures 2 and 5). Fine-tuning needs the weights, so it works on the white-box
+model (``harness.models.load_causal_lm``); the result is saved as an ordinary model directory and
+used as a black box again through ``load_base_model(path)``.
+
+Choices:
+
+- Prompts: the shared task prompts in the base's own format (``prompts.build_prompt``, then
+  the chat template where the model registry says the base uses one), exactly what
+  ``methods.Task.prompt`` gives the base at test time, so the base learns the task format.
+  The loss is the token cross-entropy on the target (+ EOS) only, as for every method here.
+- What is trained: every weight (``trainable_layers=None``), or only the last k transformer
+  blocks and the final norm (embeddings and output head frozen). The second is much cheaper
+  on a CPU: the backward pass stops at block ``n - k``.
+- Schedule: AdamW at a constant learning rate, the data in a new seeded order every epoch.
+  With a constant rate "fine-tuned for 2 epochs" is a prefix of "fine-tuned for 5 epochs",
+  so the 1, 2 and 5 epoch models are checkpoints of one run: asking for 5 epochs continues
+  from the 2-epoch checkpoint (its weights and optimiser state) and trains 3 more epochs,
+  and the result equals an uninterrupted 5-epoch run.
+- Caching: each checkpoint is a directory under ``<cache dir>/finetuned/`` whose name
+  encodes the model, dataset, pool, a digest of the exact examples and settings, and the
+  epochs. It is written to a temporary directory and renamed, so a half-written model is
+  never picked up, and reused when present.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..core.train import TokenObjective, encode_pairs, small_model_log_probs
+from .. import data
+from ..core.blackbox import BlackBoxLM
+from ..data import Example, prompts, training_pairs
+from ..utils.io import read_json
+from . import models
+from . import profile as config
+from .profile import Ablations, Profile
+
+INFO_FILE = "finetune.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    lr: float = 1e-4
+    batch_size: int = 8
+    trainable_layers: int | None = None  # None: all weights; k: the last k blocks + final norm
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    max_prompt_tokens: int = 128
+    max_target_tokens: int = 127
+
+
+def model_prompt(model_name: str, dataset: str, source: str, tokenizer) -> str:
+    """The task prompt as the base sees it (the same text as ``methods.Task.prompt``)."""
+    spec = models.model_spec(model_name)
+    text = prompts.build_prompt(dataset, spec["family"], source)
+    return prompts.format_for_model(text, tokenizer, spec.get("chat_template", False))
+
+
+def _dataset_of(examples: Sequence[Example]) -> str:
+    names = {ex.meta.get("dataset") for ex in examples}
+    if len(names) != 1 or None in names:
+        raise ValueError(f"Fine-tuning examples must come from one dataset; got {sorted(map(str, names))}.")
+    return names.pop()
+
+
+def run_prefix(model_name: str, examples: Sequence[Example], pool: str, cfg: FinetuneConfig) -> str:
+    """Directory name of a fine-tuning run without its epochs: model, dataset, pool, digest."""
+    payload = json.dumps(
+        [model_name, [(ex.id, ex.source, ex.references) for ex in examples], dataclasses.asdict(cfg)]
+    )
+    digest = hashlib.sha256(payload.encode()).hexdigest()[:10]
+    model = Path(model_name).name if Path(model_name).exists() else model_name.replace("/", "--")
+    return f"{model}-{_dataset_of(examples)}-{pool}-{digest}"
+
+
+def checkpoint_dir(prefix: str, epochs: int) -> Path:
+    return config.cache_dir() / "finetuned" / f"{prefix}-{epochs}ep"
+
+
+def is_complete(path: Path) -> bool:
+    return (path / INFO_FILE).exists()
+
+
+def _latest_checkpoint(prefix: str, before: int) -> tuple[int, Path | None]:
+    """The most-trained finished checkpoint of the run with fewer than ``before`` epochs."""
+    for epochs in range(before - 1, 0, -1):
+        path = checkpoint_dir(prefix, epochs)
+        if is_complete(path) and (path / OPTIMIZER_FILE).exists():
+            return epochs, path
+    return 0, None
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The list of transformer blocks of a LLaMA-style (``layers``) or GPT-2 (``h``) model."""
+    inner = model.base_model
+    for name in ("layers", "h"):
+        if isinstance(getattr(inner, name, None), torch.nn.ModuleList):
+            return getattr(inner, name)
+    raise ValueError(f"Cannot find the transformer blocks of {type(model).__name__}.")
+
+
+def final_norm(model: torch.nn.Module) -> torch.nn.Module:
+    inner = model.base_model
+    return inner.norm if hasattr(inner, "norm") else inner.ln_f
+
+
+def select_trainable(model: torch.nn.Module, trainable_layers: int | None) -> list[torch.nn.Parameter]:
+    """Unfreeze all weights, or only the last ``trainable_layers`` blocks and the final norm."""
+    if trainable_layers is None:
+        model.requires_grad_(True)
+    else:
+        layers = decoder_layers(model)
+        if not 1 <= trainable_layers <= len(layers):
+            raise ValueError(f"trainable_layers must be in 1..{len(layers)}, got {trainable_layers}.")
+        model.requires_grad_(False)
+        for layer in layers[len(layers) - trainable_layers :]:
+            layer.requires_grad_(True)
+        final_norm(model).requires_grad_(True)
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def train_epoch(model, objective: TokenObjective, optimizer, cfg: FinetuneConfig, epoch: int,
+                progress: bool = False) -> float:
+    """One pass over the pairs in a new order; returns the mean token loss."""
+    # Order and dropout depend on (seed, epoch) only, so a run resumed from a checkpoint
+    # takes the same steps as an uninterrupted one.
+    torch.manual_seed(cfg.seed * 1000 + epoch)
+    order = torch.randperm(len(objective)).tolist()
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.train()
+    total, tokens = 0.0, 0
+    starts = range(0, len(order), cfg.batch_size)
+    for start in tqdm(starts, desc=f"fine-tune epoch {epoch}", disable=not progress):
+        loss_sum, n = objective.nll(model, order[start : start + cfg.batch_size])
+        optimizer.zero_grad(set_to_none=True)
+        (loss_sum / n).backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        optimizer.step()
+        total, tokens = total + loss_sum.item(), tokens + n
+    model.eval()
+    return total / tokens
+
+
+def save_model_dir(target: Path, model, tokenizer, extra: dict[str, object] | None = None) -> Path:
+    """Save model and tokenizer (and ``extra`` files: JSON-able dicts or torch objects) to
+    ``target`` atomically: into a temporary directory, then renamed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        for name, value in (extra or {}).items():
+            if name.endswith(".json"):
+                (tmp / name).write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            else:
+                torch.save(value, tmp / name)
+        tmp.rename(target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "config.json").exists():  # another process may have finished first
+            raise
+    return target
+
+
+def finetune_base(
+    model_name: str,
+    examples: Sequence[Example],
+    epochs: int,
+    *,
+    pool: str,
+    cfg: FinetuneConfig = FinetuneConfig(),
+    progress: bool = True,
+) -> Path:
+    """Directory of ``model_name`` fine-tuned for ``epochs`` epochs on all (input, reference)
+    pairs of ``examples``; trained only if not cached, continuing from the latest shorter
+    checkpoint of the same run. ``pool`` is a short name of where the examples come from."""
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1 (0 epochs is the original model), got {epochs}.")
+    prefix = run_prefix(model_name, examples, pool, cfg)
+    target = checkpoint_dir(prefix, epochs)
+    if is_complete(target):
+        return target
+    done, start = _latest_checkpoint(prefix, epochs)
+    model, tokenizer = models.load_causal_lm(str(start) if start else model_name, dtype=torch.float32)
+    params = select_trainable(model, cfg.trainable_layers)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    info = read_json(start / INFO_FILE) if start else None
+    history = info["history"] if info else []
+    if start:
+        optimizer.load_state_dict(torch.load(start / OPTIMIZER_FILE, map_location=model.device))
+
+    dataset = _dataset_of(examples)
+    pairs = training_pairs(examples)
+    encoded = encode_pairs(
+        tokenizer,
+        [model_prompt(model_name, dataset, ex.source, tokenizer) for ex, _ in pairs],
+        [reference for _, reference in pairs],
+        max_prompt_tokens=cfg.max_prompt_tokens,
+        max_target_tokens=cfg.max_target_tokens,
+    )
+    objective = TokenObjective(encoded, tokenizer.pad_token_id, log_probs=small_model_log_probs)
+    for epoch in range(done + 1, epochs + 1):
+        started = time.perf_counter()
+        loss = train_epoch(model, objective, optimizer, cfg, epoch, progress)
+        history.append({"epoch": epoch, "train_loss": loss, "seconds": time.perf_counter() - started})
+    info = {
+        "model": model_name,
+        "dataset": dataset,
+        "pool": pool,
+        "epochs": epochs,
+        "config": dataclasses.asdict(cfg),
+        "inputs": len(examples),
+        "pairs": len(pairs),
+        "trainable_parameters": sum(p.numel() for p in params),
+        "resumed_from_epoch": done,
+        "history": history,
+    }
+    return save_model_dir(target, model, tokenizer, {OPTIMIZER_FILE: optimizer.state_dict(), INFO_FILE: info})
+
+
+def finetune_info(path: str | Path) -> dict:
+    """What a fine-tuned model directory was trained on and how (its ``finetune.json``)."""
+    return read_json(Path(path) / INFO_FILE)
+
+
+# ---------------------------------------------------------------- fine-tuned bases of the studies
+# (the base-quality ablation, notebook 06, and the distribution shift, notebook 10)
+
+
+@dataclass(frozen=True)
+class Pool:
+    examples: list[data.Example]
+    name: str  # short, goes into the fine-tuned model's directory name
+    description: str
+
+
+def _cap_pairs(examples: list[data.Example], max_pairs: int | None, seed: int) -> list[data.Example]:
+    """A seeded choice of inputs with at most ``max_pairs`` (input, reference) pairs, in order."""
+    if max_pairs is None:
+        return examples
+    chosen, pairs = set(), 0
+    for i in np.random.RandomState(seed).permutation(len(examples)):
+        if pairs + len(examples[i].references) <= max_pairs:
+            chosen.add(int(i))
+            pairs += len(examples[i].references)
+    return [ex for i, ex in enumerate(examples) if i in chosen]
+
+
+def _pool_candidates(dataset: str, rows: int | None) -> tuple[list[data.Example], str, str]:
+    """(inputs, short name, description) of where fine-tuning data can come from."""
+    if "train" in data.SPLITS[dataset]:
+        try:
+            return data.load_dataset(dataset, "train"), "train", "the train split"
+        except data.MissingDataError:
+            pass  # E2E offline: the cleaned train split is not in shared/data
+    return (data.load_dataset(dataset, "validation"), f"val-outside{rows}",
+            f"the validation inputs outside the profile's {rows}-input validation subset")
+
+
+def finetune_pool(dataset: str, profile: Profile, max_pairs: int | None = None, seed: int = 0) -> Pool:
+    """Inputs to fine-tune the base on, disjoint from the Plugin's data and the test split.
+
+    The dataset's train split where there is one (WebNLG, CommonGen; E2E with its train file);
+    otherwise (E2E offline, Adidas) the validation inputs outside the profile's validation
+    subset, which holds everything the Plugin trains and stops on. Inputs of the whole test
+    split are removed too (a few Adidas products occur in both splits, one WebNLG input in
+    train and validation).
+    """
+    rows = profile.rows.validation
+    plugin_inputs = {ex.source for ex in data.load_dataset(dataset, "validation", rows=rows)}
+    test_inputs = {ex.source for ex in data.load_dataset(dataset, "test")}
+    candidates, name, origin = _pool_candidates(dataset, rows)
+    pool = [ex for ex in candidates if ex.source not in plugin_inputs and ex.source not in test_inputs]
+    pool = _cap_pairs(pool, max_pairs, seed)
+    if not pool:
+        raise ValueError(f"No {dataset} inputs are left to fine-tune on outside the Plugin's data and the test split.")
+    pairs = len(data.training_pairs(pool))
+    return Pool(pool, f"{name}-{pairs}pairs",
+                f"{len(pool)} inputs ({pairs} pairs) from {origin}, disjoint by input from the Plugin's "
+                "training and hyper-validation data and from the test split")
+
+
+def finetuned_bases(model_name: str, pool: Pool, setup: Ablations, *, progress: bool = False) -> dict[int, str | Path]:
+    """Per number of fine-tuning epochs, the base: the model name for 0, else its directory.
+
+    Ascending epochs, so each fine-tuning continues from the previous checkpoint."""
+    cfg = FinetuneConfig(**dataclasses.asdict(setup.finetune))
+    return {
+        epochs: model_name if epochs == 0 else finetune_base(model_name, pool.examples, epochs, pool=pool.name,
+                                                              cfg=cfg, progress=progress)
+        for epochs in sorted(setup.finetune_epochs)
+    }
+
+
+def load_finetuned_base(path: str | Path, dtype=None) -> BlackBoxLM:
+    """A fine-tuned model as a black box, named ``finetuned/<directory name>`` so that its
+    run files have a short name that does not depend on the machine."""
+    model, tokenizer = models.load_causal_lm(str(path), dtype=dtype)
+    return BlackBoxLM(model, tokenizer, f"finetuned/{Path(path).name}")

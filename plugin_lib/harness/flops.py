@@ -1,0 +1,164 @@
+"""FLOPs of inference up to 64 decoding steps, and trainable parameters (the paper's Table 8 text).
+
+Counting: ``torch.utils.flop_counter.FlopCounterMode``, which counts matrix products only
+(mm, addmm, bmm, attention kernels, convolutions), at 2 FLOPs per multiply-add. Element-wise
+work (softmax, layer norms, the Plugin's product of distributions, about 3V FLOPs per token)
+is not counted. FLOPs do not depend on the weights, so models may live on the meta device:
+a GPT2-XL-shaped model then costs no memory (the forward passes still take a few seconds).
+
+What is counted mirrors ``decode.generate`` (transformers' ``generate`` with KV caches, greedy):
+for ``new_tokens`` tokens, one forward over the prompt that computes the output head at the
+last position only, then ``new_tokens - 1`` forwards of one token each. The Plugin's
+reweighting model follows the same pattern inside ``PluginLogitsProcessor`` (context-free
+reweighters see one token per step). The tests check these counts against
+``decode.generate`` itself.
+
+Attention is counted under the eager implementation: FlopCounterMode has no formula for the
+CPU's fused SDPA kernel, and SDPA cannot build its mask on meta tensors, so models are
+switched to eager attention while they are counted (and switched back).
+
+LoRA: counted unmerged, i.e. with the two low-rank products per adapted layer and token that
+a PeftModel runs. Merged adapters cost nothing at inference, so a merged LoRA model costs
+exactly what the base does.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from .. import paper as published
+from ..core.reweighter import count_parameters, make_reweighter
+from .lora import add_lora
+
+GPT2_VOCAB_SIZE = 50257
+# GPT2-XL's published shape; the weights are irrelevant to FLOPs.
+GPT2_XL_SHAPE = {"n_embd": 1600, "n_layer": 48, "n_head": 25}
+
+
+@contextmanager
+def _eager_attention(model: nn.Module) -> Iterator[None]:
+    """Run ``model`` with eager attention (countable), restoring its implementation afterwards."""
+    hf_model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(hf_model, "config", None)
+    if config is None or config._attn_implementation == "eager":
+        yield
+        return
+    previous = config._attn_implementation
+    hf_model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        hf_model.set_attn_implementation(previous)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def _cached_decoding(model: nn.Module, prompt_length: int, new_tokens: int, batch: int) -> Iterator[None]:
+    """The forward passes of cached greedy decoding, one per yield; token ids are dummies.
+
+    Which token is chosen changes no FLOPs, so every input id is 0 (argmax on meta tensors
+    is impossible anyway).
+    """
+    device = _device(model)
+    if getattr(model, "is_context_free", False):
+        for _ in range(new_tokens):
+            model(torch.zeros((batch, 1), dtype=torch.long, device=device))
+            yield
+        return
+    mask = torch.ones((batch, prompt_length), dtype=torch.long, device=device)
+    out = model(input_ids=torch.zeros_like(mask), attention_mask=mask, use_cache=True, logits_to_keep=1)
+    yield
+    for _ in range(new_tokens - 1):
+        mask = torch.cat((mask, mask.new_ones(batch, 1)), dim=1)
+        step_ids = torch.zeros((batch, 1), dtype=torch.long, device=device)
+        out = model(input_ids=step_ids, attention_mask=mask, past_key_values=out.past_key_values, use_cache=True)
+        yield
+
+
+def decoding_flops_by_op(
+    model: nn.Module, *, prompt_length: int, new_tokens: int = 64, batch: int = 1
+) -> dict[str, int]:
+    """FLOPs of generating ``new_tokens`` tokens after a prompt, per counted aten op."""
+    model.eval()
+    with _eager_attention(model), FlopCounterMode(display=False) as counter:
+        for _ in _cached_decoding(model, prompt_length, new_tokens, batch):
+            pass
+    return {str(op): n for op, n in counter.get_flop_counts().get("Global", {}).items()}
+
+
+def decoding_flops(model: nn.Module, *, prompt_length: int, new_tokens: int = 64, batch: int = 1) -> int:
+    """Total FLOPs of generating ``new_tokens`` tokens after a prompt of ``prompt_length``."""
+    return sum(decoding_flops_by_op(model, prompt_length=prompt_length, new_tokens=new_tokens, batch=batch).values())
+
+
+@dataclass(frozen=True)
+class GenerationFlops:
+    base: int
+    reweighter: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.base + self.reweighter
+
+
+def generation_flops(
+    base_hf_model: nn.Module,
+    reweighter: nn.Module | None = None,
+    *,
+    prompt_length: int,
+    new_tokens: int = 64,
+    batch: int = 1,
+) -> GenerationFlops:
+    """FLOPs of decoding with the base alone, the base + a reweighting model (Plugin), or a
+    LoRA model passed as the base (its adapters counted unmerged)."""
+    kwargs = {"prompt_length": prompt_length, "new_tokens": new_tokens, "batch": batch}
+    base = decoding_flops(base_hf_model, **kwargs)
+    return GenerationFlops(base, decoding_flops(reweighter, **kwargs) if reweighter is not None else 0)
+
+
+def gpt2_xl_comparison(prompt_length: int = 1, new_tokens: int = 64, lora_rank: int = 8) -> dict[str, float]:
+    """The paper's GPT2-XL numbers, recomputed on meta-device models of the published shapes.
+
+    Plugin = GPT2-XL + the 1-layer GPT-2 reweighting model (``make_reweighter("gpt2")``, 768
+    wide, GPT-2's vocabulary); LoRA = GPT2-XL with rank-``lora_rank`` adapters on ``c_attn``
+    (``lora.add_lora``), unmerged. The base's FLOPs are also split into its blocks' linear
+    layers, its output head and attention, the parts that explain the paper's figures; the
+    paper's own numbers come along as ``paper_*``. Takes about a minute on a CPU.
+    """
+    with torch.device("meta"):
+        base = GPT2LMHeadModel(GPT2Config(**GPT2_XL_SHAPE))
+        lora_base = GPT2LMHeadModel(GPT2Config(**GPT2_XL_SHAPE))
+        reweighter = make_reweighter("gpt2", GPT2_VOCAB_SIZE)
+    lora_model = add_lora(lora_base, r=lora_rank)
+    kwargs = {"prompt_length": prompt_length, "new_tokens": new_tokens}
+    base_ops = decoding_flops_by_op(base, **kwargs)
+    base_flops = sum(base_ops.values())
+    reweighter_flops = decoding_flops(reweighter, **kwargs)
+    return {
+        "prompt_length": prompt_length,
+        "new_tokens": new_tokens,
+        "base_flops": base_flops,
+        # In GPT-2 the blocks' layers (Conv1D) run addmm, the output head (no bias) mm, and
+        # eager attention bmm.
+        "base_block_linear_flops": base_ops.get("aten.addmm", 0),
+        "base_head_flops": base_ops.get("aten.mm", 0),
+        "base_attention_flops": base_ops.get("aten.bmm", 0),
+        "reweighter_flops": reweighter_flops,
+        "plugin_flops": base_flops + reweighter_flops,
+        "lora_flops": decoding_flops(lora_model, **kwargs),
+        "plugin_params": count_parameters(reweighter),
+        "plugin_block_params": count_parameters(reweighter.transformer.h),
+        "gpt2_xl_block_params": count_parameters(base.transformer.h[0]),
+        "lora_params": count_parameters(lora_model),
+        **{f"paper_{name}": value for name, value in published.flops().items()},
+    }
+

