@@ -1,5 +1,6 @@
 """Atomic file writes: a result is either completely there or not at all, so an interrupted
-run never leaves a half-written file that a resumed run would trust."""
+run never leaves a half-written file that a resumed run would trust. Files get the user's normal
+permissions (``0666`` less the umask), as ``open(path, "w")`` would give them, not mkstemp's 0600."""
 from __future__ import annotations
 
 import json
@@ -9,11 +10,27 @@ from pathlib import Path
 from typing import Any
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where /proc allows (thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp creates 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
