@@ -4,59 +4,204 @@
 #   bash run_all.sh --profile smoke  # paper | local | smoke
 #   bash run_all.sh --force          # re-run notebooks that already finished
 #   bash run_all.sh --only 01        # only notebooks whose name starts with 01
-# Executed notebooks and logs go to results/<profile>/executed and results/<profile>/logs.
-# A finished notebook is skipped on the next call (its stamp matches the notebook's content),
-# and inside a notebook finished runs are skipped too, so an interrupted call resumes.
+# Executed notebooks, stamps and logs go to results/<profile>/executed and .../logs
+# (PLUGIN_RESULTS_DIR/<profile>/... when PLUGIN_RESULTS_DIR is set).
+# - The profile's data are checked first (python -m plugin_lib.data.check): missing or
+#   incomplete data stop the call before anything runs or is written.
+# - A notebook is skipped when its stamp matches: the notebook, its parameters, the profile's
+#   settings and the code version (scripts/run_stamp.py). Inside a notebook finished runs are
+#   skipped too, so an interrupted call resumes.
+# - papermill writes to a temporary file, moved into place only on success: a failed notebook
+#   leaves the last executed notebook as it was, clears its stamp and leaves
+#   <name>.failed.ipynb beside it; the report is written only when every notebook finished,
+#   and the README's results block only by a complete `--profile local` run.
+# - One call per profile at a time: a second call refuses at once.
+# - Notebooks import this checkout's plugin_lib (PYTHONPATH), even with a PLUGIN_VENV shared
+#   with another checkout. PLUGIN_SKIP_BOOTSTRAP=1 uses that environment as it is.
+# Exit status: 0 done, 1 a notebook or the data check failed, 2 bad arguments,
+# 3 another run_all.sh holds the profile, 130/143 interrupted.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+die() { echo "run_all.sh: $1" >&2; exit "${2:-1}"; }
+value_of() {  # value_of OPTION [VALUE]: the option's value, or a clear error when it has none
+  if [ $# -lt 2 ] || [ -z "$2" ] || [[ "$2" == -* ]]; then
+    die "$1 needs a value, e.g. '$1 $([ "$1" = --profile ] && echo smoke || echo 01)' (see --help)" 2
+  fi
+}
 profile="" force=0 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --profile) profile="$2"; shift 2 ;;
+    --profile) value_of "$@"; profile="$2"; shift 2 ;;
+    --profile=*) value_of --profile "${1#*=}"; profile="${1#*=}"; shift ;;
+    --only) value_of "$@"; only="$2"; shift 2 ;;
+    --only=*) value_of --only "${1#*=}"; only="${1#*=}"; shift ;;
     --force) force=1; shift ;;
-    --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "run_all.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" 2 ;;
   esac
 done
 
-bash "$root/scripts/bootstrap_env.sh"
+# Where results go: PLUGIN_RESULTS_DIR (relative to the caller's directory) or results/.
+results_root="${PLUGIN_RESULTS_DIR:-$root/results}"
+case "$results_root" in /*) ;; *) results_root="$PWD/$results_root" ;; esac
+export PLUGIN_RESULTS_DIR="$results_root"
+# Notebooks import this checkout's plugin_lib, whatever package the environment has installed.
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+
+if [ "${PLUGIN_SKIP_BOOTSTRAP:-0}" = 1 ]; then
+  [ -x "${PLUGIN_VENV:-$root/.venv}/bin/python" ] \
+    || die "PLUGIN_SKIP_BOOTSTRAP=1 but ${PLUGIN_VENV:-$root/.venv}/bin/python does not exist"
+else
+  bash "$root/scripts/bootstrap_env.sh"
+fi
 py="${PLUGIN_VENV:-$root/.venv}/bin/python"
 cd "$root"
+
+# Arguments first: nothing is written before they are known to be good.
 if [ -z "$profile" ]; then
   profile="$("$py" -c 'from plugin_lib.harness.profile import auto_profile; print(auto_profile())')"
   echo "[run_all] profile: $profile (chosen automatically; --profile overrides)"
 fi
-"$py" -c "from plugin_lib.harness.profile import load_profile; load_profile('$profile')"  # clear error if unknown
-out="$root/results/$profile"
-mkdir -p "$out/executed" "$out/logs"
+"$py" - "$profile" <<'EOF' || exit 2
+import sys
+from plugin_lib.harness.profile import profile_names
+if sys.argv[1] not in profile_names():
+    sys.exit(f"run_all.sh: unknown profile {sys.argv[1]!r}; choose one of: {', '.join(profile_names())}")
+EOF
+all=()
+for nb in notebooks/[0-9][0-9]_*.ipynb; do [ -f "$nb" ] && all+=("$nb"); done
+[ ${#all[@]} -gt 0 ] || die "no numbered notebook in $root/notebooks"
+notebooks=()
+for nb in "${all[@]}"; do
+  if [ -z "$only" ] || [[ "$(basename "$nb")" == "$only"* ]]; then notebooks+=("$nb"); fi
+done
+if [ ${#notebooks[@]} = 0 ]; then
+  {
+    echo "run_all.sh: no notebook name starts with '$only'. The notebooks are:"
+    for nb in "${all[@]}"; do echo "  $(basename "$nb" .ipynb)"; done
+  } >&2
+  exit 2
+fi
 
-mapfile -t notebooks < <(ls notebooks/[0-9][0-9]_*.ipynb | sort)
-[ -n "$only" ] && mapfile -t notebooks < <(printf '%s\n' "${notebooks[@]}" | grep "/$only")
+out="$results_root/$profile"
+shown="${out#"$root"/}"  # for messages: results/<profile> when inside this checkout
+lock="$out/.run_all.lock"
+refuse() {
+  die "another run_all.sh is already running for profile '$profile' (it holds $1). Wait for it to finish or stop it, then call again." 3
+}
+# A quick look at the lock before the data check, which may take a few seconds (creates nothing).
+if [ -e "$lock" ] && command -v flock >/dev/null 2>&1 && ! flock -n "$lock" true; then
+  refuse "$shown/.run_all.lock"
+fi
+
+# The data, checked at the door: missing, truncated or malformed data stop the call here.
+"$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("plugin_lib.data.check") is None)' \
+  || die "this checkout has no plugin_lib/data/check.py, so the data cannot be checked before the notebooks run. Update the checkout."
+echo "[run_all] checking the data of profile '$profile'"
+if ! "$py" -m plugin_lib.data.check --profile "$profile"; then
+  die "the data of profile '$profile' are not ready (see above); nothing was run or written."
+fi
+
+# One run_all.sh per profile: flock on results/<profile>/.run_all.lock, released on exit (a
+# PID-checked lock directory where flock is missing).
+lockdir=""
+mkdir -p "$out"
+if command -v flock >/dev/null 2>&1; then
+  exec 9>>"$lock"
+  flock -n 9 || refuse "$shown/.run_all.lock"
+else
+  if ! mkdir "$out/.run_all.lock.d" 2>/dev/null; then
+    holder="$(cat "$out/.run_all.lock.d/pid" 2>/dev/null || true)"
+    if [ -z "$holder" ] || kill -0 "$holder" 2>/dev/null; then
+      refuse "$shown/.run_all.lock.d, process ${holder:-unknown}; remove that folder if no run_all.sh is running"
+    fi
+    rm -rf "$out/.run_all.lock.d"
+    mkdir "$out/.run_all.lock.d" 2>/dev/null || refuse "$shown/.run_all.lock.d"
+  fi
+  lockdir="$out/.run_all.lock.d"
+  echo $$ > "$lockdir/pid"
+fi
+
+# Cleanup on any exit: the papermill child, the temporary notebook, the lock directory.
+pm="" tmp=""
+cleanup() {
+  if [ -n "$pm" ]; then kill -TERM "$pm" 2>/dev/null || true; wait "$pm" 2>/dev/null || true; fi
+  if [ -n "$tmp" ]; then rm -f "$tmp"; fi
+  if [ -n "$lockdir" ]; then rm -rf "$lockdir"; fi
+}
+interrupted() {
+  echo "[run_all] interrupted by SIG$1: the notebook that was running is not stored; the last finished one is kept." >&2
+  cleanup; trap - EXIT; exit "$2"
+}
+trap cleanup EXIT
+trap 'interrupted INT 130' INT
+trap 'interrupted TERM 143' TERM
+trap 'interrupted HUP 129' HUP
+
+executed="$out/executed"
+mkdir -p "$executed" "$out/logs"
+rm -f "$executed"/.*.running.*.ipynb  # left by a run that was killed outright (we hold the lock)
+mode="$(printf '%o' $((0666 & ~0$(umask))))"  # the user's normal file permissions
+stamps="$("$py" "$root/scripts/run_stamp.py" --profile "$profile" "${notebooks[@]}")"
+declare -A want=()
+while read -r hash nb; do want["$nb"]="$hash"; done <<< "$stamps"
+
 total=${#notebooks[@]} i=0 started=$SECONDS
 for nb in "${notebooks[@]}"; do
   i=$((i + 1))
   name="$(basename "$nb" .ipynb)"
-  stamp="$out/executed/$name.done"
-  want="$(sha256sum "$nb" | cut -d' ' -f1)"
-  if [ "$force" = 0 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  stamp="$executed/$name.done" final="$executed/$name.ipynb" failed="$executed/$name.failed.ipynb"
+  log="$out/logs/$name.log"
+  if [ "$force" = 0 ] && [ -f "$stamp" ] && [ -f "$final" ] && [ "$(cat "$stamp")" = "${want[$nb]}" ]; then
     echo "[run_all] ($i/$total) $name: already finished, skipped (--force re-runs it)"
     continue
   fi
-  echo "[run_all] ($i/$total) $name: running (log: results/$profile/logs/$name.log)"
+  echo "[run_all] ($i/$total) $name: running (log: $shown/logs/$name.log)"
   t0=$SECONDS
-  if ! "$py" -m papermill "$nb" "$out/executed/$name.ipynb" -p profile "$profile" \
-        --cwd "$root/notebooks" --log-output --no-progress-bar > "$out/logs/$name.log" 2>&1; then
-    echo "[run_all] FAILED: $name. The failing cell and its error:" >&2
-    grep -E -A 12 "PapermillExecutionError|Exception encountered at" "$out/logs/$name.log" | head -40 >&2 || tail -30 "$out/logs/$name.log" >&2
-    echo "[run_all] Full log: results/$profile/logs/$name.log; partial notebook: results/$profile/executed/$name.ipynb" >&2
-    exit 1
+  tmp="$executed/.$name.running.$$.ipynb"
+  "$py" -m papermill "$nb" "$tmp" -p profile "$profile" \
+      --cwd "$root/notebooks" --log-output --no-progress-bar > "$log" 2>&1 &
+  pm=$!
+  if wait "$pm"; then rc=0; else rc=$?; fi
+  pm=""
+  if [ "$rc" = 0 ] && "$py" "$root/scripts/strip_notebook.py" "$tmp" >> "$log" 2>&1; then
+    chmod "$mode" "$tmp"
+    mv -f "$tmp" "$final"
+    tmp=""
+    rm -f "$failed"
+    echo $((SECONDS - t0)) >> "$executed/$name.seconds"  # one line per execution
+    echo "${want[$nb]}" > "$stamp.$$.tmp"
+    chmod "$mode" "$stamp.$$.tmp"
+    mv -f "$stamp.$$.tmp" "$stamp"
+    echo "[run_all] ($i/$total) $name: done in $((SECONDS - t0)) s"
+    continue
   fi
-  "$py" "$root/scripts/strip_notebook.py" "$out/executed/$name.ipynb"
-  echo $((SECONDS - t0)) >> "$out/executed/$name.seconds"  # one line per execution
-  echo "$want" > "$stamp"
-  echo "[run_all] ($i/$total) $name: done in $((SECONDS - t0)) s"
+  # Failure: the last executed notebook stays; this attempt is kept as <name>.failed.ipynb.
+  rm -f "$stamp"
+  if [ -s "$tmp" ]; then
+    "$py" "$root/scripts/strip_notebook.py" "$tmp" >/dev/null 2>&1 || true
+    chmod "$mode" "$tmp"
+    mv -f "$tmp" "$failed"
+  else
+    rm -f "$tmp" "$failed"
+  fi
+  tmp=""
+  echo "[run_all] FAILED: $name. Its error:" >&2
+  "$py" "$root/scripts/notebook_error.py" "$log" | sed 's/^/    /' >&2 || tail -n 20 "$log" >&2
+  echo "[run_all] Full log: $shown/logs/$name.log" >&2
+  [ -f "$failed" ] && echo "[run_all] The failed notebook: $shown/executed/$name.failed.ipynb" >&2
+  if [ -f "$final" ]; then
+    echo "[run_all] $shown/executed/$name.ipynb (the last finished execution) is unchanged; nothing else was written." >&2
+  fi
+  exit 1
 done
 echo "[run_all] all $total notebooks finished for profile '$profile' in $((SECONDS - started)) s"
-if [ "$profile" = local ]; then readme=--readme; else readme=; fi  # the README shows the local profile
+# The report once every selected notebook finished; the README shows a complete local run only.
+readme=""
+if [ "$profile" = local ] && [ -z "$only" ] && [ "$results_root" = "$root/results" ]; then
+  readme=--readme
+elif [ "$profile" = local ]; then
+  echo "[run_all] README.md not refreshed: it shows a complete 'local' run of every notebook into results/."
+fi
 "$py" -m plugin_lib.report --profile "$profile" $readme

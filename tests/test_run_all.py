@@ -1,0 +1,404 @@
+"""run_all.sh at the shell level (issue 19), on a copy of the repository in a temporary folder
+whose notebooks/ holds tiny fake notebooks (a parameters cell and one cell that succeeds, raises
+or sleeps). The environment is the one running these tests (PLUGIN_VENV, PLUGIN_SKIP_BOOTSTRAP=1).
+
+Covered: success writes the executed notebook and its stamp with normal permissions, a second
+call skips it whatever the environment variables; a failure keeps the last executed notebook,
+clears the stamp, leaves <name>.failed.ipynb and prints the package's own message; an unknown
+or missing --only/--profile value; a second call refused while one runs, an interrupt that
+leaves nothing half-written; PLUGIN_RESULTS_DIR; this checkout's plugin_lib imported; the data
+check failing fast with the repository left clean; the README written only by a complete local
+run. Unit tests of scripts/run_stamp.py and scripts/notebook_error.py close the file.
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(sys.prefix)
+pytestmark = pytest.mark.skipif(
+    not (VENV / "bin" / "python").exists() or shutil.which("git") is None,
+    reason="needs the tests to run in a virtual environment (PLUGIN_VENV) and git")
+
+# A data check that passes, or fails when FAKE_DATA_CHECK=fail, standing in for the real one.
+FAKE_CHECK = '''import os, sys
+if os.environ.get("FAKE_DATA_CHECK") == "fail":
+    sys.exit("Missing e2e_cleaned/test-fixed.csv: download it with python -m plugin_lib.data.fetch")
+print("[check] data ready")
+'''
+OK = '''import os, plugin_lib
+from plugin_lib.harness.profile import results_dir
+here = os.path.dirname(os.getcwd())  # the notebooks run in <checkout>/notebooks
+print("plugin_lib from", plugin_lib.__file__)
+assert plugin_lib.__file__.startswith(here + os.sep), plugin_lib.__file__
+(results_dir(profile) / "marker.txt").write_text("written by the notebook")
+'''
+FAIL = '''class MissingDataError(FileNotFoundError):
+    pass
+raise MissingDataError("Missing e2e_cleaned/test-fixed.csv in PLUGIN_DATA_DIR=/nowhere.\\n"
+                       "Download it with: python -m plugin_lib.data.fetch e2e")
+'''
+SLEEP = '''import time
+print("sleeping", flush=True)
+time.sleep(60)
+'''
+
+
+def notebook(body: str, profile: str = "smoke") -> str:
+    def code(source, tags=()):
+        return {"cell_type": "code", "execution_count": None, "metadata": {"tags": list(tags)},
+                "outputs": [], "source": source}
+    return json.dumps({
+        "cells": [code(f'profile = "{profile}"', ["parameters"]), code(body)],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                     "language_info": {"name": "python"}},
+        "nbformat": 4, "nbformat_minor": 4}, indent=1)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def make_repo(tmp: Path, notebooks: dict[str, str], real_check: bool = False) -> Path:
+    """The checkout (tracked and untracked, not ignored files; no results/) copied to ``tmp``,
+    with ``notebooks`` as notebooks/, a small committed results/local, committed in a new git
+    repository."""
+    repo = tmp / "repo"
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], check=True, capture_output=True, text=True).stdout
+    for rel in filter(None, listed.split("\0")):
+        src = ROOT / rel
+        if rel.startswith(("results/", "notebooks/")) or not src.is_file():
+            continue
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, repo / rel)
+    for name, body in notebooks.items():
+        (repo / "notebooks").mkdir(exist_ok=True)
+        (repo / "notebooks" / f"{name}.ipynb").write_text(notebook(body))
+    if not real_check:
+        (repo / "plugin_lib" / "data" / "check.py").write_text(FAKE_CHECK)
+    local = repo / "results" / "local"
+    (local / "executed").mkdir(parents=True)
+    (local / "REPORT.md").write_text("# the committed local report\n")
+    (local / "executed" / "00_ok.ipynb").write_text(notebook(OK, "local"))
+    (local / "executed" / "00_ok.done").write_text("0" * 64 + "\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy")
+    return repo
+
+
+def env(**extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PLUGIN_", "FAKE_")) and k not in ("PYTHONPATH", "PLUGIN_DATA_DIR")}
+    base.update(PLUGIN_VENV=str(VENV), PLUGIN_SKIP_BOOTSTRAP="1", HF_HUB_OFFLINE="1",
+                PYTHONPATH="/nonexistent-elsewhere", PYTHONDONTWRITEBYTECODE="1")
+    base.update(extra)
+    return base
+
+
+def run_all(repo: Path, *args: str, umask: int = 0o022, timeout: float = 120, **extra: str):
+    return subprocess.run(["bash", "-c", f'umask {umask:03o}; exec bash run_all.sh "$@"', "run_all", *args],
+                          cwd=repo, env=env(**extra), capture_output=True, text=True, timeout=timeout)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") or p.suffix == ".tmp")
+
+
+def run_stamp():
+    spec = importlib.util.spec_from_file_location("run_stamp", ROOT / "scripts" / "run_stamp.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- a finished notebook, then a second call, then a failure ------------------------------------
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    repo = make_repo(tmp_path_factory.mktemp("finished"), {"00_ok": OK})
+    result = run_all(repo, "--profile", "smoke", umask=0o027)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return repo, result
+
+
+def test_success_writes_the_executed_notebook_and_its_stamp(finished):
+    repo, result = finished
+    executed = repo / "results" / "smoke" / "executed"
+    assert "00_ok: done" in result.stdout
+    notebook_out = json.loads((executed / "00_ok.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in notebook_out["cells"] for o in c.get("outputs", []))
+    assert "plugin_lib from plugin_lib/__init__.py" in printed  # this checkout's, path scrubbed
+    want = run_stamp().stamp(repo / "notebooks" / "00_ok.ipynb", "smoke", code=run_stamp().code_version(repo))
+    assert (executed / "00_ok.done").read_text().strip() == want
+    assert leftovers(executed) == [] and not (executed / "00_ok.failed.ipynb").exists()
+    assert (repo / "results" / "smoke" / "marker.txt").exists()
+    assert (repo / "results" / "smoke" / "REPORT.md").exists()
+    # the user's permissions (umask 027), not mkstemp's 0600, for papermill's output and the library's
+    for path in (executed / "00_ok.ipynb", executed / "00_ok.done", repo / "results" / "smoke" / "REPORT.md"):
+        assert mode(path) == 0o640, path
+    assert git(repo, "status", "--porcelain") == ""  # results/smoke is ignored; README untouched
+
+
+def test_a_second_call_skips_it_whatever_the_environment(finished, tmp_path):
+    repo, _ = finished
+    os.utime(repo / "notebooks" / "00_ok.ipynb")  # a newer file time is not a change
+    result = run_all(repo, "--profile", "smoke", HOME=str(tmp_path), LANG="C", TMPDIR=str(tmp_path),
+                     CUDA_VISIBLE_DEVICES="", SOME_UNRELATED_SETTING="1", PYTHONHASHSEED="7")
+    assert result.returncode == 0, result.stderr
+    assert "00_ok: already finished, skipped" in result.stdout
+
+
+def test_lock_is_released_after_a_call(finished):
+    repo, _ = finished
+    with open(repo / "results" / "smoke" / ".run_all.lock") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if still held
+
+
+def test_failure_keeps_the_executed_notebook_and_prints_the_package_message(finished):
+    repo, _ = finished
+    smoke = repo / "results" / "smoke"
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in
+              (smoke / "executed" / "00_ok.ipynb", smoke / "REPORT.md", smoke / "marker.txt")}
+    (repo / "notebooks" / "00_ok.ipynb").write_text(notebook(FAIL))
+    result = run_all(repo, "--profile", "smoke")
+    assert result.returncode == 1
+    # the package's own words, in full, after a traceback of any length
+    assert "MissingDataError: Missing e2e_cleaned/test-fixed.csv in PLUGIN_DATA_DIR=/nowhere." in result.stderr
+    assert "Download it with: python -m plugin_lib.data.fetch e2e" in result.stderr
+    assert "unchanged" in result.stderr
+    for path, (content, mtime) in before.items():
+        assert path.read_bytes() == content and path.stat().st_mtime_ns == mtime, path
+    assert not (smoke / "executed" / "00_ok.done").exists()
+    failed = json.loads((smoke / "executed" / "00_ok.failed.ipynb").read_text())
+    assert any(o.get("ename") == "MissingDataError" for c in failed["cells"] for o in c.get("outputs", []))
+    assert leftovers(smoke / "executed") == []
+    # no stamp any more: the next call runs it again (and fails again), never "already finished"
+    again = run_all(repo, "--profile", "smoke", "--only", "00")
+    assert again.returncode == 1 and "already finished" not in again.stdout
+
+
+# -- arguments ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def idle_repo(tmp_path_factory):
+    return make_repo(tmp_path_factory.mktemp("idle"), {"00_ok": OK, "01_fail": FAIL})
+
+
+def test_unknown_only_lists_the_notebooks_and_writes_nothing(idle_repo):
+    result = run_all(idle_repo, "--profile", "local", "--only", "7")
+    assert result.returncode == 2
+    assert "no notebook name starts with '7'" in result.stderr
+    assert "00_ok" in result.stderr and "01_fail" in result.stderr
+    assert git(idle_repo, "status", "--porcelain", "--ignored") == ""
+
+
+@pytest.mark.parametrize("args", [["--only"], ["--profile"], ["--profile", "--force"], ["--only="]])
+def test_an_option_without_its_value_is_a_clear_error(idle_repo, args):
+    result = run_all(idle_repo, *args)
+    assert result.returncode == 2
+    assert "needs a value" in result.stderr and "unbound variable" not in result.stderr
+
+
+def test_unknown_profile(idle_repo):
+    result = run_all(idle_repo, "--profile", "nope")
+    assert result.returncode == 2 and "unknown profile 'nope'" in result.stderr
+    assert git(idle_repo, "status", "--porcelain", "--ignored") == ""
+
+
+def test_a_held_lock_refuses_at_once(idle_repo):
+    lock = idle_repo / "results" / "smoke" / ".run_all.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(lock, "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            start = time.monotonic()
+            result = run_all(idle_repo, "--profile", "smoke")
+            assert result.returncode == 3
+            assert "another run_all.sh is already running for profile 'smoke'" in result.stderr
+            assert time.monotonic() - start < 10
+        assert not (idle_repo / "results" / "smoke" / "executed").exists()
+    finally:
+        shutil.rmtree(idle_repo / "results" / "smoke")
+
+
+# -- a second call while one runs, then an interrupt --------------------------------------------
+
+def test_a_second_call_refuses_and_an_interrupt_leaves_nothing_half_written(tmp_path):
+    repo = make_repo(tmp_path, {"00_sleep": SLEEP})
+    executed = repo / "results" / "smoke" / "executed"
+    first = subprocess.Popen(["bash", "run_all.sh", "--profile", "smoke"], cwd=repo, env=env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        log = repo / "results" / "smoke" / "logs" / "00_sleep.log"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and "sleeping" in log.read_text()):
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the sleeping notebook did not start"
+            time.sleep(0.2)
+        assert [p.name for p in executed.glob(".00_sleep.running.*.ipynb")]  # papermill's own file
+        second = run_all(repo, "--profile", "smoke")
+        assert second.returncode == 3
+        assert "another run_all.sh is already running for profile 'smoke'" in second.stderr
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 143 and "interrupted" in err
+    assert sorted(p.name for p in executed.iterdir()) == []  # no executed notebook, no stamp, no temp
+    assert not (repo / "results" / "smoke" / "REPORT.md").exists()
+    with open(repo / "results" / "smoke" / ".run_all.lock") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+
+
+# -- where results go, which code runs ----------------------------------------------------------
+
+def test_plugin_results_dir_is_honoured(tmp_path):
+    repo = make_repo(tmp_path, {"00_ok": OK})
+    elsewhere = tmp_path / "elsewhere"
+    result = run_all(repo, "--profile", "smoke", PLUGIN_RESULTS_DIR=str(elsewhere))
+    assert result.returncode == 0, result.stdout + result.stderr
+    smoke = elsewhere / "smoke"
+    for rel in ("executed/00_ok.ipynb", "executed/00_ok.done", "executed/00_ok.seconds",
+                "logs/00_ok.log", "marker.txt", "REPORT.md"):
+        assert (smoke / rel).exists(), rel
+    assert not (repo / "results" / "smoke").exists()
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+
+
+# -- data at the door; the committed local results ----------------------------------------------
+
+def test_without_data_it_stops_fast_and_the_checkout_stays_clean(tmp_path):
+    """A fresh clone, no data, no Hub: the real data check stops the call before any notebook."""
+    repo = make_repo(tmp_path, {"00_ok": OK}, real_check=True)
+    start = time.monotonic()
+    result = run_all(repo, "--profile", "local", timeout=60)
+    assert result.returncode != 0
+    assert time.monotonic() - start < 30
+    assert "00_ok: running" not in result.stdout
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+
+
+def test_a_failing_data_check_writes_nothing(idle_repo):
+    result = run_all(idle_repo, "--profile", "local", "--force", FAKE_DATA_CHECK="fail")
+    assert result.returncode == 1
+    assert "Missing e2e_cleaned/test-fixed.csv" in result.stderr and "nothing was run" in result.stderr
+    assert git(idle_repo, "status", "--porcelain", "--ignored") == ""
+
+
+def test_readme_only_changes_with_a_complete_local_run(tmp_path):
+    repo = make_repo(tmp_path, {"00_ok": OK})
+    readme = (repo / "README.md").read_text()
+    partial = run_all(repo, "--profile", "local", "--only", "00")
+    assert partial.returncode == 0, partial.stdout + partial.stderr
+    assert (repo / "README.md").read_text() == readme
+    changed = git(repo, "status", "--porcelain").split("\n")
+    assert " M README.md" not in changed
+    complete = run_all(repo, "--profile", "local")  # every notebook (here: one, already finished)
+    assert complete.returncode == 0, complete.stdout + complete.stderr
+    assert "already finished, skipped" in complete.stdout
+    assert "README.md" in complete.stdout  # the report step refreshed the README's results block
+
+
+# -- the helpers ---------------------------------------------------------------------------------
+
+def test_stamp_depends_on_inputs_not_on_the_environment(tmp_path, monkeypatch):
+    rs = run_stamp()
+    nb = tmp_path / "00_x.ipynb"
+    nb.write_text(notebook("print(1)"))
+    first = rs.stamp(nb, "smoke")
+    for name, value in [("HOME", str(tmp_path)), ("PLUGIN_DATA_DIR", "/elsewhere"),
+                        ("PLUGIN_RESULTS_DIR", "/other"), ("HOSTNAME", "another-machine")]:
+        monkeypatch.setenv(name, value)
+    os.utime(nb, (0, 0))
+    assert rs.stamp(nb, "smoke") == first
+    assert rs.stamp(nb, "local") != first
+    assert rs.stamp(nb, "smoke", {"seeds": "[1]"}) != first
+    nb.write_text(notebook("print(2)"))
+    assert rs.stamp(nb, "smoke") != first
+
+
+def test_code_version_is_the_package_content(tmp_path):
+    rs = run_stamp()
+    (tmp_path / "plugin_lib" / "harness").mkdir(parents=True)
+    code = tmp_path / "plugin_lib" / "harness" / "a.py"
+    code.write_text("x = 1\n")
+    (tmp_path / "plugin_lib" / "harness" / "p.yaml").write_text("a: 1\n")
+    first = rs.code_version(tmp_path)
+    os.utime(code, (0, 0))
+    (tmp_path / "plugin_lib" / "__pycache__").mkdir()
+    (tmp_path / "plugin_lib" / "__pycache__" / "a.py").write_text("compiled\n")
+    (tmp_path / "plugin_lib" / "notes.md").write_text("not code\n")
+    assert rs.code_version(tmp_path) == first
+    code.write_text("x = 1\r\n")  # a Windows checkout
+    assert rs.code_version(tmp_path) == first
+    code.write_text("x = 2\n")
+    assert rs.code_version(tmp_path) != first
+    code.write_text("x = 1\n")
+    (tmp_path / "plugin_lib" / "harness" / "p.yaml").write_text("a: 2\n")
+    assert rs.code_version(tmp_path) != first
+
+
+def _notebook_error():
+    spec = importlib.util.spec_from_file_location("notebook_error", ROOT / "scripts" / "notebook_error.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.error_lines
+
+
+CELL_LOG = """Executing Cell 2---------------------------------------
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/papermill/execute.py", line 251, in raise_for_execution_errors
+    raise error
+papermill.exceptions.PapermillExecutionError: 
+---------------------------------------------------------------------------
+Exception encountered at "In [2]":
+---------------------------------------------------------------------------
+\x1b[0;31mMissingDataError\x1b[0m                          Traceback (most recent call last)
+Cell In[2], line 3
+      1 from plugin_lib.data import load_dataset
+----> 3 load_dataset("e2e", "test")
+""" + "\n".join(f"    {i} frame line" for i in range(30)) + """
+
+File ~/repo/plugin_lib/data/datasets.py:265, in _missing(relpath)
+--> 265 raise MissingDataError(
+    266     f"Missing {relpath} ..."
+
+plugin_lib.data.datasets.MissingDataError: Missing e2e_cleaned/test-fixed.csv in PLUGIN_DATA_DIR=/x.
+Download it from https://example.org/e2e; save it as <PLUGIN_DATA_DIR>/e2e_cleaned/test-fixed.csv.
+
+"""
+
+
+def test_notebook_error_is_the_final_exception_of_the_cell():
+    assert _notebook_error()(CELL_LOG) == [
+        "plugin_lib.data.datasets.MissingDataError: Missing e2e_cleaned/test-fixed.csv in PLUGIN_DATA_DIR=/x.",
+        "Download it from https://example.org/e2e; save it as <PLUGIN_DATA_DIR>/e2e_cleaned/test-fixed.csv.",
+    ]
+
+
+def test_notebook_error_outside_a_cell_is_the_last_python_exception():
+    log = ("Input Notebook:  x.ipynb\nTraceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n"
+           "    main()\nnbclient.exceptions.DeadKernelError: Kernel died\n")
+    assert _notebook_error()(log) == ["nbclient.exceptions.DeadKernelError: Kernel died"]
+    assert _notebook_error()("just\nsome\nlines\n") == ["just", "some", "lines"]
