@@ -289,11 +289,13 @@ def test_plugin_results_dir_is_honoured(tmp_path):
 # -- data at the door; the committed local results ----------------------------------------------
 
 def test_without_data_it_stops_fast_and_the_checkout_stays_clean(tmp_path):
-    """A fresh clone, no data, no Hub: the real data check stops the call before any notebook."""
+    """A fresh clone, no data, no Hub, plain `bash run_all.sh`: the profile is chosen (local: no
+    Hub) and the real data check stops the call before any notebook."""
     repo = make_repo(tmp_path, {"00_ok": OK}, real_check=True)
     start = time.monotonic()
-    result = run_all(repo, "--profile", "local", timeout=60)
+    result = run_all(repo, timeout=60)
     assert result.returncode != 0
+    assert "profile: local" in result.stdout
     assert time.monotonic() - start < 30
     assert "00_ok: running" not in result.stdout
     assert git(repo, "status", "--porcelain", "--ignored") == ""
