@@ -162,6 +162,8 @@ def test_wheel_installs_and_carries_every_data_file(tmp_path):
         "assert 'site' in plugin_lib.__file__, plugin_lib.__file__\n"
         "for name in paper.TABLES: assert len(paper.table(name)) > 0, name\n"
         "for name in profile.profile_names(): profile.load_profile(name)\n"
+        "from plugin_lib.data import integrity\n"
+        "assert len(integrity.known_checksums()) > 100\n"
         "print('ok')\n"
     )
     # The installed copy comes first on the path, ahead of this checkout's editable install.

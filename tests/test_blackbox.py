@@ -3,6 +3,7 @@ import torch
 
 from plugin_lib.core.blackbox import BlackBoxLM
 from plugin_lib.data import data_dir
+from plugin_lib.data.datasets import REPO_DATA_DIR
 from plugin_lib.harness.models import converted_smollm2_dir, load_base_model, model_spec, reweighter_spec
 from plugin_lib.harness.profile import load_profile, profile_names
 
@@ -55,7 +56,9 @@ def test_profiles_are_complete_and_overridable():
 
 def test_data_dir_errors_say_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path / "nowhere"))
-    with pytest.raises(FileNotFoundError, match="shared/data"):
+    with pytest.raises(FileNotFoundError, match="not a directory.*plugin_lib.data.fetch"):
         data_dir()
     monkeypatch.delenv("PLUGIN_DATA_DIR")
-    assert data_dir() is None
+    assert data_dir() == REPO_DATA_DIR and (REPO_DATA_DIR / "README.md").exists()  # the default: data/
+    monkeypatch.setenv("PLUGIN_DATA_DIR", "hub")
+    assert data_dir() is None  # the Hugging Face Hub, chosen explicitly

@@ -164,11 +164,26 @@ def test_missing_data_dir_is_an_error(tmp_path, monkeypatch):
         data.load_dataset("e2e", "validation")
 
 
-def test_statistics_show_missing_data_as_na(tmp_path, monkeypatch):
+def test_statistics_refuse_missing_evaluation_data(tmp_path, monkeypatch):
+    """A table of NAs is no result: without validation/test data the statistics raise."""
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
-    table = dataset_statistics()
-    assert table["rows"].isna().all()
-    assert table["note"].str.len().gt(0).all()
+    with pytest.raises(data.MissingDataError, match="e2e_cleaned/devel-fixed.no-ol.csv.*plugin_lib.data.fetch"):
+        dataset_statistics()
+
+
+def test_statistics_show_a_missing_train_split_as_na(data_dir, tmp_path, monkeypatch):
+    # The real data without the train files: links to every other file.
+    for path in data_dir.rglob("*"):
+        rel = path.relative_to(data_dir).as_posix()
+        if path.is_file() and not rel.startswith(("commongen/v1.0_initial_release/", "webnlg/webnlg_challenge_2017/train/")):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).symlink_to(path)
+    monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
+    table = dataset_statistics().set_index(["dataset", "split"])
+    train = table.xs("train", level="split")
+    assert train.loc[["e2e", "webnlg", "commongen"], "rows"].isna().all()
+    assert "not available" in train.loc["webnlg", "note"]
+    assert table.loc[("e2e", "test"), "rows"] == 4_693
 
 
 def test_unreachable_hub_without_data_dir_says_what_to_do(monkeypatch):
@@ -177,14 +192,14 @@ def test_unreachable_hub_without_data_dir_says_what_to_do(monkeypatch):
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'e2e_nlg_cleaned' on the Hub")
 
-    monkeypatch.delenv("PLUGIN_DATA_DIR", raising=False)
+    monkeypatch.setenv("PLUGIN_DATA_DIR", "hub")
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(data.MissingDataError, match="set PLUGIN_DATA_DIR"):
+    with pytest.raises(data.MissingDataError, match="PLUGIN_DATA_DIR=hub.*cannot be reached.*plugin_lib.data.fetch"):
         data.load_dataset("e2e", "test")
 
 
 def test_adidas_without_data_dir_needs_the_csv_variable(monkeypatch):
-    monkeypatch.delenv("PLUGIN_DATA_DIR", raising=False)
+    monkeypatch.setenv("PLUGIN_DATA_DIR", "hub")
     monkeypatch.delenv("PLUGIN_ADIDAS_CSV", raising=False)
     with pytest.raises(FileNotFoundError, match="PLUGIN_ADIDAS_CSV"):
         data.load_dataset("adidas", "test")

@@ -1,9 +1,13 @@
 """The paper's four datasets as lists of :class:`Example`, one per unique input.
 
 ``load_dataset(name, split)`` applies the filters and splits of the authors' code (see
-``shared/docs/REFERENCE.md``). With ``PLUGIN_DATA_DIR`` set it reads the local files (layout of
-``shared/data``); otherwise it reads the Hugging Face Hub datasets, and Adidas from the CSV named
-by ``PLUGIN_ADIDAS_CSV``. Both sources go through the same row conversion, because the local
+``shared/docs/REFERENCE.md``). It reads the local files of the data folder: the repository's
+``data/`` (layout in ``data/README.md``; ``python -m plugin_lib.data.fetch`` fills it), or the
+folder named by ``PLUGIN_DATA_DIR``. Every file is verified before it is read
+(``data.integrity``: checksum, columns, rows), so a missing, truncated or malformed file stops
+with one message naming it, never loads as a shorter dataset. ``PLUGIN_DATA_DIR=hub`` reads the
+Hugging Face Hub datasets instead (e.g. on Colab), and Adidas from the CSV named by
+``PLUGIN_ADIDAS_CSV``. Both sources go through the same row conversion, because the local
 readers produce rows shaped like the Hub's.
 
 Choices a user should know:
@@ -51,6 +55,9 @@ from typing import Any
 
 import numpy as np
 
+from . import sources
+from .integrity import DataError, MissingDataError, verify_file, verify_folder
+
 SPLITS = {
     "e2e": ("train", "validation", "test"),
     "webnlg": ("train", "validation", "test"),
@@ -71,7 +78,8 @@ ADIDAS_FIELDS = ("name", "category", "selling_price", "color")
 ADIDAS_TEST_ROWS = 100
 SPLIT_SEED = 42  # the authors' seed for halving WebNLG and CommonGen into validation/test
 
-# What to download for each local file, keyed by its path relative to PLUGIN_DATA_DIR.
+# What each local file is, keyed by its path relative to the data folder (the downloads
+# themselves: ``data.sources``; ``python -m plugin_lib.data.fetch`` gets them).
 DOWNLOADS = {
     "e2e_cleaned/devel-fixed.no-ol.csv":
         "cleaned-data/devel-fixed.no-ol.csv of https://github.com/tuetschek/e2e-cleaning",
@@ -85,10 +93,9 @@ DOWNLOADS = {
         "https://gitlab.com/shimorina/webnlg-dataset",
     "commongen/hf_format/commongen.dev.jsonl":
         "commongen.dev.jsonl from the CommonGen data zip that HF common_gen is built from "
-        "(https://storage.googleapis.com/huggingface-nlp/datasets/common_gen/commongen_data.zip)",
+        f"({sources.COMMONGEN_ZIP})",
     "commongen/hf_format/commongen.train.jsonl":
-        "commongen.train.jsonl (v1.1, the paper's) from "
-        "https://storage.googleapis.com/huggingface-nlp/datasets/common_gen/commongen_data.zip, "
+        f"commongen.train.jsonl (v1.1, the paper's) from {sources.COMMONGEN_ZIP}, "
         "or the v1.0 files commongen.train.cs_str.txt and commongen.train.tgt.txt of "
         "https://github.com/INK-USC/CommonGen (dataset/final_data/commongen/) into "
         "commongen/v1.0_initial_release/",
@@ -97,28 +104,52 @@ DOWNLOADS = {
         "https://github.com/INK-USC/CommonGen (dataset/final_data/commongen/)",
     "adidas/adidas_usa.csv":
         "adidas_usa.csv of the Kaggle dataset 'Adidas Fashion Retail Products Dataset' "
-        "(thedevastator)",
+        f"(thedevastator, {sources.KAGGLE_PAGE})",
 }
+
+HUB = "hub"  # PLUGIN_DATA_DIR=hub: read the Hugging Face Hub datasets instead of local files
+REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
 
 def data_dir() -> Path | None:
-    """The local data folder (``PLUGIN_DATA_DIR``), or None to use the Hugging Face Hub."""
-    value = os.environ.get("PLUGIN_DATA_DIR")
-    if not value:
+    """The local data folder: ``PLUGIN_DATA_DIR``, by default the repository's ``data/``;
+    None when ``PLUGIN_DATA_DIR=hub`` (the Hugging Face Hub)."""
+    value = os.environ.get("PLUGIN_DATA_DIR", "").strip()
+    if value.lower() == HUB:
         return None
-    path = Path(value).expanduser()
+    path = Path(value).expanduser() if value else REPO_DATA_DIR
     if not path.is_dir():
-        raise FileNotFoundError(
-            f"PLUGIN_DATA_DIR={value!r} is not a directory. Point it at a folder laid out like "
-            "shared/data (e2e_cleaned/, webnlg/, commongen/, adidas/, nltk_data/), or unset it "
-            "to download the datasets from the Hugging Face Hub."
-        )
+        if value:
+            raise FileNotFoundError(
+                f"PLUGIN_DATA_DIR={value!r} is not a directory. Point it at a folder laid out like "
+                "data/ (e2e_cleaned/, webnlg/, commongen/, adidas/, nltk_data/; see data/README.md), "
+                f"fill one with `python -m plugin_lib.data.fetch --dest {value}`, or set "
+                "PLUGIN_DATA_DIR=hub to read the datasets from the Hugging Face Hub."
+            )
+        raise MissingDataError(
+            f"The default data folder {path} does not exist (plugin_lib installed outside its "
+            "repository?). Set PLUGIN_DATA_DIR to a data folder (fill one with `python -m "
+            "plugin_lib.data.fetch --dest DIR`), or PLUGIN_DATA_DIR=hub to read the Hugging Face Hub.",
+            "")
     return path
 
 
+def describe_data_dir() -> str:
+    """Where the data comes from, in words (for messages and logs)."""
+    value = os.environ.get("PLUGIN_DATA_DIR", "").strip()
+    if value.lower() == HUB:
+        return "the Hugging Face Hub (PLUGIN_DATA_DIR=hub)"
+    if value:
+        return f"PLUGIN_DATA_DIR={value}"
+    return f"the default data folder {REPO_DATA_DIR} (PLUGIN_DATA_DIR overrides it)"
+
+
 def use_local_nltk_data() -> None:
-    """Let NLTK find ``<PLUGIN_DATA_DIR>/nltk_data`` (stopwords, punkt_tab) without NLTK_DATA."""
-    folder = data_dir()
+    """Let NLTK find ``<data folder>/nltk_data`` (stopwords, punkt_tab) without NLTK_DATA."""
+    try:
+        folder = data_dir()
+    except FileNotFoundError:
+        return
     if folder is not None and (folder / "nltk_data").is_dir():
         import nltk
 
@@ -139,14 +170,6 @@ class Example:
     source: str
     references: tuple[str, ...]
     meta: dict = field(default_factory=dict, hash=False)
-
-
-class MissingDataError(FileNotFoundError):
-    """A local data file is missing; ``relpath`` is its path relative to the data dir."""
-
-    def __init__(self, message: str, relpath: str):
-        super().__init__(message)
-        self.relpath = relpath
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,20 +282,24 @@ def first_half_inputs(keys: list[Hashable], seed: int = SPLIT_SEED) -> set[Hasha
 # Readers: Hub-shaped rows from the local files or from the Hub.
 
 def missing_data_error(relpath: str) -> MissingDataError:
-    """The error for a missing local file: what to download and where to put it."""
-    what = next(text for key, text in DOWNLOADS.items() if relpath.startswith(key))
+    """The error for a missing local file: what it is and how to get it."""
+    what = next((text for key, text in DOWNLOADS.items() if relpath.startswith(key)), relpath)
     return MissingDataError(
-        f"Missing {relpath} in PLUGIN_DATA_DIR={data_dir()}. Download {what}; save "
-        f"it as <PLUGIN_DATA_DIR>/{relpath}. Or unset PLUGIN_DATA_DIR to load the datasets "
-        "from the Hugging Face Hub.", relpath)
+        f"Missing data file {data_dir() / relpath} (data from {describe_data_dir()}). It is {what}. "
+        f"{sources.how_to_get(relpath, data_dir())} Or set PLUGIN_DATA_DIR=hub to read the datasets from the "
+        "Hugging Face Hub.", relpath)
 
 
 def local_path(relpath: str) -> Path:
-    """``relpath`` under the data dir, or MissingDataError saying what to download."""
+    """``relpath`` under the data dir, verified (``data.integrity``); MissingDataError saying
+    what to download when it is not there, DataError when it is damaged."""
     path = data_dir() / relpath
     if not path.exists():
         raise missing_data_error(relpath)
-    return path
+    if path.is_dir():
+        verify_folder(data_dir(), relpath)
+        return path
+    return verify_file(data_dir(), relpath)
 
 
 def hub_rows(hub_name: str, split: str, config_name: str | None = None):
@@ -283,9 +310,9 @@ def hub_rows(hub_name: str, split: str, config_name: str | None = None):
         return datasets.load_dataset(hub_name, config_name, split=split)
     except ConnectionError as error:
         raise MissingDataError(
-            f"PLUGIN_DATA_DIR is not set and the Hugging Face Hub dataset '{hub_name}' cannot be "
-            "reached. Connect to the internet, or set PLUGIN_DATA_DIR to a folder with local "
-            "copies (layout in the README's Data section).", hub_name) from error
+            f"PLUGIN_DATA_DIR=hub, and the Hugging Face Hub dataset '{hub_name}' cannot be reached. "
+            "Connect to the internet, or unset PLUGIN_DATA_DIR to read the local data folder "
+            "(fill it with `python -m plugin_lib.data.fetch`; layout in data/README.md).", hub_name) from error
 
 
 def read_csv_rows(path: Path) -> list[dict[str, str]]:
@@ -362,7 +389,7 @@ def commongen_rows(split: str):
         return commongen_jsonl_rows(local_path("commongen/hf_format/commongen.dev.jsonl"))
     v11 = "commongen/hf_format/commongen.train.jsonl"
     if (data_dir() / v11).exists():
-        return commongen_jsonl_rows(data_dir() / v11)
+        return commongen_jsonl_rows(local_path(v11))
     if not (data_dir() / "commongen/v1.0_initial_release").is_dir():
         raise missing_data_error(v11)
     warnings.warn(f"CommonGen train: the older v1.0 release is used, since {v11} (v1.1, the "
@@ -379,9 +406,9 @@ def adidas_rows() -> list[dict[str, str]]:
         raise MissingDataError(
             "The Adidas dataset is not on the Hugging Face Hub. Download "
             f"{DOWNLOADS['adidas/adidas_usa.csv']} and set PLUGIN_ADIDAS_CSV to its path "
-            f"(now: {path!r}), or set PLUGIN_DATA_DIR to a folder with adidas/adidas_usa.csv.",
-            "adidas/adidas_usa.csv")
-    return read_csv_rows(Path(path))
+            f"(now: {path!r}), or unset PLUGIN_DATA_DIR to read adidas/adidas_usa.csv from the "
+            "local data folder.", "adidas/adidas_usa.csv")
+    return read_csv_rows(verify_file(None, "adidas/adidas_usa.csv", Path(path)))
 
 
 # ---------------------------------------------------------------------------------------------
