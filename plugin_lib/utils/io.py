@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,41 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 
+class CorruptFileError(ValueError):
+    """A stored file that cannot be parsed (truncated, e.g. by a full disk); names the file."""
+
+
 def read_json(path: str | os.PathLike) -> Any:
+    """The JSON in ``path``; CorruptFileError naming the file when it is not valid JSON."""
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as err:
+            raise CorruptFileError(
+                f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}): the file is "
+                "truncated or damaged. Delete it to have it made again, or restore it (git checkout -- <file> "
+                "for a committed result).") from err
+
+
+STALE_AFTER_S = 3600
+
+
+def remove_stale_temporaries(folder: str | os.PathLike, patterns: tuple[str, ...] = (".*.tmp",),
+                             max_age_s: float = STALE_AFTER_S) -> list[Path]:
+    """Remove temporary files (``patterns``, e.g. ``.<name>.<random>.tmp`` of the atomic
+    writes) in ``folder`` not modified for ``max_age_s`` seconds: orphans of a process that was
+    killed before it could clean up. A live writer touches its file far more often. Returns
+    what was removed; a folder that does not exist is fine."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed, cutoff = [], time.time() - max_age_s
+    for pattern in patterns:
+        for path in folder.glob(pattern):
+            try:
+                if path.is_file() and path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed.append(path)
+            except FileNotFoundError:  # another process removed it first
+                pass
+    return removed
