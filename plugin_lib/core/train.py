@@ -18,6 +18,8 @@ import copy
 import hashlib
 import json
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +84,29 @@ def collate(pairs: Sequence[EncodedPair], pad_token_id: int) -> dict[str, torch.
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
+STALE_PARTIAL_S = 3600
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def remove_stale_partials(directory: Path, max_age_s: float = STALE_PARTIAL_S) -> list[Path]:
+    """Remove ``.base-*.partial`` files in ``directory`` untouched for ``max_age_s`` seconds:
+    caches whose build was killed (a live build touches its file after every batch)."""
+    removed, cutoff = [], time.time() - max_age_s
+    for partial in Path(directory).glob(".base-*.partial"):
+        try:
+            if partial.stat().st_mtime < cutoff:
+                partial.unlink()
+                removed.append(partial)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 def _cache_key(base_name: str, pairs: Sequence[EncodedPair]) -> str:
     payload = json.dumps([base_name, [(p.input_ids, p.prompt_length) for p in pairs]])
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
@@ -136,14 +161,24 @@ class BaseOutputCache:
         dtype = np.float16 if torch_dtype == torch.float16 else np.float32
         shape = (int(offsets[-1]), base.vocab_size)
         nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
-        path = None
+        path = tmp = None
         if directory is not None:
             path = Path(directory) / f"base-{_cache_key(base.name, pairs)}.npy"
             if path.exists():
                 return cls(np.load(path, mmap_mode="r"), offsets)
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.partial")
-            rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+            remove_stale_partials(path.parent)
+            # A name unique to this build: two processes building the same cache never write
+            # into one file; whichever finishes first gives the final name its content.
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+            os.close(fd)
+            tmp = Path(name)
+            try:
+                os.chmod(tmp, 0o666 & ~_umask())  # the user's normal permissions, not mkstemp's 0600
+                rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
         elif nbytes > max_memory_gb * 2**30:
             raise MemoryError(
                 f"The base-output cache needs {nbytes / 2**30:.1f} GiB, over max_memory_gb="
@@ -151,23 +186,34 @@ class BaseOutputCache:
             )
         else:
             rows = torch.empty(shape, dtype=torch_dtype)
-        order = range(0, len(pairs), batch_size)
-        for start in tqdm(order, desc="base outputs", disable=not progress):
-            idx = list(range(start, min(start + batch_size, len(pairs))))
-            batch = collate([pairs[i] for i in idx], base.tokenizer.pad_token_id)
-            logits = base.logits(batch["input_ids"], batch["attention_mask"])
-            selected = logits[target_positions(batch["labels"]).to(logits.device)]
-            chunk = F.log_softmax(selected.float(), dim=-1).to(torch_dtype).cpu()
-            lo, hi = offsets[idx[0]], offsets[idx[-1] + 1]
-            if isinstance(rows, np.ndarray):
-                rows[lo:hi] = chunk.numpy()
-            else:
-                rows[lo:hi] = chunk
-        if path is not None:
-            rows.flush()
-            del rows
-            tmp.rename(path)  # only a complete cache ever carries the final name
-            return cls(np.load(path, mmap_mode="r"), offsets)
+        try:
+            order = range(0, len(pairs), batch_size)
+            for start in tqdm(order, desc="base outputs", disable=not progress):
+                idx = list(range(start, min(start + batch_size, len(pairs))))
+                batch = collate([pairs[i] for i in idx], base.tokenizer.pad_token_id)
+                logits = base.logits(batch["input_ids"], batch["attention_mask"])
+                selected = logits[target_positions(batch["labels"]).to(logits.device)]
+                chunk = F.log_softmax(selected.float(), dim=-1).to(torch_dtype).cpu()
+                lo, hi = offsets[idx[0]], offsets[idx[-1] + 1]
+                if isinstance(rows, np.ndarray):
+                    rows[lo:hi] = chunk.numpy()
+                else:
+                    rows[lo:hi] = chunk
+                if tmp is not None:
+                    os.utime(tmp)  # alive: remove_stale_partials leaves a file touched this recently
+            if path is not None:
+                rows.flush()
+                del rows
+                if path.exists():  # another process finished the same cache meanwhile: use it
+                    tmp.unlink()
+                else:
+                    os.replace(tmp, path)  # only a complete cache ever carries the final name
+                tmp = None
+                return cls(np.load(path, mmap_mode="r"), offsets)
+        except BaseException:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)  # a full disk or Ctrl-C leaves no partial file behind
+            raise
         return cls(rows, offsets)
 
 

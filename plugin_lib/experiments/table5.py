@@ -5,7 +5,8 @@ BDPL and BDPL + Plugin, per (dataset, base model, seed):
 1. BDPL (``harness.bdpl``) learns a discrete prefix on the task's training part with a
    budget of black-box calls (75, as in the paper). The prompt, the calls used and the reward
    history are stored in ``runs/<dataset>/<model>/bdpl-prompts/seed<k>.json`` and reused,
-   never learned twice (outside the ``*-seed*.json`` pattern of run records).
+   never learned twice (outside the ``*-seed*.json`` pattern of run records), as long as its
+   settings and its inputs (``runner.inputs_fingerprint``: the task's data and base) match.
 2. "BDPL" is Zeroshot on the prefixed task; "BDPL+Plugin" is the Plugin trained and decoded
    on the prefixed task. Both are ordinary runner records (labels "BDPL", "BDPL+Plugin"). The
    base-output cache of the prefixed task is a different file from the unprefixed one:
@@ -41,6 +42,7 @@ from ..report.comparison import claim_from_counts, metric_wins, table_models
 from ..utils.io import atomic_write_json, read_json
 
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
+BDPL_REWARDS = ("loglik", "rougeL")  # harness.bdpl.train_bdpl
 
 
 def paper_rows() -> pd.DataFrame:
@@ -52,7 +54,17 @@ def paper_rows() -> pd.DataFrame:
 
 def notebook_budget(profile: Profile, budget: int | None = None) -> int:
     """The BDPL budget given; by default the profile's ``wrapper.bdpl_budget``."""
-    return budget if budget is not None else profile.wrapper.bdpl_budget
+    budget = budget if budget is not None else profile.wrapper.bdpl_budget
+    check_bdpl_arguments(budget, "loglik")
+    return budget
+
+
+def check_bdpl_arguments(budget, reward) -> None:
+    """TypeError/ValueError for a budget that is not a positive integer or an unknown reward."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise TypeError(f"The BDPL budget must be a positive integer (black-box calls), got {budget!r}.")
+    if reward not in BDPL_REWARDS:
+        raise ValueError(f"Unknown BDPL reward {reward!r}; choose one of {list(BDPL_REWARDS)}.")
 
 
 # ---------------------------------------------------------------- BDPL prompts
@@ -77,7 +89,8 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
         raise ValueError("BDPL learns a prefix for an unprefixed task.")
     path = prompt_path(profile, task.dataset, task.base.name, seed)
     settings = _prompt_settings(task, seed, budget, reward)
-    if path.exists() and (stored := read_json(path)).get("settings") == settings:
+    inputs = runner.inputs_fingerprint(task)
+    if path.exists() and runner.is_current(stored := read_json(path), settings, inputs):
         return stored
     started = time.perf_counter()
     result = bdpl.train_bdpl(
@@ -92,7 +105,7 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
         seed=seed,
     )
     record = {
-        "dataset": task.dataset, "model": task.base.name, "seed": seed, "settings": settings,
+        "dataset": task.dataset, "model": task.base.name, "seed": seed, "settings": settings, "inputs": inputs,
         "prefix": result.prefix, "budget": budget, "calls_used": result.calls_used, "reward": reward,
         "mean_rewards": result.mean_rewards, "history": result.history, "candidates": list(result.candidates),
         "indices": list(result.indices), "probs": result.probs.tolist(), "train_inputs": len(task.train),
@@ -145,10 +158,10 @@ def run_bdpl(task: methods.Task, profile: Profile, seed: int, *, budget: int = b
 
 def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot", "Plugin")) -> list[dict]:
     """The main tables' stored runs of ``method_names`` on ``task`` made under the current
-    settings (``runner.load_runs``); nothing is run."""
-    fingerprint = runner.settings_fingerprint(task, profile)
+    settings from the current inputs (``runner.load_runs``); nothing is run."""
+    fingerprint, inputs = runner.settings_fingerprint(task, profile), runner.inputs_fingerprint(task)
     return [r for r in runner.load_runs(profile, task.dataset)
-            if r["model"] == task.base.name and r["method"] in method_names and r["settings"] == fingerprint]
+            if r["model"] == task.base.name and r["method"] in method_names and runner.is_current(r, fingerprint, inputs)]
 
 
 def prompt_row(prompt: dict, task: methods.Task, prefixed: methods.Task) -> dict:
@@ -169,6 +182,9 @@ def run_table5(datasets: list[str], profile: Profile, *, model_names: list[str] 
                budget: int = bdpl.DEFAULT_BUDGET, reward: str = "loglik") -> tuple[list[dict], pd.DataFrame]:
     """Every BDPL and BDPL+Plugin run of Table 5, with the main tables' Zeroshot and Plugin
     runs where they exist; and the learned prompts, one row per (dataset, model, seed)."""
+    for dataset in datasets:
+        runner.check_run_arguments(dataset, model_names=model_names)
+    check_bdpl_arguments(budget, reward)
     records, rows = [], []
     for model_name in model_names or table_models(profile, paper_rows()):
         base = None

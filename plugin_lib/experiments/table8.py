@@ -32,6 +32,8 @@ def paper_rows() -> pd.DataFrame:
 def run_table8(datasets: list[str], profile: Profile, *, model_names: list[str] | None = None) -> list[dict]:
     """Zeroshot, LoRA and Plugin runs per dataset; Zeroshot and Plugin are the main tables' runs."""
     model_names = model_names or table_models(profile, paper_rows())
+    for dataset in datasets:  # every argument checked before the first run is written
+        runner.check_run_arguments(dataset, model_names=model_names)
     return [r for d in datasets for r in runner.run_table(d, profile, model_names=model_names, method_names=list(TABLE8_METHODS))]
 
 

@@ -171,10 +171,10 @@ def save_model_dir(target: Path, model, tokenizer, extra: dict[str, object] | No
             else:
                 torch.save(value, tmp / name)
         tmp.rename(target)
-    except OSError:
+    except BaseException as err:  # a full disk or Ctrl-C leaves no half-written directory
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / "config.json").exists():  # another process may have finished first
-            raise
+        if not isinstance(err, OSError) or not (target / "config.json").exists():
+            raise  # (an OSError after another process finished the same model first is fine)
     return target
 
 

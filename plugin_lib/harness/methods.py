@@ -113,15 +113,23 @@ class Task:
         return self._memo[key]
 
 
-def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model: str | None = None,
-              cache_dir: Path | None = None, seed: int = 0) -> Task:
-    """The task's splits at the profile's scale: validation divided 60/40 by unique input.
-    ``prompt_model``: the model whose prompt family and chat format to use (default: the base).
-    ``harness.runner.load_task`` is the entry point; it puts the cache under the runs folder."""
+def task_splits(dataset: str, profile: Profile, seed: int = 0
+                ) -> tuple[list[data.Example], list[data.Example], list[data.Example]]:
+    """(train, hyper, test) at the profile's scale: the validation subset divided 60/40 by
+    unique input, and the test subset. Every task of ``dataset`` under ``profile`` has these."""
     rows = profile.rows
     validation = data.load_dataset(dataset, "validation", rows=rows.validation)
     train, hyper = data.split_hyper_validation(validation, frac=0.4, seed=seed)
     test = data.load_dataset(dataset, "test", rows=rows.test)
+    return train, hyper, test
+
+
+def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model: str | None = None,
+              cache_dir: Path | None = None, seed: int = 0) -> Task:
+    """The task's splits at the profile's scale (:func:`task_splits`).
+    ``prompt_model``: the model whose prompt family and chat format to use (default: the base).
+    ``harness.runner.load_task`` is the entry point; it puts the cache under the runs folder."""
+    train, hyper, test = task_splits(dataset, profile, seed)
     spec = models.model_spec(prompt_model or base.name)
     return Task(
         base=base,

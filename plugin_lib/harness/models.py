@@ -97,9 +97,9 @@ def converted_smollm2_dir() -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         tmp.rename(target)  # atomic: a half-written conversion is never picked up
-    except OSError:
+    except BaseException as err:  # a full disk or Ctrl-C leaves no half-written directory
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / "config.json").exists():
+        if not isinstance(err, OSError) or not (target / "config.json").exists():
             raise
     return target
 

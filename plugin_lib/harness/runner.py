@@ -5,14 +5,27 @@ test predictions, the seven metrics, the chosen hyperparameters, the training hi
 scale it was produced at. Files are written atomically, and a run whose file exists is not
 redone (unless ``force``), so an interrupted notebook resumes where it stopped.
 
+A stored run counts only if it was made from the same inputs: its ``settings`` (a hash of the
+profile's settings that shape it, :func:`settings_fingerprint`) and its ``inputs`` (a hash of
+the task's data, :func:`inputs_fingerprint`: every train, hyper-validation and test example's
+id, source and references, and the base model's spec) must both match the current ones.
+Otherwise it is stale and is made again, never silently reused; a record without ``inputs``
+is stale. The same holds for the grid-search records (``<label>-selection.json``).
+Arguments are checked before anything is loaded or written (:func:`check_run_arguments`).
+
 Hyperparameters are chosen on hyper-validation loss over the profile's grid with the first
 seed; later seeds reuse the choice. The grid search itself resumes: every configuration's
 loss is recorded as it finishes, together with the weights of the best one so far.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import os
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -21,7 +34,7 @@ from tqdm.auto import tqdm
 from .. import data
 from ..core.blackbox import BlackBoxLM
 from ..metrics import compute_metrics
-from ..utils.io import atomic_write_json, read_json
+from ..utils.io import atomic_write_json, current_umask, read_json, remove_stale_temporaries
 from . import methods, models
 from . import profile as config
 from .profile import Profile
@@ -45,10 +58,8 @@ def arch_for(model: str) -> dict:
 
 
 def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None = None) -> str:
-    """Everything a stored run depends on; a run stored under other settings is redone."""
-    import hashlib
-    import json
-
+    """The settings a stored run depends on; a run stored under other settings is redone.
+    (The data it depends on: :func:`inputs_fingerprint`.)"""
     relevant = {k: profile.section(k) for k in ("rows", "tokens", "training", "grid", "decoding")}
     relevant.update(dataset=task.dataset, model=models.model_spec(task.base.name),
                     chat_template=task.use_chat_template)
@@ -59,18 +70,50 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _load_if_current(path: Path, fingerprint: str) -> dict | None:
+def examples_fingerprint(model: str, train: Sequence[data.Example], hyper: Sequence[data.Example],
+                         test: Sequence[data.Example]) -> str:
+    """A hash of the data a run of ``model`` on these splits depends on: each example's id,
+    source and references, in order, and the base model's spec (:func:`models.model_spec`)."""
+    payload = {"base": models.model_spec(model)}
+    for name, split in (("train", train), ("hyper", hyper), ("test", test)):
+        payload[name] = [[ex.id, ex.source, list(ex.references)] for ex in split]
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def inputs_fingerprint(task: methods.Task) -> str:
+    """:func:`examples_fingerprint` of the task (stored in each record as ``inputs``)."""
+    if "inputs" not in task._memo:
+        task._memo["inputs"] = examples_fingerprint(task.base.name, task.train, task.hyper, task.test)
+    return task._memo["inputs"]
+
+
+def is_current(record: dict, fingerprint: str, inputs: str) -> bool:
+    """Whether a stored record was made under these settings from these inputs."""
+    return record.get("settings") == fingerprint and record.get("inputs") == inputs
+
+
+def _load_if_current(path: Path, fingerprint: str, inputs: str) -> dict | None:
     if not path.exists():
         return None
     record = read_json(path)
-    return record if record.get("settings") == fingerprint else None
+    return record if is_current(record, fingerprint, inputs) else None
 
 
 def _save_state(model: torch.nn.Module, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    """The model's weights at ``path``, atomically: into a temporary file unique to this call
+    in the same folder, renamed when complete, removed on any failure (a full disk, Ctrl-C)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), tmp)
-    tmp.rename(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~current_umask())  # the user's normal permissions, not 0600
+        with os.fdopen(fd, "wb") as f:
+            torch.save(model.state_dict(), f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def select_hparams(
@@ -89,7 +132,10 @@ def select_hparams(
     record_path = folder / f"{label}-selection.json"
     state_path = folder / f"{label}-best.pt"
     fingerprint = settings_fingerprint(task, profile, arch if label != method else None)
-    record = _load_if_current(record_path, fingerprint) or {"settings": fingerprint, "configs": {}, "best": None}
+    inputs = inputs_fingerprint(task)
+    remove_stale_temporaries(folder)
+    record = (_load_if_current(record_path, fingerprint, inputs)
+              or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
     seed = profile.seeds[0]
     for hparams in hparam_grid(profile, method):
         tag = _tag(hparams)
@@ -150,10 +196,12 @@ def run_experiment(
     folder = runs_dir(profile, task.dataset, task.base.name)
     path = folder / f"{label}-seed{seed}.json"
     fingerprint = settings_fingerprint(task, profile, arch if label != method else None)
+    inputs = inputs_fingerprint(task)
     arch = arch or arch_for(task.base.name)
-    stored = None if force else _load_if_current(path, fingerprint)
+    stored = None if force else _load_if_current(path, fingerprint, inputs)
     if stored is not None:
         return stored
+    remove_stale_temporaries(folder)
     started = time.perf_counter()
     model, hparams, training = None, None, None
     if method in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
@@ -176,6 +224,7 @@ def run_experiment(
         "seed": seed,
         "profile": profile.name,
         "settings": fingerprint,
+        "inputs": inputs,
         "hparams": hparams,
         "training": training,
         "metrics": compute_metrics(predictions, references),
@@ -191,6 +240,29 @@ def run_experiment(
     }
     atomic_write_json(path, record)
     return record
+
+
+def _name_list(value, what: str, example: str) -> list[str]:
+    if (isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(v, str) and v for v in value)):
+        raise TypeError(f"{what} must be a non-empty list of names, got {value!r}; e.g. {what}={example}.")
+    return list(value)
+
+
+def check_run_arguments(dataset: str, *, model_names=None, method_names=None) -> None:
+    """TypeError or ValueError, with what to pass instead, for a dataset that is not one of the
+    four, or model/method names that are not a list of known names (a string such as
+    ``"Plugin"`` is an error, not seven one-letter methods). None means the default."""
+    if not isinstance(dataset, str) or dataset not in data.DATASETS:
+        raise ValueError(f"Unknown dataset {dataset!r}; choose one of {list(data.DATASETS)}.")
+    if model_names is not None:
+        for name in _name_list(model_names, "model_names", "['smollm2-135m-instruct']"):
+            models.model_spec(name)  # ValueError naming the known models
+    if method_names is not None:
+        known = methods.METHODS + methods.EXTRA_METHODS
+        unknown = [m for m in _name_list(method_names, "method_names", "['Zeroshot', 'Plugin']") if m not in known]
+        if unknown:
+            raise ValueError(f"Unknown method(s) {unknown}; choose from {list(known)}.")
 
 
 def load_task(base: BlackBoxLM | str, dataset: str, profile: Profile, *, prompt_model: str | None = None
@@ -219,7 +291,10 @@ def run_table(
     """Every (model, method, seed) run of one dataset's table, resuming finished ones.
 
     Zeroshot is deterministic (greedy, no training), so it runs once, with the first seed.
+    The arguments are checked first (:func:`check_run_arguments`): a wrong one raises before
+    any model is loaded or any file written.
     """
+    check_run_arguments(dataset, model_names=model_names, method_names=method_names)
     records = []
     for model_name in model_names or profile.base_models:
         task = load_task(model_name, dataset, profile)
@@ -244,6 +319,8 @@ def notebook_datasets(profile: Profile, datasets: str | list[str] | None = None)
     (all four when that is null)."""
     if datasets is None:
         datasets = profile.wrapper.datasets or data.DATASETS
+    if not isinstance(datasets, (str, list, tuple)):
+        raise TypeError(f"datasets must be a dataset name or a list of them, got {datasets!r}.")
     chosen = [datasets] if isinstance(datasets, str) else list(datasets)
     unknown = [d for d in chosen if d not in data.DATASETS]
     if unknown:
