@@ -317,3 +317,29 @@ def test_stamp_script_checks_data_and_test_ids_before_writing(tmp_path, monkeypa
         assert read_json(target / name)["inputs"] == inputs  # the same as the committed stamp
     assert script.main(["--profile", "local"]) == 0
     assert "0 to stamp, 4 already current" in capsys.readouterr().out
+
+
+def test_orphaned_model_directories_are_removed_by_the_next_save(tmp_path):
+    from plugin_lib.harness import finetune
+
+    orphan = tmp_path / ".tuned-abc123"
+    orphan.mkdir()
+    (orphan / "model.safetensors").write_bytes(b"half")
+    os.utime(orphan, (time.time() - 7200,) * 2)
+    recent = tmp_path / ".tuned-def456"
+    recent.mkdir()
+
+    class Saveable:
+        def save_pretrained(self, folder):
+            (Path(folder) / "config.json").write_text("{}")
+
+    finetune.save_model_dir(tmp_path / "tuned", Saveable(), Saveable())
+    assert not orphan.exists() and recent.exists() and (tmp_path / "tuned/config.json").exists()
+
+    class DiskFull(Saveable):
+        def save_pretrained(self, folder):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        finetune.save_model_dir(tmp_path / "other", DiskFull(), Saveable())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tuned-def456", "tuned"]

@@ -44,7 +44,7 @@ from ..core.train import TokenObjective, encode_pairs, small_model_log_probs
 from .. import data
 from ..core.blackbox import BlackBoxLM
 from ..data import Example, prompts, training_pairs
-from ..utils.io import read_json
+from ..utils.io import read_json, remove_stale_temporaries
 from . import models
 from . import profile as config
 from .profile import Ablations, Profile
@@ -161,6 +161,7 @@ def save_model_dir(target: Path, model, tokenizer, extra: dict[str, object] | No
     """Save model and tokenizer (and ``extra`` files: JSON-able dicts or torch objects) to
     ``target`` atomically: into a temporary directory, then renamed."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target.parent, (f".{target.name}-*",))  # left by a killed process
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
         model.save_pretrained(tmp)

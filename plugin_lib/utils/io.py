@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -72,10 +73,10 @@ STALE_AFTER_S = 3600
 
 def remove_stale_temporaries(folder: str | os.PathLike, patterns: tuple[str, ...] = (".*.tmp",),
                              max_age_s: float = STALE_AFTER_S) -> list[Path]:
-    """Remove temporary files (``patterns``, e.g. ``.<name>.<random>.tmp`` of the atomic
-    writes) in ``folder`` not modified for ``max_age_s`` seconds: orphans of a process that was
-    killed before it could clean up. A live writer touches its file far more often. Returns
-    what was removed; a folder that does not exist is fine."""
+    """Remove temporary files or directories (``patterns``, e.g. ``.<name>.<random>.tmp`` of
+    the atomic writes) in ``folder`` not modified for ``max_age_s`` seconds: orphans of a
+    process that was killed before it could clean up. A live writer touches its file far more
+    often. Returns what was removed; a folder that does not exist is fine."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -83,9 +84,13 @@ def remove_stale_temporaries(folder: str | os.PathLike, patterns: tuple[str, ...
     for pattern in patterns:
         for path in folder.glob(pattern):
             try:
-                if path.is_file() and path.stat().st_mtime < cutoff:
+                if path.stat().st_mtime >= cutoff:
+                    continue
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
                     path.unlink()
-                    removed.append(path)
+                removed.append(path)
             except FileNotFoundError:  # another process removed it first
                 pass
     return removed
