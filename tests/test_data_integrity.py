@@ -193,6 +193,18 @@ def test_no_data_fails_in_seconds(tmp_path):
     assert loader.returncode == 1 and "MissingDataError: Missing data file" in loader.stderr
 
 
+def test_nltk_data_elsewhere_on_nltks_path_is_accepted(shared, tmp_path, monkeypatch):
+    empty = tmp_path / "data"
+    empty.mkdir()
+    monkeypatch.setenv("NLTK_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(check_cli.Path, "home", lambda: tmp_path)
+    problems, _ = check_cli.run_check(empty, ["nltk"])
+    assert [p.relpath for p in problems] == ["nltk_data/corpora/stopwords/english", integrity.PUNKT_TAB]
+    monkeypatch.setenv("NLTK_DATA", str(shared / "nltk_data"))
+    problems, notes = check_cli.run_check(empty, ["nltk"])
+    assert problems == [] and str(shared / "nltk_data") in notes[0]
+
+
 def test_check_passes_on_the_real_data_and_names_each_problem(shared, tmp_path, capsys):
     assert check_cli.main(["--profile", "local", "--data-dir", str(shared)]) == 0
     assert "ok: every file is there and complete" in capsys.readouterr().out

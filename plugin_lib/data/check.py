@@ -25,16 +25,24 @@ from . import integrity, sources
 from .datasets import data_dir, describe_data_dir
 
 
-def _nltk_elsewhere() -> str | None:
-    """Where NLTK finds stopwords and punkt_tab outside the data folder (NLTK_DATA), or None."""
-    try:
-        import nltk
+def nltk_search_path() -> list[Path]:
+    """NLTK's data search path (``nltk.data.path``), without importing nltk (seconds)."""
+    folders = [Path(p) for p in os.environ.get("NLTK_DATA", "").split(os.pathsep) if p]
+    folders.append(Path.home() / "nltk_data")
+    folders += [Path(sys.prefix) / sub for sub in ("nltk_data", "share/nltk_data", "lib/nltk_data")]
+    folders += [Path(p) for p in ("/usr/share/nltk_data", "/usr/local/share/nltk_data",
+                                  "/usr/lib/nltk_data", "/usr/local/lib/nltk_data")]
+    return folders
 
-        found = nltk.data.find("corpora/stopwords")
-        nltk.data.find("tokenizers/punkt_tab/english/")
-    except (ImportError, LookupError):
-        return None
-    return str(found)
+
+def _nltk_elsewhere() -> str | None:
+    """The folder of NLTK's search path (e.g. NLTK_DATA) with stopwords and punkt_tab, or None."""
+    for folder in nltk_search_path():
+        stopwords = (folder / "corpora/stopwords").is_dir() or (folder / "corpora/stopwords.zip").is_file()
+        punkt_tab = (folder / "tokenizers/punkt_tab/english").is_dir() or (folder / "tokenizers/punkt_tab.zip").is_file()
+        if stopwords and punkt_tab:
+            return str(folder)
+    return None
 
 
 def check_hub(groups: Sequence[str]) -> tuple[list[integrity.Problem], list[str]]:
