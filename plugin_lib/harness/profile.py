@@ -6,7 +6,7 @@ writers). Paths come from environment variables:
 
 - ``PLUGIN_CACHE_DIR``: converted models and base-output caches (default ``~/.cache/plugin-repro``).
 - ``PLUGIN_RESULTS_DIR``: where runs, tables and figures go (default ``<repo>/results``).
-- ``PLUGIN_DATA_DIR``: the datasets (``plugin_lib.data``).
+- ``PLUGIN_DATA_DIR``: the data folder (default ``<repo>/data``; ``hub``: the Hugging Face Hub; ``plugin_lib.data``).
 """
 from __future__ import annotations
 
