@@ -454,6 +454,9 @@ def check_more_layers(records: Sequence[dict], n_resamples: int) -> dict:
 def check_pretrained(records: Sequence[dict], n_resamples: int, hparams: str) -> dict:
     """Paper: "initializing with a pretrained GPT2-Small substantially improves performance"
     (``PRETRAINED_RULE``). ``hparams``: the profile's ``ablations.complexity_hparams``."""
+    if not _runs(records, "Plugin-pretrained"):
+        return _check(PRETRAINED_CLAIM, PRETRAINED_RULE, verdicts.NOT_MEASURABLE, "no pretrained reweighting model was run",
+                      {"summary": "not run", "n": {"inputs": _inputs(records), "seeds": 0}})
     gain = _variant_means(records, "Plugin-pretrained") - _variant_means(records, ONE_LAYER)
     if hparams != "own":
         seeds = len(_runs(records, "Plugin-pretrained"))

@@ -140,8 +140,9 @@ def check_shift(dataset: str, records: Sequence[dict]) -> tuple[str, str, dict]:
               f"{premise['a']['target outputs']}/{premise['a']['counted outputs']}")
     if not biased:
         ours = (f"premise not recreated: fine-tuning moved the share from {_share(shares['original base'])} "
-                f"(original base) to {_share(shares['fine-tuned base'])} ({counts} target/counted outputs; "
-                f"{premise['test']} p = {premise['p']:.3g})")
+                f"(original base) to {_share(shares['fine-tuned base'])} ({counts} target/counted outputs); the "
+                f"fine-tuned base gives {'fewer' if premise['fewer'] else 'no fewer'} target outputs than the "
+                f"original ({premise['test']} p = {premise['p']:.3g})")
         statistic = {"summary": f"premise fails: share {_share(shares['original base'])} -> "
                                 f"{_share(shares['fine-tuned base'])} after fine-tuning (p = {premise['p']:.3g})",
                      "n": n, "premise": premise, "shares": shares}
