@@ -33,7 +33,7 @@ def test_claims_and_sections_end_up_in_the_report(tmp_path, monkeypatch):
             "0 not measurable at this scale.") in text
     # Every claim's rule, statistic (with its details) and verdict.
     assert text.count(f"- rule: {RULE}") == 3 and text.count(f"- statistic: {STATISTIC['summary']}") == 3
-    assert "  - n / inputs: 100" in text and "  - p_per_seed / BLEU: [0.01, 0.02, 0.3]" in text
+    assert "  - n: inputs 100, seeds 3" in text and "  - p_per_seed: BLEU [0.01, 0.02, 0.3]" in text
     assert "- verdict: **direction only**" in text
     assert "| a |" in text and "No results yet" in text  # a section with and one without results
 

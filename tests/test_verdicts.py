@@ -172,10 +172,13 @@ def test_compare_runs_pairs_seeds_and_the_single_zeroshot_run(fake_run):
     assert all(ps == [1.0] * 3 for ps in tie["p_per_seed"].values()) and tie["metrics_significant"] == []
 
 
-def test_compare_runs_refuses_unpaired_runs(fake_run):
-    plugin = [fake_run("Plugin", 0), fake_run("Plugin", 1)]
-    with pytest.raises(ValueError, match="seed 1"):
-        stats.compare_runs(plugin, [fake_run("BDPL", 0), fake_run("BDPL", 2)], n_resamples=5)
+def test_compare_runs_pairs_only_common_seeds_and_the_same_inputs(fake_run):
+    plugin = [fake_run("Plugin", 0, score=0.5), fake_run("Plugin", 1, score=0.7)]
+    # Only the seeds both systems have are compared (and averaged for the effect).
+    partial = stats.compare_runs(plugin, [fake_run("BDPL", 0, score=0.1), fake_run("BDPL", 2, score=0.3)], 5)
+    assert partial["seeds"] == [0] and partial["effect"]["BLEU"] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="No seed in common"):
+        stats.compare_runs(plugin, [fake_run("BDPL", 2), fake_run("BDPL", 3)], n_resamples=5)
     shuffled = fake_run("BDPL", 0)
     shuffled["test_ids"] = shuffled["test_ids"][::-1]
     with pytest.raises(ValueError, match="same test inputs"):

@@ -88,15 +88,18 @@ def _value(value) -> str:
     return str(value)
 
 
-def statistic_details(statistic, prefix: str = "") -> list[str]:
-    """``key: value`` lines of a statistic, nested keys joined by " / " (floats to 4 digits)."""
+def statistic_details(statistic: dict, prefix: str = "") -> list[str]:
+    """Lines of a statistic: nested keys joined by " / ", a dict of plain values on one line
+    ("key value, key value"), ``n`` first, floats to 4 significant digits."""
     lines = []
-    for key, value in statistic.items():
+    for key in sorted(statistic, key=lambda k: k != "n"):
+        value, name = statistic[key], f"{prefix}{key}"
         if key == "summary":
             continue
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):
             lines += statistic_details(value, f"{name} / ")
+        elif isinstance(value, dict):
+            lines.append(f"{name}: " + ", ".join(f"{k} {_value(v)}" for k, v in value.items()))
         else:
             lines.append(f"{name}: {_value(value)}")
     return lines

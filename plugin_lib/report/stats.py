@@ -74,29 +74,29 @@ def significance(records: Sequence[dict], n_resamples: int, metrics: Sequence[st
 
 
 def pair_by_seed(runs_a: Sequence[dict], runs_b: Sequence[dict]) -> list[tuple[dict, dict]]:
-    """(A's run, B's run of the same seed) per seed of A, in A's seed order. A B with a single
-    run (a deterministic method such as Zeroshot) is paired with every seed of A. The paired
-    runs must be on the same test inputs, in the same order."""
+    """(A's run, B's run of the same seed) for every seed both have, in seed order. A B with a
+    single run (a deterministic method such as Zeroshot) is paired with every seed of A. The
+    paired runs must be on the same test inputs, in the same order."""
     if not runs_a or not runs_b:
         raise ValueError("pair_by_seed needs runs of both systems.")
     by_seed = {r["seed"]: r for r in runs_b}
-    pairs = []
-    for run in sorted(runs_a, key=lambda r: r["seed"]):
-        other = by_seed.get(run["seed"]) or (runs_b[0] if len(runs_b) == 1 else None)
-        if other is None:
-            raise ValueError(f"No run of the other system for seed {run['seed']} (it has seeds {sorted(by_seed)}).")
+    single = runs_b[0] if len(runs_b) == 1 else None
+    pairs = [(run, by_seed.get(run["seed"]) or single) for run in sorted(runs_a, key=lambda r: r["seed"])]
+    pairs = [(run, other) for run, other in pairs if other is not None]
+    if not pairs:
+        raise ValueError(f"No seed in common: {sorted(r['seed'] for r in runs_a)} and {sorted(by_seed)}.")
+    for run, other in pairs:
         if list(run["test_ids"]) != list(other["test_ids"]):
             raise ValueError(f"Seed {run['seed']}: the two runs are not on the same test inputs.")
-        pairs.append((run, other))
     return pairs
 
 
 def compare_runs(runs_a: Sequence[dict], runs_b: Sequence[dict], n_resamples: int,
                  metrics: Sequence[str] = BOOTSTRAP_METRICS) -> dict:
-    """A against B, seed by seed (``pair_by_seed``): the effect (A's mean minus B's, over seeds,
-    on each of the seven metrics, from the stored scores) and, per bootstrap metric, the
-    one-sided paired-bootstrap p-value of each seed (``paired_bootstrap``, the run's seed as the
-    resampling seed). JSON-ready: the ``statistic`` of a claim record."""
+    """A against B, seed by seed (``pair_by_seed``): the effect (A's mean minus B's over the
+    paired runs, on each of the seven metrics, from the stored scores) and, per bootstrap
+    metric, the one-sided paired-bootstrap p-value of each seed (``paired_bootstrap``, the run's
+    seed as the resampling seed). JSON-ready: the ``statistic`` of a claim record."""
     pairs = pair_by_seed(runs_a, runs_b)
     p_per_seed: dict[str, list[float]] = {m: [] for m in metrics}
     for run, other in pairs:
@@ -104,7 +104,8 @@ def compare_runs(runs_a: Sequence[dict], runs_b: Sequence[dict], n_resamples: in
         p = paired_bootstrap(run["predictions"], other["predictions"], refs, metrics, n_resamples, run["seed"])
         for metric in metrics:
             p_per_seed[metric].append(float(p[metric]))
-    effect = {m: float(np.mean([r["metrics"][m] for r in runs_a]) - np.mean([r["metrics"][m] for r in runs_b]))
+    used_b = list({id(other): other for _, other in pairs}.values())
+    effect = {m: float(np.mean([run["metrics"][m] for run, _ in pairs]) - np.mean([r["metrics"][m] for r in used_b]))
               for m in METRIC_NAMES}
     return {"effect": effect, "p_per_seed": p_per_seed, "seeds": [int(run["seed"]) for run, _ in pairs],
             "n_inputs": len(pairs[0][0]["test_ids"]), "bootstrap_resamples": int(n_resamples),
@@ -117,7 +118,7 @@ def comparison_summary(comparison: dict, metric: str = "BLEU") -> str:
     ps = "/".join(f"{p:.3f}" for p in comparison["p_per_seed"].get(metric, []))
     return (f"{metric} {comparison['effect'][metric]:+.4f} (p {ps}); p < {verdicts.ALPHA} in most seeds on "
             f"{len(comparison['metrics_significant'])}/{len(comparison['p_per_seed'])} bootstrap metrics; "
-            f"{comparison['n_inputs']} inputs, {len(comparison['seeds'])} seeds")
+            f"{comparison['n_inputs']} inputs, {len(comparison['seeds'])} seed{'s' if len(comparison['seeds']) != 1 else ''}")
 
 
 @functools.lru_cache(maxsize=8)
