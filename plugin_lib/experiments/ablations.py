@@ -109,8 +109,8 @@ def _numbers(values: pd.Series) -> str:
     return ", ".join(f"{k} {v:.4f}" for k, v in values.items())
 
 
-def _runs(records: Sequence[dict], method: str, **where) -> list[dict]:
-    return [r for r in records if r["method"] == method and all(r.get(k) == v for k, v in where.items())]
+def _runs(records: Sequence[dict], method: str) -> list[dict]:
+    return [r for r in records if r["method"] == method]
 
 
 def _mean(runs: Sequence[dict], metric: str) -> float:
