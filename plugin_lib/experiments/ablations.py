@@ -122,6 +122,10 @@ def _inputs(records: Sequence[dict]) -> int | None:
     return len(records[0]["test_ids"]) if records and "test_ids" in records[0] else None
 
 
+def _seeds(count: int | None) -> str:
+    return f"{count} seed{'' if count == 1 else 's'}"
+
+
 def _n(comparisons: Sequence[dict]) -> dict:
     return {"inputs": comparisons[0]["n_inputs"] if comparisons else None,
             "seeds": max((len(c["seeds"]) for c in comparisons), default=None)}
@@ -233,7 +237,7 @@ def check_base_quality(records: Sequence[dict], order: Sequence[str], metrics: S
     n_inputs = _inputs(records)
     summary = (f"Plugin(best fine-tuned base) - Plugin(original): BLEU {per_metric[metrics[0]]['mean']:+.4f}; higher on "
                f"{len(rising)}/{len(counted)} metrics where the base improved, CI above 0 on {len(above)}; "
-               f"{n_inputs} inputs, {seeds} seed{'s' if seeds != 1 else ''}")
+               f"{n_inputs} inputs, {_seeds(seeds)}")
     ours = ("the base improves with fine-tuning on " f"{len(counted)}/{len(metrics)} metrics; the Plugin on the best "
             "fine-tuned base minus on the original: " + ", ".join(f"{m} {per_metric[m]['mean']:+.4f}" for m in metrics)
             + "; Spearman rho (base's own score, Plugin) over " + ", ".join(order) + ": "
@@ -254,11 +258,11 @@ def check_plugin_beats_base(records: Sequence[dict], order: Sequence[str], n_res
     ours = ("Plugin minus base alone, BLEU per base: "
             + ", ".join(f"{b} {comparisons[b]['effect']['BLEU']:+.4f}" for b in order)
             + f"; ahead on most metrics on {len(ahead)}/{len(order)} bases, significantly on {len(significant)}.")
+    n = _n(list(comparisons.values()))
     summary = (f"ahead on most metrics on {len(ahead)}/{len(order)} bases; p < {verdicts.ALPHA} in most seeds on most "
-               f"bootstrap metrics on {len(significant)}/{len(order)}; {_n(list(comparisons.values()))['inputs']} "
-               f"inputs, {_n(list(comparisons.values()))['seeds']} seeds")
+               f"bootstrap metrics on {len(significant)}/{len(order)}; {n['inputs']} inputs, {_seeds(n['seeds'])}")
     return _check(PLUGIN_EVERY_BASE_CLAIM, PLUGIN_EVERY_BASE_RULE, verdict, ours,
-                  {"summary": summary, "n": _n(list(comparisons.values())), "per base": comparisons})
+                  {"summary": summary, "n": n, "per base": comparisons})
 
 
 def base_quality_checks(records: Sequence[dict], order: Sequence[str], n_resamples: int) -> list[dict]:
@@ -446,7 +450,7 @@ def check_more_layers(records: Sequence[dict], n_resamples: int) -> dict:
             + (f"; significantly better: {', '.join(winners)}." if winners else "; none significantly better."))
     n = _n(list(comparisons.values()))
     summary = (f"{len(winners)}/{len(deeper)} deeper models beat 1 layer (p < {verdicts.ALPHA} in most seeds on most "
-               f"bootstrap metrics); {n['inputs']} inputs, {n['seeds']} seed{'s' if n['seeds'] != 1 else ''}")
+               f"bootstrap metrics); {n['inputs']} inputs, {_seeds(n['seeds'])}")
     return _check(MORE_LAYERS_CLAIM, MORE_LAYERS_RULE, verdict, ours,
                   {"summary": summary, "n": n, "per deeper model": comparisons})
 
@@ -465,7 +469,7 @@ def check_pretrained(records: Sequence[dict], n_resamples: int, hparams: str) ->
                       "instead of its own learning-rate selection, so it is no fair stand-in for the paper's "
                       "GPT2-Small; for the record, pretrained minus 1 layer: " + _numbers(gain[["BLEU", "ROUGE-L"]]) + ".",
                       {"summary": f"not tested: no own learning-rate selection; BLEU {gain['BLEU']:+.4f} (means, "
-                                  f"{seeds} seed{'s' if seeds != 1 else ''})",
+                                  f"{_seeds(seeds)})",
                        "n": {"inputs": _inputs(records), "seeds": seeds}, "effect (means)": gain.to_dict()})
     comparison = stats.compare_runs(_runs(records, "Plugin-pretrained"), _runs(records, ONE_LAYER), n_resamples)
     verdict = verdicts.verdict(verdicts.ahead_on_most(comparison["effect"]),
@@ -520,7 +524,7 @@ def check_architecture(records: Sequence[dict], n_resamples: int, metrics: Seque
     n = _n(list(comparisons.values()))
     summary = (f"highest mean on {len(metrics) - len(losing)}/{len(metrics)}; vs the best other: p < {verdicts.ALPHA} "
                f"in most seeds on {len(passing)}/{len(p_per_seed)} bootstrap metrics; {n['inputs']} inputs, "
-               f"{n['seeds']} seeds")
+               f"{_seeds(n['seeds'])}")
     return _check(ARCHITECTURE_CLAIM, ARCHITECTURE_RULE, verdict, ours,
                   {"summary": summary, "n": n, "p_per_seed": p_per_seed,
                    "best other per bootstrap metric": {m: r for r, ms in rivals.items() for m in ms},
