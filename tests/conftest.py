@@ -129,3 +129,32 @@ def nltk_ready():
 @pytest.fixture
 def prompts() -> list[str]:
     return list(PROMPTS)
+
+
+# ---------------------------------------------------------------- stored runs, made by hand
+
+_WORDS = ["cat", "dog", "bird", "cow", "fox", "owl", "eel", "ant", "bee", "elk", "yak", "emu"]
+FAKE_REFERENCES = {f"fake-{i}": [f"the {w} sat on the mat near the door", f"a {w} is sitting on the mat"]
+                   for i, w in enumerate(_WORDS)}
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    """A factory of run records (as ``runner.run_experiment`` stores them) over 12 made-up test
+    inputs whose references ``report.stats`` finds without a dataset: ``fake_run(method, seed,
+    good=k)`` gives the first reference as the output on the first k inputs and an unrelated
+    sentence on the others; ``score`` is every stored metric (the means behind effects)."""
+    from plugin_lib.metrics import METRIC_NAMES
+    from plugin_lib.report import stats
+
+    monkeypatch.setattr(stats, "_references", lambda dataset, ids: [FAKE_REFERENCES[i] for i in ids])
+    ids = list(FAKE_REFERENCES)
+
+    def make(method: str, seed: int = 0, good: int = 12, score: float | None = None, **extra) -> dict:
+        predictions = [FAKE_REFERENCES[i][0] if n < good else "completely unrelated words here"
+                       for n, i in enumerate(ids)]
+        value = good / len(ids) if score is None else score
+        return {"dataset": "e2e", "model": "m", "method": method, "seed": seed, "test_ids": list(ids),
+                "predictions": predictions, "metrics": dict.fromkeys(METRIC_NAMES, value), **extra}
+
+    return make

@@ -1,46 +1,92 @@
+import json
+from fractions import Fraction
+
+import numpy as np
 import pytest
 
 from plugin_lib.report import claims, document
 
 
+RULE = "A beats B on most metrics, p < 0.05 in most seeds."
+STATISTIC = {"summary": "BLEU +0.10 (p 0.01/0.02/0.30); 100 inputs, 3 seeds", "n": {"inputs": 100, "seeds": 3},
+             "p_per_seed": {"BLEU": [0.01, 0.02, 0.3]}}
+
+
+def _claim(profile="local", key="x", verdict="reproduced", **kwargs):
+    kwargs = {"rule": RULE, "statistic": STATISTIC, **kwargs}
+    return claims.record_claim(profile, key, f"Claim {key}", "81%", "70%", verdict, **kwargs)
+
+
 def test_claims_and_sections_end_up_in_the_report(tmp_path, monkeypatch):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    claims.record_claim("local", "x", "A claim", "81%", "70%", claims.majority_verdict(4, 7))
-    with pytest.raises(ValueError, match="verdict"):
-        claims.record_claim("local", "y", "B", "1", "2", "maybe")
+    _claim()
+    _claim(key="y", verdict="direction only")
+    _claim(key="topk_z", verdict="not reproduced", scope="beyond")
     (tmp_path / "local" / "tables").mkdir(parents=True)
     (tmp_path / "local" / "tables" / "main_e2e.md").write_text("| a |\n| - |\n| 1 |\n")
     text = document.write_report("local").read_text()
-    assert "| A claim | 81% | 70% | **reproduced** |" in text
-    assert "In all: 1 reproduced, 0 not reproduced, 0 not measurable at this scale." in text
+    assert f"| Claim x | 81% | 70% | {STATISTIC['summary']} | **reproduced** |" in text
+    # Tallied apart: the paper's claims and the checks beyond the paper.
+    assert ("The paper's claims, in all (2): 1 reproduced, 1 direction only, 0 not reproduced, "
+            "0 not measurable at this scale.") in text
+    assert ("Checks beyond the paper, in all (1): 0 reproduced, 0 direction only, 1 not reproduced, "
+            "0 not measurable at this scale.") in text
+    # Every claim's rule, statistic (with its details) and verdict.
+    assert text.count(f"- rule: {RULE}") == 3 and text.count(f"- statistic: {STATISTIC['summary']}") == 3
+    assert "  - n: inputs 100, seeds 3" in text and "  - p_per_seed: BLEU [0.01, 0.02, 0.3]" in text
+    assert "- verdict: **direction only**" in text
     assert "| a |" in text and "No results yet" in text  # a section with and one without results
 
 
-def test_smoke_verdicts_are_never_claims(tmp_path, monkeypatch):
+def test_record_claim_checks_verdict_scope_rule_and_statistic(tmp_path, monkeypatch):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    entry = claims.record_claim("smoke", "x", "A claim", "81%", "90%", "reproduced")
-    assert entry["verdict"] == "not measurable at this scale"
+    with pytest.raises(ValueError, match="verdict"):
+        _claim(verdict="maybe")
+    with pytest.raises(ValueError, match="scope"):
+        _claim(scope="elsewhere")
+    with pytest.raises(ValueError, match="rule"):
+        _claim(rule=" ")
+    with pytest.raises(ValueError, match="summary"):
+        _claim(statistic={"n": {"inputs": 1, "seeds": 1}})
+    with pytest.raises(TypeError):
+        claims.record_claim("local", "x", "A claim", "81%", "70%", "reproduced")  # no rule, no statistic
+    entry = _claim(statistic={**STATISTIC, "rho": Fraction(4, 5), "values": (np.float64(0.5), np.int64(3)),
+                              "missing": float("nan")})
+    assert entry["statistic"]["rho"] == 0.8 and entry["statistic"]["values"] == [0.5, 3]
+    assert entry["statistic"]["missing"] is None
+    assert claims.load_claims("local")[0] == entry  # JSON as stored
 
 
-def test_majority_verdict():
-    assert claims.majority_verdict(4, 7) == "reproduced"
-    assert claims.majority_verdict(3, 7) == "not reproduced"
-
-
-def test_ablation_checks_become_claims(tmp_path, monkeypatch):
-    from plugin_lib.experiments import ablations
-
+@pytest.mark.parametrize("profile", ["smoke", "paper-twin"])
+def test_only_local_and_paper_profiles_give_verdicts(tmp_path, monkeypatch, profile):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    entries = ablations.record_claims("local", {"one layer helps": "Supported: +0.1 BLEU",
-                                                "more layers hurt": "Not supported: x"},
-                                      "complexity", "e2e", "Figure 3")
-    assert [e["verdict"] for e in entries] == ["reproduced", "not reproduced"]
-    assert len(claims.load_claims("local")) == 2
+    entry = _claim(profile)
+    assert entry["verdict"] == "not measurable at this scale" and entry["rule_verdict"] == "reproduced"
+    assert _claim("paper")["verdict"] == _claim("local")["verdict"] == "reproduced"
+
+
+def test_old_claim_records_still_render(tmp_path, monkeypatch):
+    """Records written before rules and statistics existed (results/local/claims until rerun)."""
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    folder = tmp_path / "local" / "claims"
+    folder.mkdir(parents=True)
+    for key in ("main_e2e", "topk_e2e_residual_top-5", "theorem1"):
+        (folder / f"{key}.json").write_text(json.dumps(
+            {"key": key, "claim": f"old {key}", "paper": "p", "ours": "o", "verdict": "reproduced"}))
+    text = document.write_report("local").read_text()
+    assert "| old main_e2e | p | o | not recorded: rerun the notebook | **reproduced** |" in text
+    assert text.count("- rule: rule not recorded: rerun the notebook") == 3
+    assert "The paper's claims, in all (1): 1 reproduced" in text  # top-k and Theorem 1: beyond the paper
+    assert "Checks beyond the paper, in all (2): 2 reproduced" in text
+    block = "\n".join(document.readme_block("local"))
+    assert "| old main_e2e | not recorded: rerun the notebook | **reproduced** |" in block
+    assert "old theorem1" not in block
 
 
 def test_readme_block_is_replaced_in_place_and_idempotent(tmp_path, monkeypatch):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    claims.record_claim("local", "x", "A claim", "81%", "70%", "reproduced")
+    _claim()
+    _claim(key="beyond", scope="beyond", verdict="not reproduced")
     (tmp_path / "local" / "tables").mkdir(parents=True)
     (tmp_path / "local" / "tables" / "main_e2e_vs_paper.md").write_text("| ours | paper |\n| - | - |\n| 1 | 2 |\n")
     (tmp_path / "local" / "tables" / "main_e2e_wins.md").write_text("| not | shown |\n")
@@ -48,7 +94,11 @@ def test_readme_block_is_replaced_in_place_and_idempotent(tmp_path, monkeypatch)
     readme.write_text(f"# Title\n\n{document.README_START}\nold text\n{document.README_END}\n\n## Next\n")
     first = document.update_readme("local", readme).read_text()
     assert first.startswith("# Title\n\n") and first.endswith(f"{document.README_END}\n\n## Next\n")
-    assert "old text" not in first and "| A claim | 70% | **reproduced** |" in first
+    # One table of the paper's claims (short statistic, verdict); the tally of each scope.
+    assert "old text" not in first and f"| Claim x | {STATISTIC['summary']} | **reproduced** |" in first
+    assert "Claim beyond" not in first
+    assert "The paper's claims (1): 1 reproduced, 0 direction only" in first
+    assert "Checks beyond the paper (1): 0 reproduced, 0 direction only, 1 not reproduced" in first
     # The README block is the verdicts and a link to REPORT.md; the tables are in REPORT.md only.
     assert "| 1 | 2 |" not in first and "| not | shown |" not in first
     assert "[`results/local/REPORT.md`](results/local/REPORT.md)" in first

@@ -67,3 +67,55 @@ def test_paper_comparison_labels_which_number_is_whose():
     row = main_tables.paper_comparison(summary, "e2e").iloc[0]
     assert row["model (ours / paper)"] == "tiny / LLaMA-3.1-8B"
     assert row["BLEU"] == "0.5000 / 0.3691"  # the paper's Table 1, LLaMA-3.1-8B Plugin
+
+
+# ---------------------------------------------------------------- the main tables' verdict
+
+
+def _main(best_on: int, p_per_seed: dict[str, list[float]], n_inputs: int = 100):
+    """A summary where the Plugin has the best mean on ``best_on`` of the seven metrics, and a
+    ``stats.significance`` table with the given per-seed p-values against WeightedComb."""
+    rows = []
+    for method, base in (("Zeroshot", 0.1), ("WeightedComb", 0.3), ("Plugin", 0.3)):
+        for seed in (0, 1, 2):
+            values = {m: base + (0.05 if method == "Plugin" and i < best_on else -0.05 if method == "Plugin" else 0)
+                      for i, m in enumerate(METRIC_NAMES)}
+            rows.append({"model": "m", "method": method, "seed": seed, **values})
+    summary = tables.summarize(pd.DataFrame(rows))
+    significance = pd.DataFrame([
+        {"model": "m", "metric": metric, "best baseline": "WeightedComb", "Plugin": 0.35, "baseline": 0.3,
+         "p (max over seeds)": max(ps), "p per seed": tuple(ps), "seeds": (0, 1, 2), "n inputs": n_inputs}
+        for metric, ps in p_per_seed.items()])
+    return summary, significance
+
+
+SIGNIFICANT = [0.01, 0.02, 0.5]  # 2 of 3 seeds: most
+NOT_SIGNIFICANT = [0.43, 0.57, 0.28]  # the issue's CommonGen BLEU against WeightedComb
+
+
+@pytest.mark.parametrize("best_on, passing, verdict", [
+    (4, 3, "reproduced"),  # exactly 4/7 metrics, 3/4 bootstrap metrics
+    (7, 2, "direction only"),  # 2 of 4 bootstrap metrics is not most
+    (6, 0, "direction only"),
+    (3, 4, "not reproduced"),  # 3/7: not the paper's direction, whatever the tests say
+])
+def test_main_table_rule(tmp_path, monkeypatch, best_on, passing, verdict):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    p = {m: SIGNIFICANT if i < passing else NOT_SIGNIFICANT for i, m in enumerate(stats.BOOTSTRAP_METRICS)}
+    summary, significance = _main(best_on, p)
+    claim = main_tables.record_claims("local", summary, "e2e", significance)
+    assert claim["verdict"] == verdict and claim["rule"] == main_tables.MAIN_TABLE_RULE
+    assert claim["statistic"]["n"] == {"inputs": 100, "seeds": 3}
+    model = claim["statistic"]["models"]["m"]
+    assert model["best mean on"] == best_on and len(model["metrics significant in most seeds"]) == passing
+    assert model["bootstrap"]["BLEU"]["p_per_seed"] == (SIGNIFICANT if passing else NOT_SIGNIFICANT)
+    assert f"best mean on {best_on}/7" in claim["statistic"]["summary"]
+
+
+def test_main_table_knife_edges(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    at_alpha = {m: [0.05, 0.05, 0.01] for m in stats.BOOTSTRAP_METRICS}  # p = 0.05 is not significant
+    summary, significance = _main(7, at_alpha)
+    assert main_tables.record_claims("local", summary, "e2e", significance)["verdict"] == "direction only"
+    four_seeds = _main(7, {m: [0.01, 0.01, 0.3, 0.3] for m in stats.BOOTSTRAP_METRICS})  # 2 of 4 seeds
+    assert main_tables.record_claims("local", four_seeds[0], "e2e", four_seeds[1])["verdict"] == "direction only"

@@ -125,3 +125,18 @@ def test_summary_and_figure(runs, source):
     fig = theorem1.plot_convergence(runs, slopes, source, fit_from=3_162)
     assert [ax.get_xscale() for ax in fig.axes] == ["log", "log"]
     matplotlib.pyplot.close(fig)
+
+
+def test_rate_claim_is_a_check_beyond_the_paper(tmp_path, monkeypatch):
+    import pandas as pd
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    slopes = pd.DataFrame([{"metric": "excess_loss", "fit_from_tokens": 3000, "fit_to_tokens": 100000,
+                            "slope": -0.98, "ci95_low": -1.01, "ci95_high": -0.94}])
+    claim = theorem1.record_claims("local", slopes, 3000, 4)
+    assert claim["verdict"] == "reproduced" and claim["scope"] == "beyond" and claim["rule"] == theorem1.RATE_RULE
+    assert claim["statistic"]["ci95"] == [-1.01, -0.94] and claim["statistic"]["n"]["seeds"] == 4
+    slower = slopes.assign(slope=-0.8, ci95_low=-0.85, ci95_high=-0.75)  # the interval lies above -1
+    assert theorem1.rate_claim(slower, 3000, 4)["verdict"] == "not reproduced"
+    edge = slopes.assign(ci95_low=-1.0)  # contains -1 at its end
+    assert theorem1.rate_claim(edge, 3000, 4)["verdict"] == "reproduced"

@@ -18,7 +18,8 @@ from plugin_lib.core.train import (
     plugin_log_probs,
     reachable_plugin_log_probs,
 )
-from plugin_lib.experiments.topk import plot_metric_vs_k, plugin_gaps, record_claims, reference_coverage, view_label
+from plugin_lib.experiments.topk import (TOPK_RULE, plot_metric_vs_k, plugin_gaps, record_claims, reference_coverage,
+                                         view_label)
 from plugin_lib.harness import models, runner
 from plugin_lib.harness.models import load_base_model, parse_model_name
 from plugin_lib.harness.profile import load_profile
@@ -255,17 +256,25 @@ def test_ablation_figure_orders_views_from_narrowest_to_full_base():
     assert len(figure.axes[0].lines) >= 2
 
 
-def test_plugin_gaps_count_metrics_and_give_one_verdict_per_top_k_view(tmp_path, monkeypatch):
+def test_plugin_gaps_count_metrics_and_give_one_verdict_per_top_k_view(tmp_path, monkeypatch, fake_run):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     metrics = ("BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR", "CIDEr", "NIST")
-    plugin_ahead = {"full logits": 7, "top-20": 4, "top-5": 2}
-    records = [{"model": view, "method": method, "seed": 0,
-                "metrics": {m: 0.5 + (0.1 if method == "Plugin" and i < ahead else 0) for i, m in enumerate(metrics)}}
-               for view, ahead in plugin_ahead.items() for method in ("Zeroshot", "Plugin")]
-    gaps = plugin_gaps(tables.summarize(tables.runs_frame(records)))
+    plugin_ahead = {"m": 7, "m@top20": 4, "m@top5": 2}
+    records = []
+    for view, ahead in plugin_ahead.items():
+        for method in ("Zeroshot", "Plugin"):
+            run = fake_run(method, 0, good=12 if method == "Plugin" else 0, model=view)
+            run["metrics"] = {m: 0.5 + (0.1 if method == "Plugin" and i < ahead else 0) for i, m in enumerate(metrics)}
+            records.append(run)
+    frame = tables.runs_frame(records)
+    frame["model"] = frame["model"].map(view_label)
+    gaps = plugin_gaps(tables.summarize(frame))
     assert list(gaps.index) == ["top-5", "top-20", "full logits"]
     assert gaps["Plugin ahead on"].to_dict() == {"top-5": 2, "top-20": 4, "full logits": 7}
     assert gaps.loc["top-5", "BLEU"] == pytest.approx(0.1) and gaps.loc["top-5", "NIST"] == 0
-    entries = record_claims("local", gaps, "e2e", "residual")
-    assert [e["verdict"] for e in entries] == ["not reproduced", "reproduced"]  # top-5, top-20; the full base is not a top-k view
+    entries = record_claims("local", gaps, "e2e", "residual", records, n_resamples=20)
+    # top-5: ahead on 2/7 only; top-20: ahead on 4/7 and better outputs; the full base is not a top-k view.
+    assert [e["verdict"] for e in entries] == ["not reproduced", "reproduced"]
+    assert {e["scope"] for e in entries} == {"beyond"} and entries[1]["rule"] == TOPK_RULE
     assert "4/7" in entries[1]["ours"] and (tmp_path / "local" / "claims" / "topk_e2e_residual_top-20.json").exists()
+

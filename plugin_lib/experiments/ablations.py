@@ -21,12 +21,15 @@ reweighting model) share its file instead of being redone.
 - Architecture: a transformer layer (the family's default), a two-layer ReLU MLP and a linear
   model on the current token's embedding, same widths (``models.ContextFreeReweighter``).
 
-The sizes per profile are the profile's ``ablations`` section (profiles.yaml); the ``check_*``
-functions test the paper's claims on the numbers of a run and say whether it supports them.
+The sizes per profile are the profile's ``ablations`` section (profiles.yaml). The ``check_*``
+functions test the paper's claims on the stored runs of a notebook under the rules below (the
+``*_RULE`` constants, fixed before any number was seen) and return a check: the claim, the rule,
+the verdict (``report.verdicts``), our numbers in words and the statistic.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +39,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import spearmanr
 
 from .. import data
 from ..core.reweighter import count_parameters
@@ -46,8 +48,9 @@ from ..harness import finetune
 from ..harness.finetune import decoder_layers, finetune_info, save_model_dir
 from ..harness.profile import Ablations, Profile, cache_dir
 from ..metrics import METRIC_NAMES
-from ..report import tables
+from ..report import stats, tables, verdicts
 from ..report.claims import record_claim
+from ..report.stats import BOOTSTRAP_METRICS
 
 # GPT2-Small shares GPT-2's tokenizer: the paper's pretrained reweighting model.
 PAPER_PRETRAINED = {"gpt2-medium": "gpt2", "gpt2-xl": "gpt2"}
@@ -78,21 +81,54 @@ def _mean_table(summary: pd.DataFrame) -> pd.DataFrame:
     return summary.droplevel("model")
 
 
-def _verdict(supported: bool, text: str) -> str:
-    return f"{'Supported' if supported else 'Not supported'}: {text}"
+_BOOTSTRAP = (f"a paired bootstrap over test inputs per seed (p = share of resamples where the first is not "
+              f"better) gives p < {verdicts.ALPHA} in most seeds (more than half) on most of the "
+              f"{len(BOOTSTRAP_METRICS)} bootstrap metrics ({', '.join(BOOTSTRAP_METRICS)})")
 
 
-def record_claims(profile: Profile | str, claims: dict[str, str], ablation: str, dataset: str, paper: str) -> list[dict]:
-    """Put the ``check_*`` sentences of one notebook into the reproduction report."""
+def record_claims(profile: Profile | str, checks: Sequence[dict], ablation: str, dataset: str, paper: str) -> list[dict]:
+    """Put the checks (``check_*`` results) of one notebook into the reproduction report."""
     return [
-        record_claim(profile, f"{ablation}_{dataset}_{i}", f"{dataset}: {claim}", paper, sentence,
-                     "reproduced" if sentence.startswith("Supported") else "not reproduced")
-        for i, (claim, sentence) in enumerate(claims.items())
+        record_claim(profile, f"{ablation}_{dataset}_{i}", f"{dataset}: {check['claim']}", paper, check["ours"],
+                     check["verdict"], rule=check["rule"], statistic=check["statistic"])
+        for i, check in enumerate(checks)
     ]
+
+
+def claims_frame(checks: Sequence[dict]) -> pd.DataFrame:
+    """The checks of a notebook as a table: claim, verdict, our numbers, statistic."""
+    return pd.DataFrame([{"claim": c["claim"], "verdict": c["verdict"], "ours": c["ours"],
+                          "statistic": c["statistic"]["summary"]} for c in checks])
+
+
+def _check(claim: str, rule: str, verdict: str, ours: str, statistic: dict) -> dict:
+    return {"claim": claim, "rule": rule, "verdict": verdict, "ours": ours, "statistic": statistic}
 
 
 def _numbers(values: pd.Series) -> str:
     return ", ".join(f"{k} {v:.4f}" for k, v in values.items())
+
+
+def _runs(records: Sequence[dict], method: str) -> list[dict]:
+    return [r for r in records if r["method"] == method]
+
+
+def _mean(runs: Sequence[dict], metric: str) -> float:
+    return float(np.mean([r["metrics"][metric] for r in runs]))
+
+
+def _inputs(records: Sequence[dict]) -> int | None:
+    """Test inputs of the runs (None when the records do not say)."""
+    return len(records[0]["test_ids"]) if records and "test_ids" in records[0] else None
+
+
+def _seeds(count: int | None) -> str:
+    return f"{count} seed{'' if count == 1 else 's'}"
+
+
+def _n(comparisons: Sequence[dict]) -> dict:
+    return {"inputs": comparisons[0]["n_inputs"] if comparisons else None,
+            "seeds": max((len(c["seeds"]) for c in comparisons), default=None)}
 
 
 # ---------------------------------------------------------------- base-model quality
@@ -146,42 +182,92 @@ def _by_base(summary: pd.DataFrame, method: str, order: Sequence[str]) -> pd.Dat
     return summary.xs(method, level="method").reindex(list(order))
 
 
-def _rank_correlation(x, y) -> float:
-    rho = spearmanr(np.asarray(x, float), np.asarray(y, float)).statistic
-    # Over a few ranks rho is a ratio of small integers; rounding drops float noise so that
-    # one neighbour swap of four (rho = 0.8, computed as 0.7999999999999999) meets 0.8.
-    return round(float(rho), 12) if np.isfinite(rho) else float("nan")
+BASE_QUALITY_CLAIM = "Plugin improves as the base improves (Fig. 2)"
+BASE_QUALITY_RULE = (
+    "Per metric, the fine-tuned base whose own (Zeroshot) score is best; the Plugin on it minus the Plugin on "
+    "the original base, seed by seed. Counted on the metrics where that base beats the original base on its "
+    "own; if those are not most of the seven, the premise (fine-tuning improves the base) fails: not measurable. "
+    "Direction: the mean difference is positive on most of the counted metrics. Significant: the 95% t-interval "
+    "over seeds lies above 0 on most of them (one seed gives no interval: at most direction only). Spearman's "
+    "rho between the bases' own scores and the Plugin's over the bases is reported exactly and not thresholded."
+)
+PLUGIN_EVERY_BASE_CLAIM = "Plugin improves on every base (Fig. 5)"
+PLUGIN_EVERY_BASE_RULE = (
+    "On every base (original and fine-tuned), the Plugin against the base alone (Zeroshot). Direction: the "
+    "Plugin's mean over seeds is higher on most of the seven metrics on every base. Significant: on every base, "
+    + _BOOTSTRAP + "."
+)
 
 
-def check_base_quality(summary: pd.DataFrame, order: Sequence[str], metrics: Sequence[str] = METRIC_NAMES,
-                       min_rho: float = 0.8) -> str:
+def _base_runs(records: Sequence[dict]) -> dict[tuple[str, str], list[dict]]:
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        runs.setdefault((base_label(record["finetune_epochs"]), record["method"]), []).append(record)
+    return runs
+
+
+def check_base_quality(records: Sequence[dict], order: Sequence[str], metrics: Sequence[str] = METRIC_NAMES) -> dict:
     """Paper: "as the base model's task-specific quality improves, the Plugin's performance
-    improves". Supported when, on most metrics, the Plugin's score rises with the base's own
-    (Zeroshot) score over the bases in ``order``: Spearman rho >= ``min_rho`` (with four bases,
-    0.8 allows one swap of neighbours)."""
-    base, plugin = _by_base(summary, "Zeroshot", order), _by_base(summary, "Plugin", order)
-    rho = pd.Series({m: _rank_correlation(base[m], plugin[m]) for m in metrics})
-    base_rises = sum(_rank_correlation(range(len(order)), base[m]) >= min_rho for m in metrics)
-    rising = rho[rho >= min_rho]
-    return _verdict(
-        len(rising) > len(metrics) / 2,
-        f"the Plugin's score rises with the base's own score (Spearman rho >= {min_rho} over "
-        f"{', '.join(order)}) on {len(rising)}/{len(metrics)} metrics (rho: "
-        + ", ".join(f"{m} {r:.2f}" for m, r in rho.items())
-        + f"); the base's own score rises with the fine-tuning epochs on {base_rises}/{len(metrics)} metrics.",
-    )
+    improves" (``BASE_QUALITY_RULE``). ``records``: ``base_quality_runs``; ``order``: the bases,
+    the original one first."""
+    runs = _base_runs(records)
+    original, tuned = order[0], list(order[1:])
+    own = {b: {m: _mean(runs[(b, "Zeroshot")], m) for m in metrics} for b in order}
+    plugin = {b: {r["seed"]: r for r in runs[(b, "Plugin")]} for b in order}
+    per_metric, counted = {}, []
+    for m in metrics:
+        best = max(tuned, key=lambda b: own[b][m])  # the first of equals, in fine-tuning order
+        seeds = sorted(set(plugin[best]) & set(plugin[original]))
+        diffs = [plugin[best][k]["metrics"][m] - plugin[original][k]["metrics"][m] for k in seeds]
+        interval = verdicts.t_interval(diffs)
+        improved = own[best][m] > own[original][m]
+        counted += [m] if improved else []
+        per_metric[m] = {"best base": best, "base improved": improved, "difference per seed": diffs,
+                         "mean": interval["mean"], "ci95": [interval["low"], interval["high"]],
+                         "spearman rho (exact)": verdicts.format_fraction(verdicts.spearman_exact(
+                             [own[b][m] for b in order], [float(np.mean([r["metrics"][m] for r in plugin[b].values()]))
+                                                          for b in order]))}
+    rising = [m for m in counted if per_metric[m]["mean"] > 0]
+    above = [m for m in counted if per_metric[m]["ci95"][0] > 0]
+    seeds = max(len(d["difference per seed"]) for d in per_metric.values())
+    if not verdicts.most(len(counted), len(metrics)):
+        verdict = verdicts.NOT_MEASURABLE
+    else:
+        verdict = verdicts.verdict(verdicts.most(len(rising), len(counted)), verdicts.most(len(above), len(counted)))
+    n_inputs = _inputs(records)
+    summary = (f"Plugin(best fine-tuned base) - Plugin(original): BLEU {per_metric[metrics[0]]['mean']:+.4f}; higher on "
+               f"{len(rising)}/{len(counted)} metrics where the base improved, CI above 0 on {len(above)}; "
+               f"{n_inputs} inputs, {_seeds(seeds)}")
+    ours = ("the base improves with fine-tuning on " f"{len(counted)}/{len(metrics)} metrics; the Plugin on the best "
+            "fine-tuned base minus on the original: " + ", ".join(f"{m} {per_metric[m]['mean']:+.4f}" for m in metrics)
+            + "; Spearman rho (base's own score, Plugin) over " + ", ".join(order) + ": "
+            + ", ".join(f"{m} {per_metric[m]['spearman rho (exact)']}" for m in metrics) + ".")
+    return _check(BASE_QUALITY_CLAIM, BASE_QUALITY_RULE, verdict, ours,
+                  {"summary": summary, "n": {"inputs": n_inputs, "seeds": seeds}, "metrics counted": counted,
+                   "per metric": per_metric})
 
 
-def check_plugin_beats_base(summary: pd.DataFrame, order: Sequence[str], metrics: Sequence[str] = METRIC_NAMES) -> str:
-    """Paper (Figure 5): the Plugin improves on its base "regardless of the strength of the
-    base model". Supported when, on most metrics, the Plugin beats Zeroshot on every base."""
-    gain = _by_base(summary, "Plugin", order)[list(metrics)] - _by_base(summary, "Zeroshot", order)[list(metrics)]
-    everywhere = [m for m in metrics if (gain[m] > 0).all()]
-    return _verdict(
-        len(everywhere) > len(metrics) / 2,
-        f"the Plugin beats its base on every base ({', '.join(order)}) on {len(everywhere)}/{len(metrics)} "
-        "metrics; its smallest gain per metric: " + _numbers(gain.min()) + ".",
-    )
+def check_plugin_beats_base(records: Sequence[dict], order: Sequence[str], n_resamples: int) -> dict:
+    """Paper (Figure 5): the Plugin improves on its base "regardless of the strength of the base
+    model" (``PLUGIN_EVERY_BASE_RULE``)."""
+    runs = _base_runs(records)
+    comparisons = {b: stats.compare_runs(runs[(b, "Plugin")], runs[(b, "Zeroshot")], n_resamples) for b in order}
+    ahead = [b for b in order if verdicts.ahead_on_most(comparisons[b]["effect"])]
+    significant = [b for b in order if verdicts.passes_on_most_metrics(comparisons[b]["p_per_seed"])]
+    verdict = verdicts.verdict(len(ahead) == len(order), len(significant) == len(order))
+    ours = ("Plugin minus base alone, BLEU per base: "
+            + ", ".join(f"{b} {comparisons[b]['effect']['BLEU']:+.4f}" for b in order)
+            + f"; ahead on most metrics on {len(ahead)}/{len(order)} bases, significantly on {len(significant)}.")
+    n = _n(list(comparisons.values()))
+    summary = (f"ahead on most metrics on {len(ahead)}/{len(order)} bases; p < {verdicts.ALPHA} in most seeds on most "
+               f"bootstrap metrics on {len(significant)}/{len(order)}; {n['inputs']} inputs, {_seeds(n['seeds'])}")
+    return _check(PLUGIN_EVERY_BASE_CLAIM, PLUGIN_EVERY_BASE_RULE, verdict, ours,
+                  {"summary": summary, "n": n, "per base": comparisons})
+
+
+def base_quality_checks(records: Sequence[dict], order: Sequence[str], n_resamples: int) -> list[dict]:
+    """Notebook 06's two checks, in the order of their claim keys."""
+    return [check_base_quality(records, order), check_plugin_beats_base(records, order, n_resamples)]
 
 
 def plot_base_quality(summary: pd.DataFrame, order: Sequence[str], metrics: Sequence[str] = METRIC_NAMES) -> plt.Figure:
@@ -313,62 +399,161 @@ def variant_frame(task: methods.Task, variants: Sequence[Variant], seed: int = 0
     return pd.DataFrame(rows)
 
 
-def check_single_layer_gain(summary: pd.DataFrame, metrics: Sequence[str] = ("BLEU", "ROUGE-L")) -> str:
-    """Paper: "a single-layer reweighting model yields significant improvements over the base".
-    Supported when the 1-layer Plugin's mean beats the base alone on every metric given
-    (higher means; significance is not tested here)."""
-    means = _mean_table(summary)
-    gain = means.loc[ONE_LAYER, list(metrics)] - means.loc["Zeroshot", list(metrics)]
-    return _verdict(bool((gain > 0).all()), "1-layer Plugin minus base alone: " + _numbers(gain) + ".")
+SINGLE_LAYER_CLAIM = "one layer improves on the base"
+SINGLE_LAYER_RULE = (
+    "The 1-layer Plugin against the base alone (Zeroshot). Direction: its mean over seeds is higher on most of "
+    "the seven metrics. Significant: " + _BOOTSTRAP + "."
+)
+MORE_LAYERS_CLAIM = "more layers do not help"
+MORE_LAYERS_RULE = (
+    "Each deeper reweighting model (2, 4, 8, 12 layers) against the 1-layer one: a deeper model beats it if "
+    + _BOOTSTRAP + ". Reproduced if none does, not reproduced if one does. A claim of no effect has no "
+    "direction to show without a test, so there is no 'direction only'."
+)
+PRETRAINED_CLAIM = "pretrained initialisation helps"
+PRETRAINED_RULE = (
+    "Measured only when the pretrained reweighting model had its own learning-rate selection (profile "
+    "ablations.complexity_hparams == 'own'); reusing the 1-layer hyperparameters is no fair test of a model "
+    "that starts far from the task (not measurable at this scale). Then: the pretrained model against the "
+    "1-layer one; direction: higher mean on most of the seven metrics; significant: " + _BOOTSTRAP + "."
+)
 
 
-def check_more_layers(summary: pd.DataFrame, metrics: Sequence[str] = ("BLEU", "ROUGE-L")) -> str:
+def _variant_means(records: Sequence[dict], label: str) -> pd.Series:
+    return pd.Series({m: _mean(_runs(records, label), m) for m in METRIC_NAMES})
+
+
+def check_single_layer_gain(records: Sequence[dict], n_resamples: int) -> dict:
+    """Paper: "a single-layer reweighting model yields significant improvements over the base"."""
+    comparison = stats.compare_runs(_runs(records, ONE_LAYER), _runs(records, "Zeroshot"), n_resamples)
+    verdict = verdicts.verdict(verdicts.ahead_on_most(comparison["effect"]),
+                               verdicts.passes_on_most_metrics(comparison["p_per_seed"]))
+    ours = "1-layer Plugin minus base alone: " + _numbers(pd.Series(comparison["effect"])) + "."
+    return _check(SINGLE_LAYER_CLAIM, SINGLE_LAYER_RULE, verdict, ours,
+                  {"summary": stats.comparison_summary(comparison), "n": _n([comparison]), "comparison": comparison})
+
+
+def check_more_layers(records: Sequence[dict], n_resamples: int) -> dict:
     """Paper: more layers give "diminishing returns and slight performance decline"; "a
-    single-layer reweighting model yields optimal performance". Supported when no deeper model
-    (label ``Plugin-<k>L``) beats the 1-layer one on any metric given."""
-    means = _mean_table(summary)
-    rows = means.loc[means.index.str.fullmatch(r"Plugin-\d+L"), list(metrics)]
-    if rows.empty:
-        return "Not checkable: no reweighting model with more than one layer was run."
-    best = rows.idxmax()
-    ahead = [m for m in metrics if rows.loc[best[m], m] > means.loc[ONE_LAYER, m]]
-    details = "; ".join(f"{m}: 1 layer {means.loc[ONE_LAYER, m]:.4f}, best deeper {best[m]} {rows.loc[best[m], m]:.4f}"
-                        for m in metrics)
-    return _verdict(not ahead, f"{details}.")
+    single-layer reweighting model yields optimal performance" (``MORE_LAYERS_RULE``)."""
+    deeper = list(dict.fromkeys(r["method"] for r in records if re.fullmatch(r"Plugin-\d+L", r["method"])))
+    if not deeper:
+        return _check(MORE_LAYERS_CLAIM, MORE_LAYERS_RULE, verdicts.NOT_MEASURABLE,
+                      "no reweighting model with more than one layer was run",
+                      {"summary": "no deeper model run", "n": {"inputs": None, "seeds": None}})
+    comparisons = {label: stats.compare_runs(_runs(records, label), _runs(records, ONE_LAYER), n_resamples)
+                   for label in deeper}
+    winners = [label for label, c in comparisons.items() if verdicts.passes_on_most_metrics(c["p_per_seed"])]
+    verdict = verdicts.NOT_REPRODUCED if winners else verdicts.REPRODUCED
+    ours = ("deeper minus 1 layer, BLEU: " + ", ".join(f"{label} {c['effect']['BLEU']:+.4f}"
+                                                      for label, c in comparisons.items())
+            + (f"; significantly better: {', '.join(winners)}." if winners else "; none significantly better."))
+    n = _n(list(comparisons.values()))
+    summary = (f"{len(winners)}/{len(deeper)} deeper models beat 1 layer (p < {verdicts.ALPHA} in most seeds on most "
+               f"bootstrap metrics); {n['inputs']} inputs, {_seeds(n['seeds'])}")
+    return _check(MORE_LAYERS_CLAIM, MORE_LAYERS_RULE, verdict, ours,
+                  {"summary": summary, "n": n, "per deeper model": comparisons})
 
 
-def check_pretrained(summary: pd.DataFrame, metrics: Sequence[str] = ("BLEU", "ROUGE-L")) -> str:
-    """Paper: "initializing with a pretrained GPT2-Small substantially improves performance".
-    Supported when the pretrained reweighting model beats the 1-layer one on every metric given."""
-    means = _mean_table(summary)
-    gain = means.loc["Plugin-pretrained", list(metrics)] - means.loc[ONE_LAYER, list(metrics)]
-    return _verdict(bool((gain > 0).all()), "pretrained minus 1-layer random init: " + _numbers(gain) + ".")
+def check_pretrained(records: Sequence[dict], n_resamples: int, hparams: str) -> dict:
+    """Paper: "initializing with a pretrained GPT2-Small substantially improves performance"
+    (``PRETRAINED_RULE``). ``hparams``: the profile's ``ablations.complexity_hparams``."""
+    if not _runs(records, "Plugin-pretrained"):
+        return _check(PRETRAINED_CLAIM, PRETRAINED_RULE, verdicts.NOT_MEASURABLE, "no pretrained reweighting model was run",
+                      {"summary": "not run", "n": {"inputs": _inputs(records), "seeds": 0}})
+    gain = _variant_means(records, "Plugin-pretrained") - _variant_means(records, ONE_LAYER)
+    if hparams != "own":
+        seeds = len(_runs(records, "Plugin-pretrained"))
+        return _check(PRETRAINED_CLAIM, PRETRAINED_RULE, verdicts.NOT_MEASURABLE,
+                      f"the pretrained variant reused the 1-layer hyperparameters (complexity_hparams = {hparams!r}) "
+                      "instead of its own learning-rate selection, so it is no fair stand-in for the paper's "
+                      "GPT2-Small; for the record, pretrained minus 1 layer: " + _numbers(gain[["BLEU", "ROUGE-L"]]) + ".",
+                      {"summary": f"not tested: no own learning-rate selection; BLEU {gain['BLEU']:+.4f} (means, "
+                                  f"{_seeds(seeds)})",
+                       "n": {"inputs": _inputs(records), "seeds": seeds}, "effect (means)": gain.to_dict()})
+    comparison = stats.compare_runs(_runs(records, "Plugin-pretrained"), _runs(records, ONE_LAYER), n_resamples)
+    verdict = verdicts.verdict(verdicts.ahead_on_most(comparison["effect"]),
+                               verdicts.passes_on_most_metrics(comparison["p_per_seed"]))
+    return _check(PRETRAINED_CLAIM, PRETRAINED_RULE, verdict,
+                  "pretrained minus 1-layer random init: " + _numbers(pd.Series(comparison["effect"])) + ".",
+                  {"summary": stats.comparison_summary(comparison), "n": _n([comparison]), "comparison": comparison})
 
 
-def check_architecture(summary: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> str:
+def complexity_checks(records: Sequence[dict], n_resamples: int, hparams: str) -> list[dict]:
+    """Notebook 07's three checks, in the order of their claim keys."""
+    return [check_single_layer_gain(records, n_resamples), check_more_layers(records, n_resamples),
+            check_pretrained(records, n_resamples, hparams)]
+
+
+ARCHITECTURE_CLAIM = "transformer has the highest means"
+ARCHITECTURE_RULE = (
+    "Direction: the transformer layer has the highest mean over seeds on every one of the seven metrics (the "
+    "paper: 'across all metrics'). Significant: against the best other architecture by mean on each bootstrap "
+    "metric, " + _BOOTSTRAP + "."
+)
+SPREAD_CLAIM = "transformer has the narrowest bands"
+SPREAD_RULE = (
+    "The transformer layer has the smallest standard deviation over seeds on most of the seven metrics. No test: "
+    "comparing variances from a few seeds has no power, so the verdict is at most 'direction only'; one seed has "
+    "no standard deviation (not measurable)."
+)
+
+
+def check_architecture(records: Sequence[dict], n_resamples: int, metrics: Sequence[str] = METRIC_NAMES) -> dict:
     """Paper: the transformer layer "consistently outperforms both the MLP and linear layers
-    across all metrics". Supported when its mean is the highest on every metric."""
-    means = _mean_table(summary).drop(index="Zeroshot", errors="ignore")
+    across all metrics" (``ARCHITECTURE_RULE``)."""
+    labels = [label for label in dict.fromkeys(r["method"] for r in records) if label != "Zeroshot"]
+    means = pd.DataFrame({label: _variant_means(records, label) for label in labels}).T
     best = means[list(metrics)].idxmax()
     losing = {m: best[m] for m in metrics if best[m] != ONE_LAYER}
-    text = (f"the transformer layer has the highest mean on {len(metrics) - len(losing)}/{len(metrics)} metrics"
+    rivals: dict[str, list[str]] = {}
+    for metric in BOOTSTRAP_METRICS:
+        rival = means.drop(index=ONE_LAYER)[metric].idxmax()
+        rivals.setdefault(rival, []).append(metric)
+    p_per_seed, comparisons = {}, {}
+    for rival, chosen in rivals.items():
+        comparisons[rival] = stats.compare_runs(_runs(records, ONE_LAYER), _runs(records, rival), n_resamples, chosen)
+        p_per_seed.update(comparisons[rival]["p_per_seed"])
+    p_per_seed = {m: p_per_seed[m] for m in BOOTSTRAP_METRICS}
+    passing = verdicts.metrics_passing(p_per_seed)
+    verdict = verdicts.verdict(not losing, verdicts.most(len(passing), len(p_per_seed)))
+    ours = (f"the transformer layer has the highest mean on {len(metrics) - len(losing)}/{len(metrics)} metrics"
             + (" (best elsewhere: " + ", ".join(f"{m} {v}" for m, v in losing.items()) + ")" if losing else "")
             + "; means per model: "
             + "; ".join(f"{label}: " + _numbers(means.loc[label, list(metrics)]) for label in means.index) + ".")
-    return _verdict(not losing, text)
+    n = _n(list(comparisons.values()))
+    summary = (f"highest mean on {len(metrics) - len(losing)}/{len(metrics)}; vs the best other: p < {verdicts.ALPHA} "
+               f"in most seeds on {len(passing)}/{len(p_per_seed)} bootstrap metrics; {n['inputs']} inputs, "
+               f"{_seeds(n['seeds'])}")
+    return _check(ARCHITECTURE_CLAIM, ARCHITECTURE_RULE, verdict, ours,
+                  {"summary": summary, "n": n, "p_per_seed": p_per_seed,
+                   "best other per bootstrap metric": {m: r for r, ms in rivals.items() for m in ms},
+                   "comparisons": comparisons})
 
 
-def check_architecture_spread(summary: pd.DataFrame, metrics: Sequence[str] = METRIC_NAMES) -> str:
-    """Paper: the transformer layer has "narrower standard deviation bands". Supported when its
-    std over seeds is the smallest on most metrics; not checkable with one seed."""
-    means = _mean_table(summary).drop(index="Zeroshot", errors="ignore")
-    stds = means[[f"{m}_std" for m in metrics]]
-    if stds.isna().any().any():
-        return "Not checkable: the standard deviation needs two or more seeds."
-    narrowest = [m for m in metrics if stds[f"{m}_std"].idxmin() == ONE_LAYER]
-    return _verdict(len(narrowest) > len(metrics) / 2,
-                    f"the transformer layer has the narrowest std over seeds on {len(narrowest)}/{len(metrics)} "
-                    f"metrics ({', '.join(narrowest) or 'none'}).")
+def check_architecture_spread(records: Sequence[dict], metrics: Sequence[str] = METRIC_NAMES) -> dict:
+    """Paper: the transformer layer has "narrower standard deviation bands" (``SPREAD_RULE``)."""
+    labels = [label for label in dict.fromkeys(r["method"] for r in records) if label != "Zeroshot"]
+    seeds = min(len(_runs(records, label)) for label in labels)
+    if seeds < 2:
+        return _check(SPREAD_CLAIM, SPREAD_RULE, verdicts.NOT_MEASURABLE,
+                      "the standard deviation needs two or more seeds",
+                      {"summary": f"{seeds} seed: no standard deviation", "n": {"inputs": _inputs(records), "seeds": seeds}})
+    stds = pd.DataFrame({label: {m: float(np.std([r["metrics"][m] for r in _runs(records, label)], ddof=1))
+                                 for m in metrics} for label in labels}).T
+    narrowest = [m for m in metrics if stds[m].idxmin() == ONE_LAYER]
+    direction = verdicts.most(len(narrowest), len(metrics))
+    verdict = verdicts.DIRECTION_ONLY if direction else verdicts.NOT_REPRODUCED
+    return _check(SPREAD_CLAIM, SPREAD_RULE, verdict,
+                  f"the transformer layer has the narrowest std over seeds on {len(narrowest)}/{len(metrics)} "
+                  f"metrics ({', '.join(narrowest) or 'none'}).",
+                  {"summary": f"narrowest std on {len(narrowest)}/{len(metrics)} metrics; {seeds} seeds, no test",
+                   "n": {"inputs": _inputs(records), "seeds": seeds}, "std per model": stds.to_dict(orient="index")})
+
+
+def architecture_checks(records: Sequence[dict], n_resamples: int) -> list[dict]:
+    """Notebook 08's two checks, in the order of their claim keys."""
+    return [check_architecture(records, n_resamples), check_architecture_spread(records)]
 
 
 def plot_complexity(summary: pd.DataFrame, variants: Sequence[Variant],

@@ -20,14 +20,31 @@ from .. import paper as published
 from ..analysis import judge
 from ..harness import finetune, runner
 from ..harness.profile import Profile
+from ..report import verdicts
 from ..report.claims import record_claim
 
 SHIFTS = {
     "webnlg": {"judge": judge.person_judge, "question": judge.PAPER_PERSON_QUESTION,
-               "what": "Person-related outputs"},
+               "what": "Person-related outputs", "target": judge.is_person_related,
+               "counted": lambda text: True},
     "commongen": {"judge": judge.woman_judge, "question": judge.PAPER_WOMAN_QUESTION,
-                  "what": "woman-related outputs among gendered ones"},
+                  "what": "woman-related outputs among gendered ones",
+                  "target": lambda text: judge.gender_of(text) in ("woman", "both"),
+                  "counted": lambda text: judge.gender_of(text) is not None},
 }
+
+SHIFT_RULE = (
+    "Per test input, the judged output is a target (WebNLG: Person-related; CommonGen: woman-related, a woman "
+    "word, mixed texts included) or not. Premise: the fine-tuned base is biased away from the target relative "
+    "to the original base: its judged share (CommonGen: among gendered outputs) is lower, and an exact McNemar "
+    "test of the target outputs, paired by test input (Fisher's exact test of the two shares when the runs are "
+    f"not on the same inputs), gives p < {verdicts.ALPHA} with fewer targets from the fine-tuned base; "
+    "otherwise not measurable at this scale, with the measured shares. Then, per seed, an exact McNemar test of "
+    "the Plugin's target outputs against the fine-tuned base's, paired by test input (counts of target and "
+    "counted outputs per system and seed are reported). Reproduced: the mean share over seeds rises and "
+    f"p < {verdicts.ALPHA} with more targets from the Plugin in most seeds; direction only: the mean share rises; "
+    "not reproduced: it does not."
+)
 
 
 def shift_runs(dataset: str, profile: Profile, seeds: Sequence[int], *, progress: bool = False) -> list[dict]:
@@ -74,17 +91,89 @@ def gpt4o_shares(dataset: str, records: Sequence[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def record_claims(profile: Profile | str, dataset: str, table: pd.DataFrame) -> dict:
+def _counts(dataset: str, run: dict) -> dict:
+    """Target and counted outputs of one run (``SHIFTS``), and per input whether it is a target."""
     spec = SHIFTS[dataset]
-    base, plugin = table.loc["Zeroshot (fine-tuned base)", "share"], table.loc["Plugin (fine-tuned base)", "share"]
-    paper_base, paper_plugin = published.shift(dataset)
-    if base is None or plugin is None:
-        ours, verdict = "no output was judged (no gendered output)", "not measurable at this scale"
+    targets = [bool(spec["target"](text)) for text in run["predictions"]]
+    counted = sum(bool(spec["counted"](text)) for text in run["predictions"])
+    return {"targets": targets, "target outputs": sum(targets), "counted outputs": counted,
+            "outputs": len(targets), "share": sum(targets) / counted if counted else None}
+
+
+def _paired_test(dataset: str, a: dict, b: dict) -> dict:
+    """A against B: exact McNemar on the target outputs when both runs are on the same test
+    inputs, else Fisher's exact test of the two shares."""
+    ca, cb = _counts(dataset, a), _counts(dataset, b)
+    if list(a.get("test_ids", [])) == list(b.get("test_ids", [])):
+        test = verdicts.mcnemar_exact(ca["targets"], cb["targets"])
+        more, fewer = test["a_only"] > test["b_only"], test["a_only"] < test["b_only"]
+        result = {"test": "exact McNemar", "a_only": test["a_only"], "b_only": test["b_only"], "p": test["p"]}
     else:
-        ours, verdict = f"{base:.1%} -> {plugin:.1%}", "reproduced" if plugin > base else "not reproduced"
+        p = verdicts.two_proportion_exact(ca["target outputs"], ca["counted outputs"],
+                                          cb["target outputs"], cb["counted outputs"])
+        more = ca["target outputs"] * cb["counted outputs"] > cb["target outputs"] * ca["counted outputs"]
+        fewer = ca["target outputs"] * cb["counted outputs"] < cb["target outputs"] * ca["counted outputs"]
+        result = {"test": "Fisher exact", "p": p}
+    drop = ("targets",)
+    return {**result, "a": {k: v for k, v in ca.items() if k not in drop},
+            "b": {k: v for k, v in cb.items() if k not in drop}, "more": more, "fewer": fewer}
+
+
+def _share(value) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def check_shift(dataset: str, records: Sequence[dict]) -> tuple[str, str, dict]:
+    """(verdict, ours, statistic) of the distribution-shift claim under ``SHIFT_RULE``."""
+    original = next(r for r in records if r["base"] == "original" and r["method"] == "Zeroshot")
+    tuned = next(r for r in records if r["base"] == "fine-tuned" and r["method"] == "Zeroshot")
+    plugins = sorted((r for r in records if r["base"] == "fine-tuned" and r["method"] == "Plugin"),
+                     key=lambda r: r["seed"])
+    premise = _paired_test(dataset, tuned, original)
+    shares = {"original base": premise["b"]["share"], "fine-tuned base": premise["a"]["share"]}
+    n = {"inputs": premise["a"]["outputs"], "seeds": len(plugins)}
+    lower = (premise["a"]["share"] is not None and premise["b"]["share"] is not None
+             and premise["a"]["target outputs"] * premise["b"]["counted outputs"]
+             < premise["b"]["target outputs"] * premise["a"]["counted outputs"])
+    biased = lower and premise["fewer"] and verdicts.significant(premise["p"])
+    counts = (f"{premise['b']['target outputs']}/{premise['b']['counted outputs']} -> "
+              f"{premise['a']['target outputs']}/{premise['a']['counted outputs']}")
+    if not biased:
+        ours = (f"premise not recreated: fine-tuning moved the share from {_share(shares['original base'])} "
+                f"(original base) to {_share(shares['fine-tuned base'])} ({counts} target/counted outputs); the "
+                f"fine-tuned base gives {'fewer' if premise['fewer'] else 'no fewer'} target outputs than the "
+                f"original ({premise['test']} p = {premise['p']:.3g})")
+        statistic = {"summary": f"premise fails: share {_share(shares['original base'])} -> "
+                                f"{_share(shares['fine-tuned base'])} after fine-tuning (p = {premise['p']:.3g})",
+                     "n": n, "premise": premise, "shares": shares}
+        return verdicts.NOT_MEASURABLE, ours, statistic
+    per_seed = {int(run["seed"]): _paired_test(dataset, run, tuned) for run in plugins}
+    plugin_shares = [t["a"]["share"] for t in per_seed.values() if t["a"]["share"] is not None]
+    mean_share = sum(plugin_shares) / len(plugin_shares) if plugin_shares else None
+    rises = mean_share is not None and shares["fine-tuned base"] is not None and mean_share > shares["fine-tuned base"]
+    passing = [seed for seed, t in per_seed.items() if t["more"] and verdicts.significant(t["p"])]
+    verdict = verdicts.verdict(rises, verdicts.most(len(passing), len(per_seed)))
+    ours = (f"{_share(shares['fine-tuned base'])} -> {_share(mean_share)} (mean over seeds); target/counted outputs "
+            f"per seed: " + ", ".join(f"seed {s} {t['a']['target outputs']}/{t['a']['counted outputs']}"
+                                      for s, t in per_seed.items())
+            + f" vs the base's {premise['a']['target outputs']}/{premise['a']['counted outputs']}")
+    statistic = {"summary": f"{_share(shares['fine-tuned base'])} -> {_share(mean_share)}; McNemar p "
+                            + "/".join(f"{t['p']:.3f}" for t in per_seed.values())
+                            + f"; {n['inputs']} inputs, {n['seeds']} seeds",
+                 "n": n, "premise": premise, "shares": {**shares, "Plugin (mean over seeds)": mean_share},
+                 "per seed": per_seed, "seeds significant": passing}
+    return verdict, ours, statistic
+
+
+def record_claims(profile: Profile | str, dataset: str, records: Sequence[dict]) -> dict:
+    """The distribution-shift claim of ``dataset`` under ``SHIFT_RULE``, from ``shift_runs``'s records."""
+    spec = SHIFTS[dataset]
+    paper_base, paper_plugin = published.shift(dataset)
+    verdict, ours, statistic = check_shift(dataset, records)
     return record_claim(profile, f"shift_{dataset}",
                         f"{dataset}: Plugin raises the share of {spec['what']} over the fine-tuned base",
-                        f"{paper_base:.2%} -> {paper_plugin:.2%} (GPT-4o judge)", ours, verdict)
+                        f"{paper_base:.2%} -> {paper_plugin:.2%} (GPT-4o judge)", ours, verdict,
+                        rule=SHIFT_RULE, statistic=statistic)
 
 
 def shift_figure(tables: dict[str, pd.DataFrame]):

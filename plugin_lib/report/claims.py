@@ -1,36 +1,75 @@
 """Claims and verdicts: what the notebooks conclude about the paper's claims.
 
-Notebooks state the paper's claims they test with :func:`record_claim`: the claim, the paper's
-number, ours, and a verdict computed from the run (never typed in). They are stored as
-``results/<profile>/claims/<key>.json`` and gathered into REPORT.md by ``report.document``.
+Notebooks state the claims they test with :func:`record_claim`: the claim, the paper's number,
+ours, the ``rule`` (the test in words, a constant of the experiment module written before any
+number was seen), the ``statistic`` (effect sizes, p-values or intervals, and n) and the verdict
+that rule gives (never typed in). They are stored as ``results/<profile>/claims/<key>.json`` and
+gathered into REPORT.md and the README by ``report.document``.
+
+``scope`` keeps the paper's claims ("paper") apart from checks that go beyond the paper
+("beyond": top-k log-probability APIs, Theorem 1 measured); they are tallied separately.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+
+import numpy as np
+
 from ..harness.profile import Profile, results_dir
 from ..utils.io import atomic_write_json, read_json
+from .verdicts import NOT_MEASURABLE, VERDICTS  # noqa: F401  (VERDICTS: the vocabulary, re-exported)
 
-VERDICTS = ("reproduced", "not reproduced", "not measurable at this scale")
+SCOPES = ("paper", "beyond")
+# Only these profiles measure anything: smoke checks code paths on a handful of rows, and any
+# other profile (a future paper-twin) gets verdicts only once it is added here.
+MEASURING_PROFILES = ("local", "paper")
+RULE_NOT_RECORDED = "rule not recorded: rerun the notebook"
+STATISTIC_NOT_RECORDED = "not recorded: rerun the notebook"
 
 
-def record_claim(profile: Profile | str, key: str, claim: str, paper: str, ours: str, verdict: str) -> dict:
+def plain(value):
+    """``value`` with numpy scalars, tuples and fractions turned into JSON types (NaN: None)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating, Fraction)):
+        value = float(value)
+        return None if math.isnan(value) else value
+    return value
+
+
+def record_claim(profile: Profile | str, key: str, claim: str, paper: str, ours: str, verdict: str, *,
+                 rule: str, statistic: Mapping, scope: str = "paper") -> dict:
     """Store one claim's verdict (``results/<profile>/claims/<key>.json``) and return it.
 
-    The smoke profile only checks that code paths run (a handful of rows, one epoch), so its
-    verdicts are always "not measurable at this scale", whatever the numbers say.
+    ``statistic`` needs a ``summary`` (one short line, shown in the README) and ``n`` (test
+    inputs and seeds). Profiles outside ``MEASURING_PROFILES`` (smoke) only check that code
+    paths run, so their verdicts are always "not measurable at this scale", whatever the
+    numbers say; the rule's own verdict is kept as ``rule_verdict``.
     """
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    if not isinstance(rule, str) or not rule.strip():
+        raise ValueError("rule must state the test in words.")
+    missing = {"summary", "n"} - set(statistic)
+    if missing:
+        raise ValueError(f"statistic lacks {sorted(missing)}: give a one-line summary and n (inputs, seeds).")
     name = profile.name if isinstance(profile, Profile) else profile
-    if name == "smoke":
-        verdict = "not measurable at this scale"
-    entry = {"key": key, "claim": claim, "paper": paper, "ours": ours, "verdict": verdict}
+    entry = {"key": key, "claim": claim, "paper": paper, "ours": ours, "verdict": verdict, "rule": rule,
+             "statistic": plain(statistic), "scope": scope}
+    if name not in MEASURING_PROFILES:
+        entry.update(verdict=NOT_MEASURABLE, rule_verdict=verdict)
     atomic_write_json(results_dir(profile) / "claims" / f"{key}.json", entry)
     return entry
-
-
-def majority_verdict(count: int, total: int) -> str:
-    """'reproduced' when a property holds on more than half of the cases."""
-    return "reproduced" if count * 2 > total else "not reproduced"
 
 
 def load_claims(profile: Profile | str) -> list[dict]:

@@ -1,6 +1,6 @@
 """Our runs beside the paper's, per (dataset, base model, method), for tables whose paper
-counterpart is another model (Tables 5 and 8): means, stds, the paper's value, and counts of
-the metrics on which one method beats another.
+counterpart is another model (Tables 5 and 8): means, stds, the paper's value, counts of the
+metrics on which one method beats another, and claims tested on paired runs (``claim_from_runs``).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from .. import data
 from ..harness import models
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
-from . import tables
-from .claims import majority_verdict, record_claim
+from . import stats, tables, verdicts
+from .claims import record_claim
 from .writer import finish_grid
 
 FIGURE_METRICS = ("BLEU", "ROUGE-L", "METEOR")
@@ -124,15 +124,50 @@ def minimal_gaps(frame: pd.DataFrame, method: str = "Plugin", reference: str = "
     return _metrics_where(frame, method, reference, lambda a, b: abs(a - b) <= MINIMAL_GAP * abs(b))
 
 
-def claim_from_counts(profile: Profile | str, key: str, claim: str, ours: pd.Series, paper: pd.Series) -> dict:
-    """A claim that holds per (dataset, model) on more than half of the seven metrics."""
+def describe_counts(counts: pd.Series) -> str:
+    """"e2e (model): 5/7; ..." for per-(dataset, model) metric counts."""
     n = len(METRIC_NAMES)
+    return "; ".join(f"{dataset} ({model}): {c}/{n}" for (dataset, model), c in counts.items()) or "not run"
 
-    def describe(counts: pd.Series) -> str:
-        return "; ".join(f"{dataset} ({model}): {c}/{n}" for (dataset, model), c in counts.items()) or "not run"
 
-    if ours.empty:
-        verdict = "not measurable at this scale"
+def pairwise_rule(first: str, second: str) -> str:
+    """The test of "``first`` beats ``second``" on paired runs (``claim_from_runs``)."""
+    return (
+        f"Per (dataset, base model), {first} seed k against {second} seed k. Direction: {first}'s mean over seeds is "
+        f"higher on most of the seven metrics. Significant: a paired bootstrap over test inputs per seed (p = share "
+        f"of resamples where {first} is not better) gives p < {verdicts.ALPHA} in most seeds (more than half) on most "
+        f"of the {len(stats.BOOTSTRAP_METRICS)} bootstrap metrics ({', '.join(stats.BOOTSTRAP_METRICS)}). Over "
+        "datasets: reproduced if most are reproduced, direction only if most show the direction."
+    )
+
+
+def claim_from_runs(profile: Profile | str, key: str, claim: str, records: list[dict], first: str, second: str,
+                    paper: pd.Series, n_resamples: int, rule: str) -> dict:
+    """``first`` beats ``second`` (``pairwise_rule``) per (dataset, model), from paired runs;
+    ``paper``: the paper's metric counts (``metric_wins`` of its rows)."""
+    comparisons, verdict_per_pair = {}, []
+    for dataset, model in dict.fromkeys((r["dataset"], r["model"]) for r in records):
+        runs = [r for r in records if r["dataset"] == dataset and r["model"] == model]
+        runs_a, runs_b = [r for r in runs if r["method"] == first], [r for r in runs if r["method"] == second]
+        if not runs_a or not runs_b:
+            continue
+        comparison = stats.compare_runs(runs_a, runs_b, n_resamples)
+        comparisons[f"{dataset} ({model})"] = comparison
+        verdict_per_pair.append(verdicts.verdict(verdicts.ahead_on_most(comparison["effect"]),
+                                                 verdicts.passes_on_most_metrics(comparison["p_per_seed"])))
+    if not comparisons:
+        return record_claim(profile, key, claim, describe_counts(paper), "not run", verdicts.NOT_MEASURABLE,
+                            rule=rule, statistic={"summary": "not run", "n": {"inputs": None, "seeds": None}})
+    ours = "; ".join(f"{name}: ahead on {sum(e > 0 for e in c['effect'].values())}/{len(METRIC_NAMES)}, "
+                     f"BLEU {c['effect']['BLEU']:+.4f}" for name, c in comparisons.items())
+    first_cmp = next(iter(comparisons.values()))
+    if len(comparisons) == 1:
+        summary = stats.comparison_summary(first_cmp)
     else:
-        verdict = majority_verdict(int((ours * 2 > n).sum()), len(ours))
-    return record_claim(profile, key, claim, describe(paper), describe(ours), verdict)
+        summary = ("; ".join(f"{name}: {len(c['metrics_significant'])}/{len(c['p_per_seed'])} significant"
+                             for name, c in comparisons.items())
+                   + f"; {first_cmp['n_inputs']} inputs, {len(first_cmp['seeds'])} seeds")
+    return record_claim(profile, key, claim, describe_counts(paper), ours, verdicts.majority_verdict(verdict_per_pair),
+                        rule=rule, statistic={"summary": summary, "n": {"inputs": first_cmp["n_inputs"],
+                                                                         "seeds": len(first_cmp["seeds"])},
+                                              "per dataset": comparisons})

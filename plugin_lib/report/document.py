@@ -13,7 +13,7 @@ from pathlib import Path
 from ..harness import profile as config
 from ..utils.io import atomic_write_text
 from ..harness.profile import Profile
-from .claims import VERDICTS, load_claims
+from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims
 
 # Notebook stem prefix -> the paper item it reproduces and the result files it writes.
 SECTIONS = [
@@ -64,15 +64,78 @@ def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]
     return lines
 
 
+# Claim records written before scopes existed: the checks beyond the paper, by key.
+_BEYOND_PAPER_KEYS = ("topk_", "theorem1")
+SCOPE_TITLES = {"paper": "The paper's claims", "beyond": "Checks beyond the paper"}
+
+
+def scope_of(claim: dict) -> str:
+    return claim.get("scope") or ("beyond" if claim["key"].startswith(_BEYOND_PAPER_KEYS) else "paper")
+
+
+def statistic_summary(claim: dict) -> str:
+    statistic = claim.get("statistic")
+    return statistic.get("summary", STATISTIC_NOT_RECORDED) if isinstance(statistic, dict) else STATISTIC_NOT_RECORDED
+
+
+def _value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if value is None:
+        return "n/a"
+    return str(value)
+
+
+def statistic_details(statistic: dict, prefix: str = "") -> list[str]:
+    """Lines of a statistic: nested keys joined by " / ", a dict of plain values on one line
+    ("key value, key value"), ``n`` first, floats to 4 significant digits."""
+    lines = []
+    for key in sorted(statistic, key=lambda k: k != "n"):
+        value, name = statistic[key], f"{prefix}{key}"
+        if key == "summary":
+            continue
+        if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):
+            lines += statistic_details(value, f"{name} / ")
+        elif isinstance(value, dict):
+            lines.append(f"{name}: " + ", ".join(f"{k} {_value(v)}" for k, v in value.items()))
+        else:
+            lines.append(f"{name}: {_value(value)}")
+    return lines
+
+
+def tally(claims: list[dict]) -> str:
+    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
+    return ", ".join(f"{n} {v}" for v, n in counts.items())
+
+
 def claims_table(claims: list[dict]) -> list[str]:
+    """REPORT.md's verdicts: per scope a table (claim, paper, ours, statistic, verdict) and its
+    tally, then every claim's rule and full statistic."""
     if not claims:
         return ["No claim has been checked in this profile yet.", ""]
-    lines = ["| claim | paper | ours | verdict |", "| --- | --- | --- | --- |"]
+    lines = []
+    for scope in SCOPES:
+        chosen = [c for c in claims if scope_of(c) == scope]
+        lines += [f"### {SCOPE_TITLES[scope]}", ""]
+        if not chosen:
+            lines += ["None checked in this profile yet.", ""]
+            continue
+        lines += ["| claim | paper | ours | statistic | verdict |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {c['claim']} | {c['paper']} | {c['ours']} | {statistic_summary(c)} | **{c['verdict']}** |"
+                  for c in chosen]
+        lines += ["", f"{SCOPE_TITLES[scope]}, in all ({len(chosen)}): {tally(chosen)}.", ""]
+    lines += ["### Rules and statistics", ""]
     for c in claims:
-        lines.append(f"| {c['claim']} | {c['paper']} | {c['ours']} | **{c['verdict']}** |")
-    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
-    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-    return lines + ["", f"In all: {summary}.", ""]
+        statistic = c.get("statistic")
+        lines += [f"**{c['claim']}** (`{c['key']}`, {scope_of(c)})", "",
+                  f"- rule: {c.get('rule') or RULE_NOT_RECORDED}",
+                  f"- statistic: {statistic_summary(c)}"]
+        if isinstance(statistic, dict):
+            lines += [f"  - {line}" for line in statistic_details(statistic)]
+        lines += [f"- verdict: **{c['verdict']}**", ""]
+    return lines
 
 
 def write_report(profile: Profile | str) -> Path:
@@ -96,8 +159,9 @@ def write_report(profile: Profile | str) -> Path:
 
 
 def readme_block(profile: Profile | str) -> list[str]:
-    """The README's results: the scale, one table of verdicts, and a link to REPORT.md, where
-    every table and figure is."""
+    """The README's results: the scale, one table of the paper's claims (short statistic and
+    verdict), the tally of each scope, and a link to REPORT.md, where every rule, statistic,
+    table and figure is."""
     prof = config.load_profile(profile)
     claims = load_claims(prof)
     lines = [
@@ -109,10 +173,18 @@ def readme_block(profile: Profile | str) -> list[str]:
     ]
     if not claims:
         return lines + ["No claim has been checked in this profile yet.", ""]
-    lines += ["| claim | ours | verdict |", "| --- | --- | --- |"]
-    lines += [f"| {c['claim']} | {c['ours']} | **{c['verdict']}** |" for c in claims]
-    counts = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
-    return lines + ["", "In all: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", ""]
+    paper = [c for c in claims if scope_of(c) == "paper"]
+    if paper:
+        lines += ["| the paper's claim | statistic | verdict |", "| --- | --- | --- |"]
+        lines += [f"| {c['claim']} | {statistic_summary(c)} | **{c['verdict']}** |" for c in paper]
+        lines.append("")
+    for scope in SCOPES:
+        chosen = [c for c in claims if scope_of(c) == scope]
+        lines.append(f"{SCOPE_TITLES[scope]} ({len(chosen)}): {tally(chosen)}." if chosen
+                     else f"{SCOPE_TITLES[scope]}: none checked yet.")
+        lines.append("")
+    return lines + ["Each claim's rule (the test, fixed in code before the numbers) and full statistic, and "
+                    "the checks beyond the paper, are in REPORT.md.", ""]
 
 
 def update_readme(profile: Profile | str, readme: Path = config.REPO_ROOT / "README.md") -> Path:

@@ -1,4 +1,5 @@
-"""Statistics over test inputs: a paired bootstrap of Plugin against the best baseline."""
+"""Statistics over test inputs: a paired bootstrap of one system against another, seed by seed
+(``compare_runs``), and of the Plugin against the best baseline of a main table (``significance``)."""
 from __future__ import annotations
 
 import functools
@@ -8,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from .. import data
-from ..metrics import compute_metrics
+from ..metrics import METRIC_NAMES, compute_metrics
+from . import verdicts
 from .tables import runs_frame, summarize
 
 # Metrics whose bootstrap recomputation needs no Java process (ROUGE-L, METEOR and CIDEr do).
@@ -42,8 +44,9 @@ def significance(records: Sequence[dict], n_resamples: int, metrics: Sequence[st
                  method: str = "Plugin") -> pd.DataFrame:
     """Plugin vs the best other method (by mean) per model and metric, paired bootstrap per seed.
 
-    The reported p-value is the largest over seeds (Plugin must win in every seed to get a
-    small one); the deterministic Zeroshot run is paired with every seed.
+    ``p per seed`` holds the one-sided p-value of every seed (in the order of ``seeds``);
+    ``p (max over seeds)`` is the largest (Plugin must win in every seed to get a small one).
+    The deterministic Zeroshot run is paired with every seed; ``n inputs``: test inputs.
     """
     frame = runs_frame(records)
     summary = summarize(frame)
@@ -55,8 +58,9 @@ def significance(records: Sequence[dict], n_resamples: int, metrics: Sequence[st
         for metric in metrics:
             others = block.drop(index=(model, method))[metric]
             rival = others.idxmax()[1]
+            seeds = [int(s) for s in frame[(frame.model == model) & (frame.method == method)].seed]
             p_values = []
-            for seed in frame[(frame.model == model) & (frame.method == method)].seed:
+            for seed in seeds:
                 ours = by_key[(model, method, seed)]
                 theirs = by_key.get((model, rival, seed)) or by_key[(model, rival, frame.seed.min())]
                 refs = _references(ours["dataset"], tuple(ours["test_ids"]))
@@ -64,8 +68,57 @@ def significance(records: Sequence[dict], n_resamples: int, metrics: Sequence[st
                                                  [metric], n_resamples, seed)[metric])
             rows.append({"model": model, "metric": metric, "best baseline": rival,
                          method: block.loc[(model, method), metric], "baseline": others.max(),
-                         "p (max over seeds)": max(p_values)})
+                         "p (max over seeds)": max(p_values), "p per seed": tuple(p_values),
+                         "seeds": tuple(seeds), "n inputs": len(by_key[(model, method, seeds[0])]["test_ids"])})
     return pd.DataFrame(rows)
+
+
+def pair_by_seed(runs_a: Sequence[dict], runs_b: Sequence[dict]) -> list[tuple[dict, dict]]:
+    """(A's run, B's run of the same seed) for every seed both have, in seed order. A B with a
+    single run (a deterministic method such as Zeroshot) is paired with every seed of A. The
+    paired runs must be on the same test inputs, in the same order."""
+    if not runs_a or not runs_b:
+        raise ValueError("pair_by_seed needs runs of both systems.")
+    by_seed = {r["seed"]: r for r in runs_b}
+    single = runs_b[0] if len(runs_b) == 1 else None
+    pairs = [(run, by_seed.get(run["seed"]) or single) for run in sorted(runs_a, key=lambda r: r["seed"])]
+    pairs = [(run, other) for run, other in pairs if other is not None]
+    if not pairs:
+        raise ValueError(f"No seed in common: {sorted(r['seed'] for r in runs_a)} and {sorted(by_seed)}.")
+    for run, other in pairs:
+        if list(run["test_ids"]) != list(other["test_ids"]):
+            raise ValueError(f"Seed {run['seed']}: the two runs are not on the same test inputs.")
+    return pairs
+
+
+def compare_runs(runs_a: Sequence[dict], runs_b: Sequence[dict], n_resamples: int,
+                 metrics: Sequence[str] = BOOTSTRAP_METRICS) -> dict:
+    """A against B, seed by seed (``pair_by_seed``): the effect (A's mean minus B's over the
+    paired runs, on each of the seven metrics, from the stored scores) and, per bootstrap
+    metric, the one-sided paired-bootstrap p-value of each seed (``paired_bootstrap``, the run's
+    seed as the resampling seed). JSON-ready: the ``statistic`` of a claim record."""
+    pairs = pair_by_seed(runs_a, runs_b)
+    p_per_seed: dict[str, list[float]] = {m: [] for m in metrics}
+    for run, other in pairs:
+        refs = _references(run["dataset"], tuple(run["test_ids"]))
+        p = paired_bootstrap(run["predictions"], other["predictions"], refs, metrics, n_resamples, run["seed"])
+        for metric in metrics:
+            p_per_seed[metric].append(float(p[metric]))
+    used_b = list({id(other): other for _, other in pairs}.values())
+    effect = {m: float(np.mean([run["metrics"][m] for run, _ in pairs]) - np.mean([r["metrics"][m] for r in used_b]))
+              for m in METRIC_NAMES}
+    return {"effect": effect, "p_per_seed": p_per_seed, "seeds": [int(run["seed"]) for run, _ in pairs],
+            "n_inputs": len(pairs[0][0]["test_ids"]), "bootstrap_resamples": int(n_resamples),
+            "metrics_significant": verdicts.metrics_passing(p_per_seed)}
+
+
+def comparison_summary(comparison: dict, metric: str = "BLEU") -> str:
+    """One line: the effect on ``metric``, its p-values, and on how many bootstrap metrics the
+    test passes in most seeds, with n."""
+    ps = "/".join(f"{p:.3f}" for p in comparison["p_per_seed"].get(metric, []))
+    return (f"{metric} {comparison['effect'][metric]:+.4f} (p {ps}); p < {verdicts.ALPHA} in most seeds on "
+            f"{len(comparison['metrics_significant'])}/{len(comparison['p_per_seed'])} bootstrap metrics; "
+            f"{comparison['n_inputs']} inputs, {len(comparison['seeds'])} seed{'s' if len(comparison['seeds']) != 1 else ''}")
 
 
 @functools.lru_cache(maxsize=8)
