@@ -219,6 +219,13 @@ class BaseOutputCache:
     def nbytes(self) -> int:
         return int(self.rows.nbytes)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the rows (float16 or float32), memory-mapped or not."""
+        if isinstance(self.rows, np.ndarray):
+            return torch.float16 if self.rows.dtype == np.float16 else torch.float32
+        return self.rows.dtype
+
     def get(self, indices: Sequence[int]) -> torch.Tensor:
         """Rows of the given pairs, concatenated in that order (matches ``positions`` order)."""
         parts = [self.rows[self.offsets[i] : self.offsets[i + 1]] for i in indices]
@@ -233,9 +240,7 @@ class BaseOutputCache:
             return self
         if placement == "mmap":
             raise ValueError("A cache becomes memory-mapped only from its file: build it with directory=...")
-        shape, dtype = tuple(self.rows.shape), self.rows.dtype
-        if isinstance(dtype, np.dtype):
-            dtype = torch.float16 if dtype == np.float16 else torch.float32
+        shape, dtype = tuple(self.rows.shape), self.dtype
         if placement == "gpu":
             rows = torch.empty(shape, dtype=dtype, device=device or "cuda")
         else:
@@ -243,7 +248,7 @@ class BaseOutputCache:
         step = max(1, (256 * 2**20) // max(1, shape[1] * rows.element_size()))  # 256 MiB at a time
         for lo in range(0, shape[0], step):
             part = self.rows[lo : lo + step]
-            part = torch.from_numpy(np.ascontiguousarray(part)) if isinstance(part, np.ndarray) else part
+            part = torch.from_numpy(np.array(part)) if isinstance(part, np.ndarray) else part
             rows[lo : lo + step] = part.to(rows.device)
         return BaseOutputCache(rows, self.offsets, placement)
 
