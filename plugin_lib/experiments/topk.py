@@ -37,7 +37,7 @@ def reference_coverage(cache: BaseOutputCache, pairs: Sequence[EncodedPair], ks:
     total = 0
     for i, pair in enumerate(pairs):
         rows = cache.get([i]).float()
-        targets = torch.tensor(pair.input_ids[pair.prompt_length:])
+        targets = torch.tensor(pair.input_ids[pair.prompt_length:], device=rows.device)
         ranks = (rows > rows.gather(1, targets[:, None])).sum(1)  # tokens strictly more likely
         hits += [(ranks < k).sum().item() for k in ks]
         total += len(targets)

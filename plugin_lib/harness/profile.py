@@ -95,10 +95,12 @@ class Ablations:
 
 @dataclass(frozen=True)
 class Shift:
-    """Notebook 10: epochs of fine-tuning towards the shifted data, and its pool (None: all)."""
+    """Notebook 10: epochs of fine-tuning towards the shifted data, its pool (None: all), and
+    the base (None: the ablations' model; the paper: LLaMA-3.1-8B)."""
 
     epochs: int
     pool_pairs: int | None
+    model: str | None
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from ..utils.io import atomic_write_json, read_json
 from .verdicts import NOT_MEASURABLE, VERDICTS  # noqa: F401  (VERDICTS: the vocabulary, re-exported)
 
 SCOPES = ("paper", "beyond")
-# Only these profiles measure anything: smoke checks code paths on a handful of rows, and any
-# other profile (a future paper-twin) gets verdicts only once it is added here.
+# The profiles whose numbers can support or refute a claim. Every other profile (smoke, and
+# paper-twin, whose bases have random weights) only checks that code paths run.
 MEASURING_PROFILES = ("local", "paper")
 RULE_NOT_RECORDED = "rule not recorded: rerun the notebook"
 STATISTIC_NOT_RECORDED = "not recorded: rerun the notebook"
@@ -50,9 +50,10 @@ def record_claim(profile: Profile | str, key: str, claim: str, paper: str, ours:
     """Store one claim's verdict (``results/<profile>/claims/<key>.json``) and return it.
 
     ``statistic`` needs a ``summary`` (one short line, shown in the README) and ``n`` (test
-    inputs and seeds). Profiles outside ``MEASURING_PROFILES`` (smoke) only check that code
-    paths run, so their verdicts are always "not measurable at this scale", whatever the
-    numbers say; the rule's own verdict is kept as ``rule_verdict``.
+    inputs and seeds). Profiles outside ``MEASURING_PROFILES`` (smoke: a handful of rows, one
+    epoch; paper-twin: random-weight twins of the paper's bases) only check that code paths
+    run, so their verdicts are always "not measurable at this scale", whatever the numbers
+    say; the rule's own verdict is kept as ``rule_verdict``.
     """
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")

@@ -21,11 +21,17 @@ FIGURE_METRICS = ("BLEU", "ROUGE-L", "METEOR")
 MINIMAL_GAP = 0.10
 
 
+def paper_model(model: str) -> str:
+    """The paper's name of a base: its display name, or for a shape twin the model it twins."""
+    spec = models.model_spec(model)
+    return spec.get("paper_model", spec["display"])
+
+
 def table_models(profile: Profile, paper: pd.DataFrame) -> list[str]:
-    """The profile's base models that the paper's table reports; all of them if none is
-    (the offline SmolLM2 of the local and smoke profiles)."""
+    """The profile's base models that the paper's table reports (or twins of them); all of
+    them if none is (the offline SmolLM2 of the local and smoke profiles)."""
     listed = set(paper.model)
-    chosen = [m for m in profile.base_models if models.model_spec(m)["display"] in listed]
+    chosen = [m for m in profile.base_models if paper_model(m) in listed]
     return chosen or list(profile.base_models)
 
 
@@ -33,8 +39,8 @@ def paper_counterpart(model: str, paper: pd.DataFrame) -> str:
     """The paper's model to compare a base with: itself if reported, else one of its family."""
     spec = models.model_spec(model)
     listed = list(dict.fromkeys(paper.model))
-    if spec["display"] in listed:
-        return spec["display"]
+    if paper_model(model) in listed:
+        return paper_model(model)
     family_member = "LLaMA-3.1-8B" if spec["family"] == "llama" else "GPT2-XL"
     return family_member if family_member in listed else listed[0]
 

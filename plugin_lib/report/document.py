@@ -10,6 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..harness import models
 from ..harness import profile as config
 from ..utils.io import atomic_write_text
 from ..harness.profile import Profile
@@ -138,6 +139,17 @@ def claims_table(claims: list[dict]) -> list[str]:
     return lines
 
 
+def _twin_note(prof: Profile) -> list[str]:
+    """A warning above the verdicts of a profile whose bases are shape twins."""
+    twins = [m for m in prof.base_models if models.is_twin(m)]
+    if not twins:
+        return []
+    return [f"**{models.TWIN_LABEL}.** The bases {', '.join(twins)} are shape twins of the paper's models: "
+            "random weights of their architectures, with the offline SmolLM2 tokenizer. This profile "
+            "checks that the paper profile's code path runs; its outputs and verdicts carry no "
+            "information about the paper's claims.", ""]
+
+
 def write_report(profile: Profile | str) -> Path:
     prof = config.load_profile(profile)
     root = config.results_dir(prof)
@@ -149,6 +161,7 @@ def write_report(profile: Profile | str) -> Path:
         f"{json.dumps(prof.section('rows'))}). The paper's numbers are quoted beside ours where a notebook "
         "compares them.",
         "",
+        *_twin_note(prof),
         "## Claim-by-claim verdicts",
         "",
         *claims_table(load_claims(prof)),

@@ -1,0 +1,169 @@
+"""The paper profile's speed on a GPU, measured on the full-size shape twins of its bases.
+
+    python benchmarks/bench_gpu.py [--models gpt2-xl-twin llama-3.1-8b-twin] [--new-tokens 64]
+    python benchmarks/bench_gpu.py --cpu     # the small twins on a CPU: checks this script only
+
+Twins have the paper models' exact architectures and random weights (twin: says nothing about
+the paper's numbers), in the dtype the run would load them in (``harness.models.resolve_dtype``:
+GPT-2 float16, LLaMA-3.1-8B bfloat16 where the GPU supports it). Prompts are E2E's (from
+PLUGIN_DATA_DIR; a fixed list without it). Prints, per base:
+
+  1. Plugin time / base-alone time, greedy, 64 new tokens, repetition penalty 1.1, at batch
+     8 and 32 (every sequence forced to the same length, so both do the same steps);
+  2. KV-cached vs re-running the whole sequence at every step (the authors' loop), batch 8;
+  3. base-output cache build rate at batch 8 (pairs/s) and its size per target token;
+  4. Plugin training rate (pairs/s) from the cache on the GPU, in pinned host memory and
+     memory-mapped from disk.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+
+import torch
+
+from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
+from plugin_lib.core.reweighter import make_reweighter
+from plugin_lib.core.train import BaseOutputCache, TokenObjective, TrainConfig, encode_pairs, fit, release_gpu_caches
+from plugin_lib.data import prompts
+from plugin_lib.harness import models
+
+FALLBACK_PROMPTS = [
+    "name[The Eagle], eatType[coffee shop], food[French], priceRange[moderate], area[riverside]",
+    "name[Aromi], eatType[restaurant], food[Chinese], customer rating[low], area[city centre]",
+    "name[The Punter], priceRange[cheap], customer rating[average], familyFriendly[yes]",
+    "name[Zizzi], eatType[pub], food[Italian], near[The Sorrento]",
+]
+
+
+def e2e_pairs(count: int) -> tuple[list[str], list[str]]:
+    """(source, reference) pairs of E2E's validation split, or a fixed list without data."""
+    try:
+        from plugin_lib import data
+
+        examples = data.load_dataset("e2e", "validation", rows=count)
+        pairs = data.training_pairs(examples)[:count]
+        return [ex.source for ex, _ in pairs], [ref for _, ref in pairs]
+    except Exception:  # no data folder and no Hub: the fixed prompts, repeated
+        sources = [FALLBACK_PROMPTS[i % len(FALLBACK_PROMPTS)] for i in range(count)]
+        return sources, [f"{s.split(']')[0].split('[')[1]} is a place to eat." for s in sources]
+
+
+def task_prompt(name: str, tokenizer, source: str) -> str:
+    """E2E's prompt in the model family's wording and format (the runner's ``Task.prompt``)."""
+    spec = models.model_spec(name)
+    text = prompts.build_prompt("e2e", spec["family"], source)
+    return prompts.format_for_model(text, tokenizer, spec.get("chat_template", False))
+
+
+def timed(fn, repeats: int = 2) -> float:
+    """Best wall time of ``repeats`` calls after one warm-up, with the GPU synchronised."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def decode(base, reweighter, enc, new_tokens, penalty=1.1):
+    processors = [PluginLogitsProcessor(reweighter, enc.attention_mask, repetition_penalty=penalty)] if reweighter \
+        else []
+    kwargs = {} if reweighter else {"repetition_penalty": penalty}
+    return base.generate(enc.input_ids, enc.attention_mask, logits_processor=processors, do_sample=False,
+                         max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                         pad_token_id=base.tokenizer.pad_token_id, **kwargs)
+
+
+def bench(name: str, args) -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
+    base = models.load_base_model(name, dtype="auto", device=device)
+    spec = models.model_spec(name)
+    params = sum(p.numel() for p in base._model.parameters())  # noqa: SLF001 - size only
+    reweighter = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for(name)).to(device).eval()
+    sources, references = e2e_pairs(max(args.batches + [args.train_pairs]))
+    texts = [task_prompt(name, base.tokenizer, s) for s in sources]
+    n = args.new_tokens
+    print(f"\n== {spec['display']}: {params / 1e9:.2f}B parameters, {base.dtype}, vocabulary {base.vocab_size}, "
+          f"on {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}")
+
+    print(f"1. Plugin / base alone, greedy, {n} new tokens, repetition penalty 1.1")
+    for batch in args.batches:
+        enc = base.tokenizer(texts[:batch], return_tensors="pt", padding=True)
+        t_base = timed(lambda: decode(base, None, enc, n), args.repeats)
+        t_plugin = timed(lambda: decode(base, reweighter, enc, n), args.repeats)
+        print(f"   batch {batch:>3}: base {t_base:6.2f} s, Plugin {t_plugin:6.2f} s, ratio {t_plugin / t_base:.3f}")
+
+    enc = base.tokenizer(texts[:8], return_tensors="pt", padding=True)
+    t_cached = timed(lambda: decode(base, reweighter, enc, n), 1)
+    t_full = timed(lambda: greedy_decode_uncached(base, enc.input_ids, enc.attention_mask, reweighter,
+                                                  max_new_tokens=n, min_new_tokens=n, repetition_penalty=1.1), 1)
+    print(f"2. KV-cached {t_cached:.2f} s vs uncached {t_full:.2f} s at batch 8: x{t_full / t_cached:.2f}")
+
+    prompt_texts = texts[: args.train_pairs]
+    pairs = encode_pairs(base.tokenizer, prompt_texts, references[: args.train_pairs])
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        cache = BaseOutputCache.build(base, pairs, placement="memory", progress=False)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        build = time.perf_counter() - started
+        per_token = cache.nbytes / cache.rows.shape[0]
+        print(f"3. cache build: {len(pairs) / build:,.1f} pairs/s at batch 8; {per_token / 1024:,.0f} KB per target "
+              f"token ({cache.dtype}); {cache.rows.shape[0]:,} target tokens")
+        mapped = BaseOutputCache.build(base, pairs, directory=folder, placement="mmap", progress=False)
+        placements = {"memory-mapped": mapped}
+        if device.type == "cuda":
+            placements = {"GPU": mapped.placed("gpu", device), "pinned host": mapped.placed("pinned"), **placements}
+        rates = {}
+        for label, where in placements.items():
+            pad = base.tokenizer.pad_token_id
+            objective = TokenObjective(pairs, pad, cache=where)
+            few = TokenObjective(pairs[:8], pad, cache=BaseOutputCache(where.rows[: where.offsets[8]],
+                                                                       where.offsets[:9], where.placement))
+            model = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for(name)).to(device)
+            cfg = TrainConfig(lr=1e-4, max_epochs=1, batch_size=8)
+            fit(model, few, few, cfg, progress=False)  # warm-up
+            result = fit(model, objective, few, cfg, progress=False)  # one epoch; validation on 8 pairs
+            rates[label] = len(pairs) / result.seconds
+        print("4. training: " + ", ".join(f"{label} {rate:,.0f} pairs/s" for label, rate in rates.items())
+              + (f" (GPU / memory-mapped x{rates['GPU'] / rates['memory-mapped']:.2f})" if "GPU" in rates else ""))
+        del placements, mapped, cache
+    release_gpu_caches()
+    del base, reweighter
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["gpt2-xl-twin", "llama-3.1-8b-twin"])
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--train-pairs", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--cpu", action="store_true",
+                        help="run the small twins on the CPU (checks the script; the numbers mean nothing for a GPU)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available() and not args.cpu:
+        print("bench_gpu.py measures the paper's bases on a CUDA GPU, and this machine has none. Run it on a GPU "
+              "machine, or pass --cpu to run the small twins here (a check of the script, not a measurement).")
+        return 0
+    if args.cpu:
+        args.models = [m if m.endswith("-small") else f"{m}-small" for m in args.models]
+        args.new_tokens, args.batches, args.train_pairs, args.repeats = 8, [2, 4], 16, 1
+    print(f"Shape twins ({models.TWIN_LABEL}); torch {torch.__version__}")
+    torch.manual_seed(0)
+    for name in args.models:
+        bench(name, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

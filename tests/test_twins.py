@@ -1,0 +1,226 @@
+"""Shape twins, the paper-twin profile, the dtype rule, the float16 cache and its placement,
+and the preflight plan: everything of the GPU path that a CPU can check.
+
+Twins have random weights: twin: says nothing about the paper's numbers.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from plugin_lib.core.reweighter import make_reweighter
+from plugin_lib.core.train import (GIB, BaseOutputCache, TokenObjective, cache_dtype, choose_placement, collate,
+                                   encode_pairs, gpu_headroom)
+from plugin_lib.core.loss import target_positions
+from plugin_lib.experiments import table5, table8
+from plugin_lib.harness import methods, models, preflight
+from plugin_lib.harness.profile import load_profile
+from plugin_lib.report import claims, comparison
+
+PAPER_SHAPES = {
+    "gpt2-medium-twin": {"n_layer": 24, "n_embd": 1024, "n_head": 16, "n_positions": 1024, "vocab_size": 50257},
+    "gpt2-xl-twin": {"n_layer": 48, "n_embd": 1600, "n_head": 25, "n_positions": 1024, "vocab_size": 50257},
+    "llama-3.1-8b-twin": {
+        "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    },
+}
+# Parameters of the published checkpoints: GPT2-M 355M, GPT2-XL 1.56B, LLaMA-3.1-8B 8.03B.
+PAPER_PARAMETERS = {"gpt2-medium-twin": 354_823_168, "gpt2-xl-twin": 1_557_611_200,
+                    "llama-3.1-8b-twin": 8_030_261_248}
+PROMPTS = ["name[The Eagle], eatType[coffee shop], food[French]", "name[Aromi], area[city centre]",
+           "name[Zizzi], eatType[pub], food[Italian], near[The Sorrento]"]
+TARGETS = ["The Eagle is a French coffee shop.", "Aromi is in the city centre.", "Zizzi is an Italian pub."]
+
+
+# ---------------------------------------------------------------- the twins
+
+
+@pytest.mark.parametrize("name", list(PAPER_SHAPES))
+def test_full_size_twins_have_the_paper_models_exact_configurations(name):
+    config = models.model_config(name)
+    for key, value in PAPER_SHAPES[name].items():
+        assert getattr(config, key) == value, key
+    if name.startswith("llama"):
+        assert config.rope_parameters == {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                          "original_max_position_embeddings": 8192}
+    with torch.device("meta"):
+        meta = AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in meta.parameters()) == PAPER_PARAMETERS[name]
+    spec = models.model_spec(name)
+    assert models.TWIN_LABEL in spec["display"] and models.is_twin(name)
+    real = {"GPT2-M": "gpt2-medium", "GPT2-XL": "gpt2-xl", "LLaMA-3.1-8B": "llama-3.1-8b"}[spec["paper_model"]]
+    assert models.model_spec(real)["twin"] == name and models.model_spec(real)["family"] == spec["family"]
+
+
+@pytest.mark.parametrize("name", ["gpt2-medium-twin-small", "gpt2-xl-twin-small", "llama-3.1-8b-twin-small"])
+def test_small_twins_load_seeded_with_the_paper_vocabulary_and_the_offline_tokenizer(name):
+    base = models.load_base_model(name)
+    again = models.load_base_model(name)
+    full = name.removesuffix("-small")
+    assert base.vocab_size == PAPER_SHAPES[full]["vocab_size"] > len(base.tokenizer) == 49152
+    assert base.dtype == torch.float32 and base.tokenizer.padding_side == "left"
+    ids = base.tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    torch.testing.assert_close(base.logits(ids.input_ids, ids.attention_mask),
+                               again.logits(ids.input_ids, ids.attention_mask), rtol=0, atol=0)  # same weights
+    assert models.model_spec(name)["family"] == models.model_spec(full)["family"]
+    assert not models.model_spec(name).get("chat_template", False)
+    # Generated ids beyond the tokenizer decode to nothing instead of failing.
+    assert isinstance(base.tokenizer.decode([100, 60000, 200]), str)
+
+
+def test_dtype_rule():
+    rule = models.resolve_dtype
+    for name in ("llama-3.1-8b", "llama-3.1-8b-twin", "llama-3.1-8b-twin-small"):
+        assert rule(name, "auto", "cuda", bf16_supported=True) == torch.bfloat16  # an A100, H100
+        assert rule(name, "auto", "cuda", bf16_supported=False) == torch.float16  # a Colab T4
+        assert rule(name, None, "cuda", bf16_supported=False) == torch.float16
+        assert rule(name, "auto", "cpu") == torch.float32
+    for name in ("gpt2-medium", "gpt2-xl", "gpt2-xl-twin", "smollm2-135m-instruct"):
+        assert rule(name, "auto", "cuda", bf16_supported=True) == torch.float16
+    assert rule("llama-3.1-8b", "float32", "cuda") == torch.float32  # an explicit dtype is kept
+    assert rule("gpt2-xl", torch.bfloat16, "cpu") == torch.bfloat16
+    with pytest.raises(ValueError, match="Unknown dtype"):
+        rule("gpt2-xl", "float8", "cuda")
+    assert load_profile("paper").dtype == load_profile("paper-twin").dtype == "auto"
+
+
+# ---------------------------------------------------------------- the paper-twin profile
+
+
+def test_paper_twin_profile_is_the_paper_path_on_small_twins():
+    paper, twin = load_profile("paper"), load_profile("paper-twin")
+    assert len(twin.base_models) == len(paper.base_models)
+    for real, small in zip(paper.base_models, twin.base_models):
+        assert models.is_twin(small) and not models.is_twin(real)
+        assert models.model_spec(small)["family"] == models.model_spec(real)["family"]
+        assert models.arch_for(small) == models.arch_for(real)  # GPT-2 and LLaMA reweighting models
+        assert models.model_spec(small).get("half") == models.model_spec(real).get("half")
+    assert twin.tokens == paper.tokens  # the paper's token limits (no chat template to make room for)
+    assert twin.shift.model == twin.base_models[-1] and paper.shift.model == paper.base_models[-1]
+    assert models.model_spec(twin.ablations.model)["paper_model"] == models.model_spec(paper.ablations.model)["display"]
+    assert comparison.table_models(twin, table5.paper_rows()) == ["gpt2-xl-twin-small"]
+    assert comparison.table_models(twin, table8.paper_rows()) == ["gpt2-xl-twin-small", "llama-3.1-8b-twin-small"]
+    assert comparison.paper_counterpart("llama-3.1-8b-twin-small", table8.paper_rows()) == "LLaMA-3.1-8B"
+
+
+def test_only_the_paper_and_local_profiles_measure_claims(monkeypatch, tmp_path):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    for name, verdict in (("paper-twin", "not measurable at this scale"), ("smoke", "not measurable at this scale"),
+                          ("local", "reproduced"), ("paper", "reproduced")):
+        assert claims.record_claim(name, "k", "A claim", "1", "2", "reproduced")["verdict"] == verdict
+
+
+def test_twin_tasks_use_the_family_prompts_without_a_chat_template(toy_example):
+    base = models.load_base_model("gpt2-xl-twin-small")
+    task = methods.Task(base, "e2e", models.model_spec(base.name)["family"], [toy_example(0, "validation")], [],
+                        [toy_example(1, "test")])
+    text = task.prompt(task.test[0])
+    assert "<|im_start|>" not in text and "Item 1" in text
+
+
+# ---------------------------------------------------------------- the float16 cache
+
+
+def _float32_cache(base, pairs) -> BaseOutputCache:
+    """Recomputation: the base's log-probabilities at the target positions in float32."""
+    batch = collate(pairs, base.tokenizer.pad_token_id)
+    logits = base.logits(batch["input_ids"], batch["attention_mask"])
+    rows = torch.log_softmax(logits[target_positions(batch["labels"])].float(), -1)
+    return BaseOutputCache(rows, np.concatenate(([0], np.cumsum([p.target_length for p in pairs]))))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_base_is_cached_in_float16_within_1e3_nats_per_token(dtype, tmp_path):
+    base = models.load_base_model("llama-3.1-8b-twin-small", dtype=dtype, device="cpu")
+    pairs = encode_pairs(base.tokenizer, PROMPTS, TARGETS)
+    cache = BaseOutputCache.build(base, pairs, progress=False)
+    on_disk = BaseOutputCache.build(base, pairs, directory=tmp_path, progress=False)
+    assert cache_dtype(dtype) == torch.float16 and cache.dtype == on_disk.dtype == torch.float16
+    assert cache.nbytes == sum(p.target_length for p in pairs) * 128256 * 2  # half of float32's
+    reference = _float32_cache(base, pairs)
+    pad = base.tokenizer.pad_token_id
+    reweighter = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for(base.name))
+    for rows in (cache, on_disk):
+        cached = TokenObjective(pairs, pad, cache=rows).mean_nll(reweighter)
+        recomputed = TokenObjective(pairs, pad, cache=reference).mean_nll(reweighter)
+        assert abs(cached - recomputed) < 1e-3
+    assert cache_dtype(torch.float32) == torch.float32
+
+
+# ---------------------------------------------------------------- cache placement
+
+
+def test_cache_placement_rule_with_injected_memory():
+    choose = choose_placement
+    gpu = {"device_type": "cuda", "has_directory": True}
+    h100 = {"gpu_total": 80 * GIB, "host_available": 200 * GIB}
+    assert gpu_headroom(80 * GIB) == 12 * GIB and gpu_headroom(16 * GIB) == 4 * GIB
+    # LLaMA-3.1-8B in bf16 (16 GB) on an H100: E2E's caches (about 30 GiB in float16) fit beside it.
+    assert choose(30 * GIB, gpu_free=62 * GIB, **h100, **gpu) == "gpu"
+    assert choose(52 * GIB, gpu_free=62 * GIB, **h100, **gpu) == "pinned"  # past the headroom
+    assert choose(120 * GIB, gpu_free=62 * GIB, **h100, **gpu) == "mmap"  # over half the host memory
+    assert choose(120 * GIB, gpu_free=62 * GIB, **h100, device_type="cuda", has_directory=False) == "memory"
+    assert choose(1 * GIB, gpu_free=None, gpu_total=None, host_available=None, **gpu) == "mmap"  # unknown
+    assert choose(1 * GIB, device_type="cpu", has_directory=True, gpu_free=80 * GIB, gpu_total=80 * GIB) == "mmap"
+    assert choose(1 * GIB, device_type="cpu", has_directory=False) == "memory"
+
+
+def test_placed_caches_hold_the_same_rows(tiny_base, tokenizer, tmp_path):
+    pairs = encode_pairs(tokenizer, PROMPTS, TARGETS)
+    mapped = BaseOutputCache.build(tiny_base, pairs, directory=tmp_path, progress=False)
+    assert mapped.placement == "mmap" and isinstance(mapped.rows, np.memmap)
+    loaded = BaseOutputCache.build(tiny_base, pairs, directory=tmp_path, placement="memory", progress=False)
+    assert loaded.placement == "memory" and isinstance(loaded.rows, torch.Tensor)
+    torch.testing.assert_close(loaded.get([2, 0]), mapped.get([2, 0]), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="placement"):
+        BaseOutputCache.build(tiny_base, pairs, placement="disk", progress=False)
+    with pytest.raises(MemoryError, match="directory"):
+        BaseOutputCache.build(tiny_base, pairs, placement="mmap", progress=False)
+
+
+# ---------------------------------------------------------------- the preflight
+
+
+def test_preflight_counts_what_the_runner_encodes(smollm2):
+    profile = load_profile("smoke")
+    counts = preflight.count_task("e2e", "smollm2-135m-instruct", profile)
+    task = methods.make_task(smollm2, "e2e", profile)
+    pairs = task.encoded("train") + task.encoded("hyper")
+    assert (counts.train_pairs, counts.hyper_pairs) == (len(task.encoded("train")), len(task.encoded("hyper")))
+    assert counts.target_tokens == sum(p.target_length for p in pairs)
+    assert counts.pair_tokens == pytest.approx(np.mean([len(p.input_ids) for p in pairs]))
+    assert counts.test_inputs == len(task.test)
+
+
+def test_preflight_plans_the_paper_profile_on_a_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("checks the plan of a machine without a GPU")
+    out = io.StringIO()
+    assert preflight.run("paper", measure=False, out=out) == 0  # the checks are for the GPU machine
+    text = out.getvalue()
+    for notebook in preflight.NOTEBOOKS:
+        assert notebook in text
+    assert "needs GPU" in text and "the hours need the GPU" in text and "issue 17" in text
+    assert "10_distribution_shift needs about" in text  # LLaMA-3.1-8B fine-tuned in float32
+    plans = {p.notebook: p for p in preflight.plan_notebooks(load_profile("paper"), gpu=True)}
+    e2e = plans["01_table1_e2e"]
+    assert e2e.pairs == 4299 and e2e.seeds == 5 and e2e.epochs == 80
+    assert e2e.configs == 3 * (12 + 12 + 12 + 36)  # three bases: NewModel, TempNet, Plugin 12 each, WeightedComb 36
+    assert e2e.decode_tokens == 3 * (1 + 6 * 5) * 1847 * 64
+    assert plans["10_distribution_shift"].peak_gpu > 80 * GIB > plans["01_table1_e2e"].peak_gpu
+
+
+def test_preflight_stops_when_memory_or_disk_will_not_do():
+    out = io.StringIO()
+    assert preflight.run("paper", measure=False, gpu_memory_gb=24, disk_free_gb=1e6, out=out) == 1
+    assert "WILL NOT FIT: 10_distribution_shift" in out.getvalue()
+    out = io.StringIO()
+    assert preflight.run("smoke", measure=False, disk_free_gb=0.01, out=out) == 1
+    assert "of disk" in out.getvalue()
