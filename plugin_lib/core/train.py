@@ -363,6 +363,15 @@ class BaseOutputCache:
         return cls(rows, offsets, placement)
 
 
+def _to_cache_dtype(log_probs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float32 log-probabilities in the cache's dtype; in float16, finite values below its
+    range are clamped to its lowest finite value (-inf, a token a top-k view rules out, stays)."""
+    if dtype == torch.float16:
+        lowest = torch.finfo(torch.float16).min
+        log_probs = torch.where(log_probs.isneginf(), log_probs, log_probs.clamp(min=lowest))
+    return log_probs.to(dtype)
+
+
 LogProbs = Callable[[torch.Tensor | None, torch.Tensor], torch.Tensor]
 
 
