@@ -114,7 +114,9 @@ def test_only_the_paper_and_local_profiles_measure_claims(monkeypatch, tmp_path)
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     for name, verdict in (("paper-twin", "not measurable at this scale"), ("smoke", "not measurable at this scale"),
                           ("local", "reproduced"), ("paper", "reproduced")):
-        assert claims.record_claim(name, "k", "A claim", "1", "2", "reproduced")["verdict"] == verdict
+        entry = claims.record_claim(name, "k", "A claim", "1", "2", "reproduced", rule="a rule",
+                                    statistic={"summary": "s", "n": {"inputs": 1, "seeds": 1}})
+        assert entry["verdict"] == verdict
 
 
 def test_twin_tasks_use_the_family_prompts_without_a_chat_template(toy_example):
