@@ -36,6 +36,7 @@ def test_claims_and_sections_end_up_in_the_report(tmp_path, monkeypatch):
     assert "  - n: inputs 100, seeds 3" in text and "  - p_per_seed: BLEU [0.01, 0.02, 0.3]" in text
     assert "- verdict: **direction only**" in text
     assert "| a |" in text and "No results yet" in text  # a section with and one without results
+    assert document.VERDICT_LEGEND in text
 
 
 def test_record_claim_checks_verdict_scope_rule_and_statistic(tmp_path, monkeypatch):
@@ -62,6 +63,8 @@ def test_only_local_and_paper_profiles_give_verdicts(tmp_path, monkeypatch, prof
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     entry = _claim(profile)
     assert entry["verdict"] == "not measurable at this scale" and entry["rule_verdict"] == "reproduced"
+    text = document.claims_table(claims.load_claims(profile))
+    assert "- verdict: **not measurable at this scale** (the rule alone gives *reproduced*; " in "\n".join(text)
     assert _claim("paper")["verdict"] == _claim("local")["verdict"] == "reproduced"
 
 

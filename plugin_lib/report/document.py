@@ -70,6 +70,15 @@ _BEYOND_PAPER_KEYS = ("topk_", "theorem1")
 SCOPE_TITLES = {"paper": "The paper's claims", "beyond": "Checks beyond the paper"}
 
 
+VERDICT_LEGEND = (
+    "Each verdict follows a rule stated in code before the numbers (printed with its statistic under "
+    "*Rules and statistics*): **reproduced**: the paper's direction, and a test passes (p < 0.05 in most seeds, "
+    "or a confidence interval over seeds that excludes no effect); **direction only**: the paper's direction, "
+    "not significant at this scale; **not reproduced**: not the paper's direction; **not measurable at this "
+    "scale**: the experiment's premise does not hold here. \"Most\" means more than half."
+)
+
+
 def scope_of(claim: dict) -> str:
     return claim.get("scope") or ("beyond" if claim["key"].startswith(_BEYOND_PAPER_KEYS) else "paper")
 
@@ -116,7 +125,7 @@ def claims_table(claims: list[dict]) -> list[str]:
     tally, then every claim's rule and full statistic."""
     if not claims:
         return ["No claim has been checked in this profile yet.", ""]
-    lines = []
+    lines = [VERDICT_LEGEND, ""]
     for scope in SCOPES:
         chosen = [c for c in claims if scope_of(c) == scope]
         lines += [f"### {SCOPE_TITLES[scope]}", ""]
@@ -135,7 +144,9 @@ def claims_table(claims: list[dict]) -> list[str]:
                   f"- statistic: {statistic_summary(c)}"]
         if isinstance(statistic, dict):
             lines += [f"  - {line}" for line in statistic_details(statistic)]
-        lines += [f"- verdict: **{c['verdict']}**", ""]
+        note = (f" (the rule alone gives *{c['rule_verdict']}*; this profile only checks that the code runs)"
+                if c.get("rule_verdict") and c["rule_verdict"] != c["verdict"] else "")
+        lines += [f"- verdict: **{c['verdict']}**{note}", ""]
     return lines
 
 
