@@ -1,3 +1,4 @@
+import pandas as pd
 import pytest
 
 from plugin_lib.experiments import shift
@@ -78,3 +79,12 @@ def test_gpt4o_is_skipped_without_a_key(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     shares = shift.gpt4o_shares("commongen", _records())
     assert shares.share.isna().all() and shares.status.str.startswith("skipped").all()
+
+
+def test_shift_figure_with_a_share_that_could_not_be_judged():
+    """No gendered output at all (a random-weight twin's outputs) leaves a share of None."""
+    systems = ["test references", "Zeroshot (original base)", "Zeroshot (fine-tuned base)", "Plugin (fine-tuned base)"]
+    judged = pd.DataFrame({"system": systems, "share": [0.75, 0.0, 0.1, 0.2], "seeds": 1}).set_index("system")
+    unjudged = pd.DataFrame({"system": systems, "share": [1.0, None, None, None], "seeds": 1}).set_index("system")
+    figure = shift.shift_figure({"webnlg": judged, "commongen": unjudged})
+    assert len(figure.axes) == 2

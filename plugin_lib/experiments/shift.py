@@ -182,6 +182,9 @@ def shift_figure(tables: dict[str, pd.DataFrame]):
     import seaborn as sns
 
     long = pd.concat({d: t.reset_index() for d, t in tables.items()}, names=["dataset"]).reset_index(level=0)
+    # One row label per bar, and a share with no judged output (None: e.g. no gendered output at
+    # all, as from a random-weight twin) as a missing bar rather than an object column.
+    long = long.reset_index(drop=True).assign(share=lambda f: pd.to_numeric(f["share"], errors="coerce"))
     grid = sns.catplot(data=long, x="share", y="system", col="dataset", kind="bar", height=3, aspect=1.6, sharex=False)
     grid.set_titles("{col_name}")
     plt.close(grid.figure)
