@@ -15,6 +15,8 @@
 #   leaves the last executed notebook as it was, clears its stamp and leaves
 #   <name>.failed.ipynb beside it; the report is written only when every notebook finished,
 #   and the README's results block only by a complete `--profile local` run.
+# - A paper run prints its preflight plan first (work, memory, disk, hours) and stops when the
+#   GPU memory or the disk will not do.
 # - One call per profile at a time: a second call refuses at once.
 # - Notebooks import this checkout's plugin_lib (PYTHONPATH), even with a PLUGIN_VENV shared
 #   with another checkout. PLUGIN_SKIP_BOOTSTRAP=1 uses that environment as it is.
@@ -101,6 +103,16 @@ fi
 echo "[run_all] checking the data of profile '$profile'"
 if ! "$py" -m plugin_lib.data.check --profile "$profile"; then
   die "the data of profile '$profile' are not ready (see above); nothing was run or written."
+fi
+
+# The paper profile's plan before GPU-days are spent: work, cache and disk, peak GPU memory and
+# the estimated total (python -m plugin_lib.harness.preflight). It stops the call when memory or
+# disk will not do; PLUGIN_SKIP_PREFLIGHT=1 skips it (e.g. a resumed run that already saw it).
+if [ "$profile" = paper ] && [ "${PLUGIN_SKIP_PREFLIGHT:-0}" != 1 ]; then
+  echo "[run_all] preflight of profile '$profile' (PLUGIN_SKIP_PREFLIGHT=1 skips it)"
+  if ! "$py" -m plugin_lib.harness.preflight --profile "$profile"; then
+    die "the preflight says profile '$profile' will not fit on this machine (see WILL NOT FIT above); nothing was run or written."
+  fi
 fi
 
 # One run_all.sh per profile: flock on results/<profile>/.run_all.lock, released on exit (a

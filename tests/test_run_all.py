@@ -38,6 +38,15 @@ if os.environ.get("FAKE_DATA_CHECK") == "fail":
     sys.exit("Missing e2e_cleaned/test-fixed.csv: download it with python -m plugin_lib.data.fetch")
 print("[check] data ready")
 '''
+# The preflight (paper runs only), standing in for the real one: FAKE_PREFLIGHT=fail says it
+# will not fit, as the real one does when GPU memory or disk is short.
+FAKE_PREFLIGHT = '''import os, sys
+print("[preflight] plan of profile", sys.argv[-1])
+if os.environ.get("FAKE_PREFLIGHT") == "fail":
+    print("WILL NOT FIT: 10_distribution_shift needs about 144 GiB of GPU memory")
+    sys.exit(1)
+print("Estimated total: 42 hours at most")
+'''
 OK = '''import os, plugin_lib
 from plugin_lib.harness.profile import results_dir
 here = os.path.dirname(os.getcwd())  # the notebooks run in <checkout>/notebooks
@@ -90,6 +99,7 @@ def make_repo(tmp: Path, notebooks: dict[str, str], real_check: bool = False) ->
         (repo / "notebooks" / f"{name}.ipynb").write_text(notebook(body))
     if not real_check:
         (repo / "plugin_lib" / "data" / "check.py").write_text(FAKE_CHECK)
+        (repo / "plugin_lib" / "harness" / "preflight.py").write_text(FAKE_PREFLIGHT)
     local = repo / "results" / "local"
     (local / "executed").mkdir(parents=True)
     (local / "REPORT.md").write_text("# the committed local report\n")
@@ -306,6 +316,31 @@ def test_a_failing_data_check_writes_nothing(idle_repo):
     assert result.returncode == 1
     assert "Missing e2e_cleaned/test-fixed.csv" in result.stderr and "nothing was run" in result.stderr
     assert git(idle_repo, "status", "--porcelain", "--ignored") == ""
+
+
+def test_a_paper_run_prints_its_preflight_plan_first(tmp_path):
+    repo = make_repo(tmp_path, {"00_ok": OK})
+    result = run_all(repo, "--profile", "paper")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[preflight] plan of profile paper" in result.stdout
+    assert result.stdout.index("Estimated total") < result.stdout.index("00_ok: running")
+
+
+def test_a_preflight_that_will_not_fit_stops_a_paper_run_before_anything_is_written(tmp_path):
+    repo = make_repo(tmp_path, {"00_ok": OK})
+    result = run_all(repo, "--profile", "paper", FAKE_PREFLIGHT="fail")
+    assert result.returncode == 1
+    assert "WILL NOT FIT" in result.stdout and "nothing was run or written" in result.stderr
+    assert "00_ok: running" not in result.stdout
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+    skipped = run_all(repo, "--profile", "paper", "--only", "00", FAKE_PREFLIGHT="fail",
+                      PLUGIN_SKIP_PREFLIGHT="1")
+    assert skipped.returncode == 0 and "[preflight]" not in skipped.stdout
+
+
+def test_other_profiles_run_no_preflight(finished):
+    _, result = finished
+    assert "preflight" not in result.stdout
 
 
 def test_readme_only_changes_with_a_complete_local_run(tmp_path):
