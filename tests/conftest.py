@@ -86,7 +86,7 @@ def tiny_profile(monkeypatch, tmp_path):
         seeds=[0, 1],
         decoding={"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4},
         training={"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1},
-        grid={"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]},
+        grid={"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5], "extend_edges": 0},
     )
 
 

@@ -117,7 +117,7 @@ def test_architecture_variants_are_distinct_runs(tiny_task):
 
 def test_deeper_models_can_reuse_the_one_layer_choice(tiny_task):
     profile = load_profile("smoke", decoding={"max_new_tokens": 2, "repetition_penalty": 1.1, "batch_size": 4},
-                           grid={"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5]})
+                           grid={"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5], "extend_edges": 0})
     small = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
     variants = [ablations.Variant("Plugin", None, "1 layer"),
                 ablations.Variant("Plugin-2L", {**small, "n_layer": 2}, "2 layers")]

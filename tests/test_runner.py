@@ -75,3 +75,62 @@ def test_missing_weights_are_retrained_from_the_recorded_choice(task, profile):
     state.unlink()  # as on a machine that only has the committed JSON records
     again = runner.run_experiment(task, "Plugin", 0, profile, force=True, progress=False)
     assert state.exists() and again["predictions"] == first["predictions"]
+
+
+# -- equal budget: grid edges (issue 16) ---------------------------------------------------------
+
+def test_beyond_edge_steps_past_the_edge_where_the_choice_sits():
+    assert runner.beyond_edge([1e-3, 5e-3], 1e-3, "lr") == pytest.approx(2e-4)
+    assert runner.beyond_edge([1e-3, 5e-3], 5e-3, "lr") == pytest.approx(2.5e-2)
+    assert runner.beyond_edge([5e-5, 5e-4, 5e-3], 5e-4, "lr") is None  # inside the grid
+    assert runner.beyond_edge([0.01], 0.01, "weight_decay") is None  # one value: no edge
+    # alpha is a mixture weight in (0, 1): the spacing while it stays inside, then half the gap.
+    assert runner.beyond_edge([0.25, 0.5, 0.75], 0.25, "alpha") == pytest.approx(0.125)
+    assert runner.beyond_edge([0.25, 0.5, 0.75], 0.75, "alpha") == pytest.approx(0.875)
+    assert runner.beyond_edge([0.3, 0.5, 0.7], 0.3, "alpha") == pytest.approx(0.1)
+    assert runner.grid_edges({"lr": [1e-3, 5e-3], "weight_decay": [0.01]}, {"lr": 1e-3, "weight_decay": 0.01}) == ["lr"]
+
+
+def _fake_training(trained, best_lr):
+    """train_method stand-in: hyper-validation loss is smallest at ``best_lr`` (log scale)."""
+    import math
+    import torch
+    from types import SimpleNamespace
+
+    def train(task_, method, arch, hparams, seed, training, progress=True):
+        trained.append(hparams["lr"])
+        loss = 1.0 + abs(math.log(hparams["lr"] / best_lr))
+        result = SimpleNamespace(best_val_loss=loss, best_epoch=1, epochs_run=1, seconds=0.0, history=[])
+        return torch.nn.Linear(1, 1), result
+    return train
+
+
+@pytest.mark.parametrize("extend, expected", [
+    (0, [1e-3, 5e-3]),                      # as listed: the choice stays at the edge
+    (1, [1e-3, 5e-3, 2e-4]),
+    (2, [1e-3, 5e-3, 2e-4, 4e-5]),          # at most two steps, even if the edge is still chosen
+])
+def test_a_choice_at_the_edge_extends_the_grid(task, profile, monkeypatch, extend, expected):
+    trained = []
+    monkeypatch.setattr(methods, "train_method", _fake_training(trained, best_lr=1e-5))
+    profile = profile.replace(grid={**profile.section("grid"), "extend_edges": extend})
+    record = runner.select_hparams(task, "Plugin", profile, progress=False)
+    assert trained == pytest.approx(expected)
+    assert record["grid"]["lr"] == pytest.approx(expected)
+    assert record["configs"][record["best"]]["hparams"]["lr"] == pytest.approx(expected[-1] if extend else 1e-3)
+    trained.clear()
+    runner.select_hparams(task, "Plugin", profile, progress=False)  # resumes: nothing trained again
+    assert trained == []
+
+
+def test_an_interior_choice_extends_nothing(task, profile, monkeypatch):
+    trained = []
+    monkeypatch.setattr(methods, "train_method", _fake_training(trained, best_lr=1e-3))
+    profile = profile.replace(grid={**profile.section("grid"), "lr": [2e-4, 1e-3, 5e-3], "extend_edges": 2})
+    runner.select_hparams(task, "Plugin", profile, progress=False)
+    assert trained == pytest.approx([2e-4, 1e-3, 5e-3])
+
+
+def test_extend_edges_zero_keeps_the_settings_hash_of_runs_made_before_the_option(task, profile):
+    pushed = profile.replace(grid={**profile.section("grid"), "extend_edges": 2})
+    assert runner.settings_fingerprint(task, profile) != runner.settings_fingerprint(task, pushed)

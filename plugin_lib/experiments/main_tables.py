@@ -7,6 +7,7 @@ import pandas as pd
 from .. import paper as published
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
+from ..report import budget as training_budget
 from ..report import verdicts
 from ..report.claims import record_claim
 from ..report.stats import BOOTSTRAP_METRICS
@@ -39,9 +40,11 @@ def paper_comparison(summary: pd.DataFrame, dataset: str, paper_model: str = "LL
 
 
 def record_claims(profile: Profile | str, summary: pd.DataFrame, dataset: str, significance: pd.DataFrame,
-                  method: str = "Plugin") -> dict:
+                  method: str = "Plugin", budget: pd.DataFrame | None = None) -> dict:
     """Check "Plugin outperforms the baselines on nearly all metrics" on our runs (``MAIN_TABLE_RULE``)
-    and record it. ``significance``: ``report.stats.significance`` of the same runs."""
+    and record it. ``significance``: ``report.stats.significance`` of the same runs; ``budget``:
+    ``report.budget.audit`` of them, whose flags go into the statistic (they do not change the
+    verdict: they say where a baseline may have been held back by the shared budget)."""
     paper = published.main_results(dataset).set_index(["model", "method"])[list(METRIC_NAMES)]
     paper_wins = wins(paper, method)
     ours = wins(summary, method)
@@ -66,6 +69,10 @@ def record_claims(profile: Profile | str, summary: pd.DataFrame, dataset: str, s
     first = significance.iloc[0] if len(significance) else None
     n = {"inputs": int(first["n inputs"]) if first is not None else None,
          "seeds": len(first["seeds"]) if first is not None else None}
+    statistic = {"summary": "; ".join(summaries) + f"; {n['inputs']} inputs, {n['seeds']} seeds",
+                 "n": n, "models": per_model}
+    if budget is not None:
+        statistic["training budget"] = training_budget.summary(budget)
     return record_claim(
         profile,
         f"main_{dataset}",
@@ -74,6 +81,5 @@ def record_claims(profile: Profile | str, summary: pd.DataFrame, dataset: str, s
         "; ".join(f"{r.model}: {r['best on']}/7 ({r.metrics or 'none'})" for _, r in ours.iterrows()),
         verdicts.weakest(verdict_per_model),
         rule=MAIN_TABLE_RULE,
-        statistic={"summary": "; ".join(summaries) + f"; {n['inputs']} inputs, {n['seeds']} seeds",
-                   "n": n, "models": per_model},
+        statistic=statistic,
     )

@@ -44,7 +44,7 @@ from ..core.reweighter import count_parameters, make_reweighter
 from ..core.train import (BaseOutputCache, EncodedPair, TokenObjective, cache_dtype, choose_placement,
                           host_available_bytes)
 from ..data import prompts
-from . import models
+from . import models, runner
 from . import profile as config
 from .profile import Profile
 
@@ -258,8 +258,13 @@ class Plan:
 
 
 def _grid(profile: Profile, method: str) -> int:
-    size = len(profile.grid.lr) * len(profile.grid.weight_decay)
-    return size * len(profile.grid.alpha) if method == "WeightedComb" else size
+    """Configurations searched, at most: a grid of two or more values may grow by
+    ``extend_edges`` values past its edge (``runner.select_hparams``)."""
+    size = 1
+    for key in runner.grid_keys(method):
+        values = len(getattr(profile.grid, key))
+        size *= values + (profile.grid.extend_edges if values > 1 else 0)
+    return size
 
 
 def _paper_models(table: str, profile: Profile) -> list[str]:

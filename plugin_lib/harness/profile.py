@@ -35,11 +35,16 @@ class Rows:
 
 @dataclass(frozen=True)
 class Grid:
-    """Hyperparameters searched on hyper-validation loss (alpha: WeightedComb only)."""
+    """Hyperparameters searched on hyper-validation loss (alpha: WeightedComb only).
+
+    ``extend_edges``: how many times a searched value may be pushed past the grid's edge when
+    the chosen one sits there (``harness.runner.select_hparams``); 0 keeps the grid as listed.
+    """
 
     lr: tuple[float, ...]
     weight_decay: tuple[float, ...]
     alpha: tuple[float, ...]
+    extend_edges: int
 
 
 @dataclass(frozen=True)

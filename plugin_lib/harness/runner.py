@@ -40,9 +40,36 @@ from . import profile as config
 from .profile import Profile
 
 
-def hparam_grid(profile: Profile, method: str) -> list[dict]:
-    keys = ["lr", "weight_decay"] + (["alpha"] if method == "WeightedComb" else [])
-    return [dict(zip(keys, values)) for values in itertools.product(*(getattr(profile.grid, k) for k in keys))]
+def grid_keys(method: str) -> list[str]:
+    return ["lr", "weight_decay"] + (["alpha"] if method == "WeightedComb" else [])
+
+
+def hparam_grid(profile: Profile, method: str, values: dict[str, list[float]] | None = None) -> list[dict]:
+    """Every configuration of the profile's grid (or of ``values``, one list per key)."""
+    keys = grid_keys(method)
+    values = values or {k: list(getattr(profile.grid, k)) for k in keys}
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(values[k] for k in keys))]
+
+
+def beyond_edge(values: Sequence[float], chosen: float, key: str) -> float | None:
+    """The next value past the grid's edge where ``chosen`` sits, or None (not at an edge, or
+    a single value). Rates and decays step geometrically by the edge's own ratio; alpha, a
+    mixture weight in (0, 1), steps by the edge's spacing, or halves the gap to 0 or 1."""
+    ordered = sorted(values)
+    if len(ordered) < 2 or chosen not in (ordered[0], ordered[-1]):
+        return None
+    low = chosen == ordered[0]
+    edge, inner = (ordered[0], ordered[1]) if low else (ordered[-1], ordered[-2])
+    if key != "alpha":
+        return edge * edge / inner
+    step = edge - (inner - edge)
+    bound = 0.0 if low else 1.0
+    return step if (step > 0 if low else step < 1) else (edge + bound) / 2
+
+
+def grid_edges(values: dict[str, list[float]], hparams: dict) -> list[str]:
+    """The hyperparameters whose chosen value sits at the edge of a grid of two or more values."""
+    return [k for k, v in values.items() if k in hparams and beyond_edge(v, hparams[k], k) is not None]
 
 
 def _tag(hparams: dict) -> str:
@@ -61,6 +88,8 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
     """The settings a stored run depends on; a run stored under other settings is redone.
     (The data it depends on: :func:`inputs_fingerprint`.)"""
     relevant = {k: profile.section(k) for k in ("rows", "tokens", "training", "grid", "decoding")}
+    if not relevant["grid"]["extend_edges"]:
+        del relevant["grid"]["extend_edges"]  # 0 is the grid as listed: runs made before the option stay current
     relevant.update(dataset=task.dataset, model=models.model_spec(task.base.name),
                     chat_template=task.use_chat_template)
     if task.prompt_prefix:
@@ -137,23 +166,38 @@ def select_hparams(
     record = (_load_if_current(record_path, fingerprint, inputs)
               or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
     seed = profile.seeds[0]
-    for hparams in hparam_grid(profile, method):
-        tag = _tag(hparams)
-        if tag in record["configs"]:
-            continue
-        model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress)
-        best = record["best"]
-        if best is None or result.best_val_loss < record["configs"][best]["val_loss"]:
-            _save_state(model, state_path)
-            record["best"] = tag
-        record["configs"][tag] = {
-            "hparams": hparams,
-            "val_loss": result.best_val_loss,
-            "best_epoch": result.best_epoch,
-            "epochs_run": result.epochs_run,
-            "seconds": result.seconds,
-            "history": result.history,
-        }
+    values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
+    extensions = {k: 0 for k in values}
+    while True:
+        for hparams in hparam_grid(profile, method, values):
+            tag = _tag(hparams)
+            if tag in record["configs"]:
+                continue
+            model, result = methods.train_method(task, method, arch, hparams, seed, profile.training,
+                                                 progress=progress)
+            best = record["best"]
+            if best is None or result.best_val_loss < record["configs"][best]["val_loss"]:
+                _save_state(model, state_path)
+                record["best"] = tag
+            record["configs"][tag] = {
+                "hparams": hparams,
+                "val_loss": result.best_val_loss,
+                "best_epoch": result.best_epoch,
+                "epochs_run": result.epochs_run,
+                "seconds": result.seconds,
+                "history": result.history,
+            }
+            atomic_write_json(record_path, record)
+        # The same rule for every method: a choice at an edge pushes that edge one step further.
+        chosen = record["configs"][record["best"]]["hparams"]
+        pushed = [k for k in grid_edges(values, chosen) if extensions[k] < profile.grid.extend_edges]
+        if not pushed:
+            break
+        for k in pushed:
+            values[k].append(beyond_edge(values[k], chosen[k], k))
+            extensions[k] += 1
+    if record.get("grid") != values:
+        record["grid"] = values  # the values searched, extensions included
         atomic_write_json(record_path, record)
     return record
 

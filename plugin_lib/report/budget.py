@@ -1,0 +1,89 @@
+"""Equal training budget, audited: every trained method stops by the same rules (the epoch cap,
+early stopping, the grid), and this module shows where those rules may have held one back.
+
+Two flags per (model, method):
+
+- **still improving at the cap**: a run whose best hyper-validation loss came at its last epoch
+  and that last epoch is the profile's ``max_epochs``; more epochs might have helped it.
+- **chosen at a grid edge**: the selected value of a hyperparameter is the smallest or largest
+  one searched (grids of two or more values), so the search may have stopped short of its
+  optimum. ``grid.extend_edges`` pushes such edges (``harness.runner.select_hparams``); with 0,
+  the flag stays.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..harness import runner
+from ..harness.profile import Profile
+from ..utils.io import read_json
+
+STILL_IMPROVING = "still improving at the epoch cap"
+AT_EDGE = "chosen at a grid edge"
+
+
+def still_improving(training: dict | None, max_epochs: int) -> bool:
+    """Whether a run's best epoch is its last one and that one is the cap."""
+    if not training:
+        return False
+    return training["best_epoch"] == training["epochs_run"] == max_epochs
+
+
+def searched_grid(profile: Profile, record: dict) -> dict[str, list[float]] | None:
+    """The values a trained run's grid search covered: the selection record's own list, or the
+    profile's grid for records made before selections stored it; None for untrained methods."""
+    if not record.get("training") or not record.get("hparams"):
+        return None
+    selection = runner.runs_dir(profile, record["dataset"], record["model"]) / f"{record['method']}-selection.json"
+    if selection.exists():
+        stored = read_json(selection).get("grid")
+        if stored:
+            return stored
+    return {k: list(getattr(profile.grid, k)) for k in record["hparams"] if hasattr(profile.grid, k)}
+
+
+def audit(records: list[dict], profile: Profile) -> pd.DataFrame:
+    """One row per trained (model, method): seeds still improving at the cap, the epochs, and
+    the hyperparameters chosen at a grid edge."""
+    rows = {}
+    for record in records:
+        grid = searched_grid(profile, record)
+        if grid is None:
+            continue
+        key = (record["model"], record["method"])
+        row = rows.setdefault(key, {"model": record["model"], "method": record["method"], "seeds": 0,
+                                    "still improving at cap": 0, "best epochs": [],
+                                    "cap": profile.training.max_epochs, "chosen": record["hparams"],
+                                    "at grid edge": runner.grid_edges(grid, record["hparams"])})
+        row["seeds"] += 1
+        row["best epochs"].append(record["training"]["best_epoch"])
+        row["still improving at cap"] += still_improving(record["training"], profile.training.max_epochs)
+    frame = pd.DataFrame(list(rows.values()),
+                         columns=["model", "method", "seeds", "still improving at cap", "best epochs", "cap",
+                                  "chosen", "at grid edge"])
+    frame["best epochs"] = frame["best epochs"].map(lambda e: ", ".join(map(str, e)))
+    frame["chosen"] = frame["chosen"].map(lambda h: ", ".join(f"{k}={v:g}" for k, v in sorted(h.items())))
+    frame["at grid edge"] = frame["at grid edge"].map(lambda keys: ", ".join(keys) or "none")
+    return frame
+
+
+def flags(frame: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
+    """(model, method) -> the flags that apply, in words (for claims and captions)."""
+    out = {}
+    for _, row in frame.iterrows():
+        found = []
+        if row["still improving at cap"]:
+            found.append(f"{STILL_IMPROVING} in {row['still improving at cap']}/{row['seeds']} seeds")
+        if row["at grid edge"] != "none":
+            found.append(f"{AT_EDGE} ({row['at grid edge']})")
+        if found:
+            out[(row["model"], row["method"])] = found
+    return out
+
+
+def summary(frame: pd.DataFrame) -> str:
+    """One line for a claim's statistic: which methods carry which flag."""
+    found = flags(frame)
+    if not found:
+        return "no trained method still improving at the epoch cap or chosen at a grid edge"
+    return "; ".join(f"{method} ({model}): {', '.join(words)}" for (model, method), words in found.items())
