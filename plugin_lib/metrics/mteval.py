@@ -1,4 +1,8 @@
-"""BLEU and NIST as defined by mteval-v13a, the script the E2E NLG Challenge uses.
+"""BLEU and NIST as the E2E NLG Challenge's official scorer computes them: tuetschek/e2e-metrics'
+``measure_scores.py`` with its edited ``mteval/mteval-v13a-sig.pl`` (references padded with empty
+ones to the largest count, which count for nothing). ``tests/test_metrics.py`` checks both
+against that script's output on corpora with unequal reference counts
+(``tests/fixtures/mteval_official.json``, made by ``scripts/make_mteval_fixtures.py``).
 
 Both metrics see the same text: lowercased, then split by mteval's own ("13a") tokenisation
 (sacrebleu's ``Tokenizer13a`` reproduces it). mteval lowercases ASCII letters only; we
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
@@ -44,40 +49,71 @@ def mteval_tokens(text: str) -> list[str]:
 
 
 def corpus_nist(predictions: list[str], references: list[list[str]]) -> float:
-    """Corpus NIST (n=5) by the mteval-v13a definition.
+    """Corpus NIST (n=5) as the E2E NLG Challenge's official scorer computes it: e2e-metrics'
+    ``measure_scores.py`` running its ``mteval/mteval-v13a-sig.pl`` (tuetschek/e2e-metrics,
+    commit 1b9c4d8; the Perl was edited there to count non-empty references only).
 
     - Information weight of an n-gram g = w1..wn, from the counts over ALL reference
-      sentences of the corpus: info(g) = log2(count(w1..wn-1) / count(g)); for unigrams the
-      numerator is the total number of reference words. Prefix counts include prefixes at
-      sentence ends, as mteval counts them.
+      sentences of the corpus, each reference counted: info(g) = log2(count(w1..wn-1) /
+      count(g)); for unigrams the numerator is the total number of reference words. Prefix
+      counts include prefixes at sentence ends, as mteval counts them.
     - Matches are clipped as in BLEU: a prediction n-gram counts min(its count, the
       largest count of that n-gram in any single reference of the input) times.
     - Score = sum over n = 1..5 of (information of the matched n-grams of order n, summed
       over the corpus) / (number of prediction n-grams of order n, at least 1), times the
       brevity penalty.
     - Brevity penalty exp(-beta * ln(min(L_sys / L_ref, 1))^2), beta chosen so that it is
-      0.5 at a ratio of 2/3; L_sys = total prediction length; L_ref = sum over inputs of the
-      AVERAGE length of that input's references. (e2e-metrics' Perl run pads inputs with
-      fewer references with empty ones and divides by the maximum number of references,
-      which shrinks L_ref; its own Python port, pymteval, averages per input as here and
-      calls that the proper definition. With equal reference counts both agree.)
+      0.5 at a ratio of 2/3; L_sys = total prediction length; L_ref = number of inputs x the
+      mean length of ALL references of the corpus, pooled (the Perl's total reference words /
+      (non-empty references / inputs)). An input with many references weighs more in that
+      mean than one with few; with equal reference counts it equals the sum over inputs of
+      each input's mean reference length (``corpus_nist_per_input_average``).
     """
+    return _corpus_nist(predictions, references, _pooled_reference_length)
+
+
+def corpus_nist_per_input_average(predictions: list[str], references: list[list[str]]) -> float:
+    """NIST as ``corpus_nist`` but with L_ref = sum over inputs of the mean length of that
+    input's references: the definition of e2e-metrics' Python port (``metrics/pymteval.py``,
+    ``measure_scores.py -p``), which its docstring calls the proper one. It is not what the
+    official (Perl) scorer reports when reference counts differ, so no table uses it."""
+    return _corpus_nist(predictions, references, _per_input_average_reference_length)
+
+
+def _pooled_reference_length(tokenized_refs: list[list[list[str]]]) -> float:
+    """Inputs x the pooled mean reference length (mteval-v13a-sig.pl's L_ref)."""
+    lengths = [len(ref) for refs in tokenized_refs for ref in refs if ref]
+    return len(tokenized_refs) * sum(lengths) / len(lengths)
+
+
+def _per_input_average_reference_length(tokenized_refs: list[list[list[str]]]) -> float:
+    """Sum over inputs of the mean length of the input's non-empty references (pymteval's)."""
+    total = 0.0
+    for refs in tokenized_refs:
+        lengths = [len(ref) for ref in refs if ref]
+        total += sum(lengths) / len(lengths)
+    return total
+
+
+def _corpus_nist(predictions: list[str], references: list[list[str]],
+                 reference_length: Callable[[list[list[list[str]]]], float]) -> float:
+    """NIST with the reference length L_ref of the brevity penalty given by ``reference_length``."""
     tokenized_refs = [[mteval_tokens(ref) for ref in refs] for refs in references]
+    if any(not any(refs) for refs in tokenized_refs):
+        raise ValueError("NIST needs at least one non-empty reference per input.")
     info = _information_weights(tokenized_refs)
     matched_info = [0.0] * NIST_ORDER
     prediction_ngrams = [0] * NIST_ORDER
     system_length = 0
-    reference_length = 0.0
-    for prediction, refs in zip(predictions, tokenized_refs):
+    for prediction, refs in zip(predictions, tokenized_refs, strict=True):
         tokens = mteval_tokens(prediction)
         for ngram, count in _clipped_matches(tokens, refs).items():
             matched_info[len(ngram) - 1] += count * info[ngram]
         for n in range(1, NIST_ORDER + 1):
             prediction_ngrams[n - 1] += max(len(tokens) - n + 1, 0)
         system_length += len(tokens)
-        reference_length += sum(len(ref) for ref in refs) / len(refs)
     score = sum(m / max(c, 1) for m, c in zip(matched_info, prediction_ngrams))
-    return score * nist_brevity_penalty(system_length / reference_length)
+    return score * nist_brevity_penalty(system_length / reference_length(tokenized_refs))
 
 
 def nist_brevity_penalty(ratio: float) -> float:
