@@ -21,6 +21,9 @@ Per case the fixture holds:
 - ``pymteval``: e2e-metrics' Python port (``measure_scores.py -p``, ``run_pymteval``), whose
   NIST averages reference lengths per input.
 
+Cases with ``drawn_from`` repeat the inputs of another case (``counts``), as a bootstrap
+draw does.
+
 Only the MTEval path of ``measure_scores.py`` is used: its COCO imports (matplotlib,
 scikit-image, Java) are replaced by empty modules before it is imported.
 
@@ -161,6 +164,20 @@ CASES = [
     },
 ]
 
+# Bootstrap-style draws of two of them (input i repeated counts[i] times, in order): the
+# scores of a resampled corpus, which the bootstrap over test inputs computes from counts.
+DRAWS = [("one_long_reference_beside_many_short", [2, 0, 3]),
+         ("many_long_references_beside_one_short", [1, 3, 1])]
+
+
+def drawn_case(name: str, counts: list[int]) -> dict:
+    base = next(c for c in CASES if c["name"] == name)
+    order = [i for i, count in enumerate(counts) for _ in range(count)]
+    return {"name": f"{name}_drawn_{'_'.join(map(str, counts))}", "drawn_from": name, "counts": counts,
+            "about": f"{name} with input i repeated counts[i] times",
+            "predictions": [base["predictions"][i] for i in order],
+            "references": [base["references"][i] for i in order]}
+
 
 def import_measure_scores(checkout: Path):
     """``measure_scores`` of the checkout, its unused COCO imports replaced by empty modules."""
@@ -243,7 +260,8 @@ def main(argv=None) -> int:
     ms = import_measure_scores(checkout)
     perl_version = subprocess.run(["perl", "-e", "print $^V"], capture_output=True, text=True, check=True).stdout
     cases = []
-    for case in CASES + (e2e_first_ref_cases(args.e2e_test_csv) if args.e2e_test_csv else []):
+    drawn = [drawn_case(name, counts) for name, counts in DRAWS]
+    for case in CASES + drawn + (e2e_first_ref_cases(args.e2e_test_csv) if args.e2e_test_csv else []):
         scores = score_case(ms, checkout, case["predictions"], case["references"])
         stored = {k: v for k, v in case.items() if not (k in ("predictions", "references") and "inputs" in case)}
         cases.append({**stored, **scores})

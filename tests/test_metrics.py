@@ -11,10 +11,12 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from plugin_lib.metrics import METRIC_NAMES, coco, compute_metrics, sentence_rouge
 from plugin_lib.metrics.mteval import corpus_nist_per_input_average, mteval_tokens, nist_brevity_penalty
+from plugin_lib.metrics.resample import InputStatistics, resample_counts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_CSV = Path(
@@ -159,6 +161,69 @@ def test_nist_and_bleu_equal_the_official_scorer_on_real_data(case):
     scores = compute_metrics(predictions, references, metrics=("BLEU", "NIST"))
     for metric in ("BLEU", "NIST"):
         assert scores[metric] == pytest.approx(case["perl_full"][metric], rel=1e-9)
+
+
+# ---------------------------------------------------------------- resampled corpora (bootstrap)
+
+
+def hand_written_corpus() -> tuple[list[str], list[list[str]]]:
+    """All hand-written fixture corpora as one (18 inputs, 1 to 6 references each)."""
+    cases = [c for c in official_cases() if "drawn_from" not in c]
+    return [p for c in cases for p in c["predictions"]], [r for c in cases for r in c["references"]]
+
+
+def drawn(items, counts):
+    """``items`` with item i repeated counts[i] times, in order: the corpus of one draw."""
+    return [items[i] for i in np.repeat(np.arange(len(items)), counts)]
+
+
+@pytest.mark.parametrize("case", [c for c in OFFICIAL["cases"] if "drawn_from" in c], ids=lambda c: c["name"])
+def test_resampled_bleu_and_nist_equal_the_official_scorer_on_the_drawn_corpus(case):
+    # The official scorer run on the corpus with its inputs repeated (the fixture) against the
+    # statistics of the corpus drawn once, weighted by the counts.
+    base = next(c for c in OFFICIAL["cases"] if c["name"] == case["drawn_from"])
+    scores = InputStatistics(base["predictions"], base["references"], ("BLEU", "NIST")).scores(np.array([case["counts"]]))
+    for metric in ("BLEU", "NIST"):
+        assert scores[metric][0] == pytest.approx(case["perl_full"][metric], rel=1e-9)
+
+
+def check_resampled_equals_direct(metrics):
+    predictions, references = hand_written_corpus()
+    counts = resample_counts(len(predictions), 4, seed=1)
+    resampled = InputStatistics(predictions, references, metrics).scores(counts)
+    for b, row in enumerate(counts):
+        direct = compute_metrics(drawn(predictions, row), drawn(references, row), metrics=metrics)
+        for metric in metrics:
+            assert resampled[metric][b] == pytest.approx(direct[metric], rel=1e-9), (metric, b)
+    assert len(set(np.round(resampled["BLEU"], 12))) == len(counts)  # four different draws
+
+
+def test_resampled_scores_equal_compute_metrics_on_each_drawn_corpus():
+    check_resampled_equals_direct(("BLEU", "ROUGE-1", "ROUGE-2", "NIST"))
+
+
+@pytest.mark.slow
+def test_resampled_rouge_l_equals_compute_metrics_on_each_drawn_corpus():
+    check_resampled_equals_direct(("BLEU", "ROUGE-L"))
+
+
+def test_resample_counts_are_seeded_draws_with_replacement():
+    counts = resample_counts(7, 500, seed=3)
+    assert counts.shape == (500, 7) and (counts.sum(axis=1) == 7).all()
+    assert (counts == resample_counts(7, 500, seed=3)).all()
+    assert not (counts == resample_counts(7, 500, seed=4)).all()
+    assert (counts.max(axis=1) > 1).mean() > 0.9  # with replacement: P(7 distinct of 7) = 7!/7^7
+    assert counts.mean(axis=0) == pytest.approx(np.ones(7), abs=0.15)  # uniform over inputs
+
+
+def test_input_statistics_refuse_metrics_and_counts_they_cannot_score():
+    with pytest.raises(ValueError, match="cannot be resampled"):
+        InputStatistics(["a b"], [["a b"]], ("BLEU", "CIDEr"))
+    stats = InputStatistics(["a b", "c"], [["a b"], ["c d"]], ("BLEU",))
+    with pytest.raises(ValueError, match="shape"):
+        stats.scores(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="at least one input"):
+        stats.scores(np.zeros((1, 2)))
 
 
 # ---------------------------------------------------------------- ROUGE-1/2

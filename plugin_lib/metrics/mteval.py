@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 
+import numpy as np
 from sacrebleu.metrics import BLEU
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+from scipy import sparse
 
 NIST_ORDER = 5
 # mteval's length penalty is 0.5 when the system output is 2/3 of the reference length.
 _NIST_BETA = -math.log(0.5) / math.log(1.5) ** 2
+BLEU_ORDER = 4
 _tokenize_13a = Tokenizer13a()
+# mteval's BLEU: lowercased, 13a tokens, "exp" smoothing of n-gram orders without matches.
+_BLEU = BLEU(lowercase=True, tokenize="13a", smooth_method="exp", max_ngram_order=BLEU_ORDER)
 
 
 def corpus_bleu(predictions: list[str], references: list[list[str]]) -> float:
@@ -34,13 +38,44 @@ def corpus_bleu(predictions: list[str], references: list[list[str]]) -> float:
 
     One divergence on degenerate corpora: when no prediction has four tokens, mteval
     counts the missing 4-gram precision as 1, sacrebleu's BLEU is 0.
+    ``tests/test_metrics.py`` checks it against e2e-metrics' Perl output.
     """
     streams = [
         [refs[k] if k < len(refs) else None for refs in references]
         for k in range(max(len(refs) for refs in references))
     ]
-    bleu = BLEU(lowercase=True, tokenize="13a")
-    return bleu.corpus_score(predictions, streams).score / 100.0
+    return _BLEU.corpus_score(predictions, streams).score / 100.0
+
+
+class BleuStatistics:
+    """Per-input BLEU statistics (prediction length, closest reference length, matched and
+    total n-grams for n = 1..4, as sacrebleu counts them), from which ``corpus_bleu`` of any
+    resampling of the inputs follows: corpus BLEU depends on the corpus only through their
+    sums."""
+
+    def __init__(self, predictions: list[str], references: list[list[str]]) -> None:
+        if len(predictions) != len(references):
+            raise ValueError(f"{len(predictions)} predictions but {len(references)} reference lists.")
+        rows = []
+        for prediction, refs in zip(predictions, references):
+            score = _BLEU.corpus_score([prediction], [[ref] for ref in refs])
+            rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
+        self.n_inputs = len(rows)
+        self._statistics = np.array(rows, dtype=np.int64).reshape(self.n_inputs, 2 + 2 * BLEU_ORDER)
+
+    def scores(self, counts: np.ndarray) -> np.ndarray:
+        """BLEU (0-1) of each row's resampled corpus: ``counts[b, i]`` = how often input i is
+        drawn (shape resamples x inputs)."""
+        counts = np.asarray(counts)
+        if counts.ndim != 2 or counts.shape[1] != self.n_inputs:
+            raise ValueError(f"counts must have shape (resamples, {self.n_inputs}), got {counts.shape}.")
+        sums = np.rint(counts).astype(np.int64) @ self._statistics
+        return np.array([
+            BLEU.compute_bleu([int(c) for c in row[2:2 + BLEU_ORDER]], [int(t) for t in row[2 + BLEU_ORDER:]],
+                              int(row[0]), int(row[1]), smooth_method=_BLEU.smooth_method,
+                              max_ngram_order=BLEU_ORDER).score / 100.0
+            for row in sums
+        ])
 
 
 def mteval_tokens(text: str) -> list[str]:
@@ -69,7 +104,7 @@ def corpus_nist(predictions: list[str], references: list[list[str]]) -> float:
       mean than one with few; with equal reference counts it equals the sum over inputs of
       each input's mean reference length (``corpus_nist_per_input_average``).
     """
-    return _corpus_nist(predictions, references, _pooled_reference_length)
+    return float(NistStatistics(predictions, references).scores(np.ones((1, len(predictions))))[0])
 
 
 def corpus_nist_per_input_average(predictions: list[str], references: list[list[str]]) -> float:
@@ -77,43 +112,86 @@ def corpus_nist_per_input_average(predictions: list[str], references: list[list[
     input's references: the definition of e2e-metrics' Python port (``metrics/pymteval.py``,
     ``measure_scores.py -p``), which its docstring calls the proper one. It is not what the
     official (Perl) scorer reports when reference counts differ, so no table uses it."""
-    return _corpus_nist(predictions, references, _per_input_average_reference_length)
+    return NistStatistics(predictions, references).per_input_average_score()
 
 
-def _pooled_reference_length(tokenized_refs: list[list[list[str]]]) -> float:
-    """Inputs x the pooled mean reference length (mteval-v13a-sig.pl's L_ref)."""
-    lengths = [len(ref) for refs in tokenized_refs for ref in refs if ref]
-    return len(tokenized_refs) * sum(lengths) / len(lengths)
+class NistStatistics:
+    """Per-input counts from which ``corpus_nist`` of the corpus, or of any resampling of its
+    inputs, follows without reading the texts again (a bootstrap needs thousands of them).
 
+    A resampled corpus that holds input i c_i times holds c_i copies of its references,
+    matches and lengths, so every count of the definition is a sum over inputs weighted by
+    c_i; ``scores`` takes those c_i. Information weights are needed only for the n-grams a
+    prediction matches, and every prefix of a matched n-gram is matched as well, so the
+    counts kept are those of the matched n-grams, in every input's references.
+    """
 
-def _per_input_average_reference_length(tokenized_refs: list[list[list[str]]]) -> float:
-    """Sum over inputs of the mean length of the input's non-empty references (pymteval's)."""
-    total = 0.0
-    for refs in tokenized_refs:
-        lengths = [len(ref) for ref in refs if ref]
-        total += sum(lengths) / len(lengths)
-    return total
+    def __init__(self, predictions: list[str], references: list[list[str]]) -> None:
+        if len(predictions) != len(references):
+            raise ValueError(f"{len(predictions)} predictions but {len(references)} reference lists.")
+        tokenized_refs = [[tokens for tokens in map(mteval_tokens, refs) if tokens] for refs in references]
+        if not tokenized_refs or any(not refs for refs in tokenized_refs):
+            raise ValueError("NIST needs at least one input and a non-empty reference for every input.")
+        tokenized_predictions = [mteval_tokens(p) for p in predictions]
+        matches = [_clipped_matches(tokens, refs) for tokens, refs in zip(tokenized_predictions, tokenized_refs)]
+        vocabulary = sorted(set().union(*matches), key=lambda g: (len(g), g))
+        column = {g: j for j, g in enumerate(vocabulary)}
+        self.n_inputs = len(predictions)
+        self._order = np.array([len(g) for g in vocabulary], dtype=int)
+        # Column of each n-gram's prefix count; unigrams' prefix is the reference word total,
+        # kept as one extra column after the n-grams.
+        self._prefix = np.array([column[g[:-1]] if len(g) > 1 else len(vocabulary) for g in vocabulary], dtype=int)
+        shape = (self.n_inputs, len(vocabulary))
+        # Reference counts of the matched n-grams in every input's references (information
+        # weights pool all references), and each input's own clipped matches.
+        rows, columns, values = [], [], []
+        for i, refs in enumerate(tokenized_refs):
+            for ref in refs:
+                for g, count in _ngrams(ref).items():
+                    if g in column:
+                        rows.append(i)
+                        columns.append(column[g])
+                        values.append(count)
+        self._reference_counts = sparse.csr_matrix((values, (rows, columns)), shape=shape, dtype=float)
+        rows = [i for i, found in enumerate(matches) for _ in found]
+        columns = [column[g] for found in matches for g in found]
+        values = [count for found in matches for count in found.values()]
+        self._matched = sparse.csr_matrix((values, (rows, columns)), shape=shape, dtype=float)
+        self._reference_words = np.array([sum(map(len, refs)) for refs in tokenized_refs], dtype=float)
+        self._reference_sentences = np.array([len(refs) for refs in tokenized_refs], dtype=float)
+        self._prediction_ngrams = np.array(
+            [[max(len(tokens) - n + 1, 0) for n in range(1, NIST_ORDER + 1)] for tokens in tokenized_predictions],
+            dtype=float)
 
+    def scores(self, counts: np.ndarray) -> np.ndarray:
+        """NIST of each row's resampled corpus: ``counts[b, i]`` = how often input i is drawn
+        (shape resamples x inputs; a row of ones is the corpus itself)."""
+        counts = np.asarray(counts, dtype=float)
+        if counts.ndim != 2 or counts.shape[1] != self.n_inputs:
+            raise ValueError(f"counts must have shape (resamples, {self.n_inputs}), got {counts.shape}.")
+        unpenalised, system_length = self._unpenalised(counts)
+        # L_ref: inputs x the pooled mean reference length, as mteval-v13a-sig.pl computes it.
+        reference_length = counts.sum(axis=1) * (counts @ self._reference_words) / (counts @ self._reference_sentences)
+        return unpenalised * np.array([nist_brevity_penalty(r) for r in system_length / reference_length])
 
-def _corpus_nist(predictions: list[str], references: list[list[str]],
-                 reference_length: Callable[[list[list[list[str]]]], float]) -> float:
-    """NIST with the reference length L_ref of the brevity penalty given by ``reference_length``."""
-    tokenized_refs = [[mteval_tokens(ref) for ref in refs] for refs in references]
-    if any(not any(refs) for refs in tokenized_refs):
-        raise ValueError("NIST needs at least one non-empty reference per input.")
-    info = _information_weights(tokenized_refs)
-    matched_info = [0.0] * NIST_ORDER
-    prediction_ngrams = [0] * NIST_ORDER
-    system_length = 0
-    for prediction, refs in zip(predictions, tokenized_refs, strict=True):
-        tokens = mteval_tokens(prediction)
-        for ngram, count in _clipped_matches(tokens, refs).items():
-            matched_info[len(ngram) - 1] += count * info[ngram]
-        for n in range(1, NIST_ORDER + 1):
-            prediction_ngrams[n - 1] += max(len(tokens) - n + 1, 0)
-        system_length += len(tokens)
-    score = sum(m / max(c, 1) for m, c in zip(matched_info, prediction_ngrams))
-    return score * nist_brevity_penalty(system_length / reference_length(tokenized_refs))
+    def per_input_average_score(self) -> float:
+        """The corpus's NIST with pymteval's L_ref (``corpus_nist_per_input_average``)."""
+        unpenalised, system_length = self._unpenalised(np.ones((1, self.n_inputs)))
+        reference_length = (self._reference_words / self._reference_sentences).sum()
+        return float(unpenalised[0] * nist_brevity_penalty(system_length[0] / reference_length))
+
+    def _unpenalised(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the sum over n of matched information / prediction n-grams, and L_sys."""
+        reference_counts = np.asarray((self._reference_counts.T @ counts.T).T)
+        matched = np.asarray((self._matched.T @ counts.T).T)
+        prefix_counts = np.column_stack([reference_counts, counts @ self._reference_words])[:, self._prefix]
+        drawn = matched > 0  # an n-gram matched in a drawn input also occurs in its references
+        info = np.zeros_like(matched)
+        np.log2(prefix_counts / np.where(drawn, reference_counts, 1.0), out=info, where=drawn)
+        matched_info = np.stack([(matched * info)[:, self._order == n].sum(axis=1)
+                                 for n in range(1, NIST_ORDER + 1)], axis=1)
+        prediction_ngrams = counts @ self._prediction_ngrams
+        return (matched_info / np.maximum(prediction_ngrams, 1)).sum(axis=1), prediction_ngrams[:, 0]
 
 
 def nist_brevity_penalty(ratio: float) -> float:
@@ -132,17 +210,6 @@ def _ngrams(tokens: list[str]) -> Counter:
         for n in range(1, NIST_ORDER + 1)
         for i in range(len(tokens) - n + 1)
     )
-
-
-def _information_weights(tokenized_refs: list[list[list[str]]]) -> dict[tuple, float]:
-    """info(g) for every n-gram g of the references (see ``corpus_nist``)."""
-    counts = Counter()
-    for refs in tokenized_refs:
-        for ref in refs:
-            counts.update(_ngrams(ref))
-    # The empty tuple is every unigram's prefix: its count is the number of reference words.
-    counts[()] = sum(len(ref) for refs in tokenized_refs for ref in refs)
-    return {g: math.log2(counts[g[:-1]] / c) for g, c in counts.items() if g}
 
 
 def _clipped_matches(tokens: list[str], refs: list[list[str]]) -> Counter:
