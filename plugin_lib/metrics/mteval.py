@@ -133,7 +133,9 @@ class NistStatistics:
         if not tokenized_refs or any(not refs for refs in tokenized_refs):
             raise ValueError("NIST needs at least one input and a non-empty reference for every input.")
         tokenized_predictions = [mteval_tokens(p) for p in predictions]
-        matches = [_clipped_matches(tokens, refs) for tokens, refs in zip(tokenized_predictions, tokenized_refs)]
+        reference_ngrams = [[_ngrams(ref) for ref in refs] for refs in tokenized_refs]
+        matches = [_clipped_matches(_ngrams(tokens), ngrams)
+                   for tokens, ngrams in zip(tokenized_predictions, reference_ngrams)]
         vocabulary = sorted(set().union(*matches), key=lambda g: (len(g), g))
         column = {g: j for j, g in enumerate(vocabulary)}
         self.n_inputs = len(predictions)
@@ -145,9 +147,9 @@ class NistStatistics:
         # Reference counts of the matched n-grams in every input's references (information
         # weights pool all references), and each input's own clipped matches.
         rows, columns, values = [], [], []
-        for i, refs in enumerate(tokenized_refs):
-            for ref in refs:
-                for g, count in _ngrams(ref).items():
+        for i, ngrams in enumerate(reference_ngrams):
+            for ref in ngrams:
+                for g, count in ref.items():
                     if g in column:
                         rows.append(i)
                         columns.append(column[g])
@@ -212,10 +214,10 @@ def _ngrams(tokens: list[str]) -> Counter:
     )
 
 
-def _clipped_matches(tokens: list[str], refs: list[list[str]]) -> Counter:
-    """Prediction n-grams found in the references, each clipped to its largest count in
-    any single reference."""
+def _clipped_matches(prediction: Counter, references: list[Counter]) -> Counter:
+    """The prediction's n-grams (``_ngrams`` counts) found in the references', each clipped
+    to its largest count in any single reference."""
     max_ref_counts = Counter()
-    for ref in refs:
-        max_ref_counts |= _ngrams(ref)  # | keeps the maximum count per n-gram
-    return _ngrams(tokens) & max_ref_counts  # & keeps the minimum, dropping unmatched ones
+    for ref in references:
+        max_ref_counts |= ref  # | keeps the maximum count per n-gram
+    return prediction & max_ref_counts  # & keeps the minimum, dropping unmatched ones
