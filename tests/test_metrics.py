@@ -1,19 +1,23 @@
 """Metrics against values worked out independently of the code under test: by hand (the
 derivation is in the comments), from a library's documentation, or from the official
-mteval-v13a-sig.pl script that e2e-metrics runs."""
+E2E scorer (e2e-metrics' measure_scores.py and its mteval-v13a-sig.pl; tests/fixtures/)."""
 from __future__ import annotations
 
 import csv
+import importlib.util
+import json
 import math
 import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from plugin_lib.metrics import METRIC_NAMES, coco, compute_metrics, sentence_rouge
-from plugin_lib.metrics.mteval import nist_brevity_penalty
+from plugin_lib.metrics.mteval import corpus_nist_per_input_average, mteval_tokens, nist_brevity_penalty
+from plugin_lib.metrics.resample import InputStatistics, resample_counts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_CSV = Path(
@@ -21,6 +25,8 @@ TEST_CSV = Path(
 ) / "e2e_cleaned" / "test-fixed.csv"
 
 LOG2_3 = math.log2(3)
+# Outputs of the official E2E scorer (scripts/make_mteval_fixtures.py says how they were made).
+OFFICIAL = json.loads((Path(__file__).parent / "fixtures" / "mteval_official.json").read_text(encoding="utf-8"))
 
 
 def score(metric, predictions, references):
@@ -91,43 +97,134 @@ def test_nist_by_hand():
     # n=1: (2 (3 - log2 3) + 2 + 2) / 4 prediction unigrams
     # n=2: (log2 3 - 1 + 1) / 2 prediction bigrams;   n=3: 1 / 1;   n=4, 5: nothing
     # The sum is exactly 2.5 + 1 = 3.5.
-    # Length: L_sys = 3 + 1 = 4, L_ref = mean(3, 3) + 2 = 5, ratio 0.8:
-    #   BP = exp(-beta ln(0.8)^2) with beta = ln 2 / ln(1.5)^2.
+    # Length: L_sys = 3 + 1 = 4. The official L_ref: 2 inputs x pooled mean reference length
+    # 8 words / 3 references = 16/3, ratio 0.75. The per-input average: mean(3, 3) + 2 = 5, ratio 0.8.
+    #   BP = exp(-beta ln(ratio)^2) with beta = ln 2 / ln(1.5)^2.
     beta = math.log(2) / math.log(1.5) ** 2
-    expected = 3.5 * math.exp(-beta * math.log(0.8) ** 2)
-    assert score("NIST", ["a b c", "a"], [["a b c", "a b d"], ["a c"]]) == pytest.approx(expected)
+    predictions, references = ["a b c", "a"], [["a b c", "a b d"], ["a c"]]
+    assert score("NIST", predictions, references) == pytest.approx(3.5 * math.exp(-beta * math.log(0.75) ** 2))
+    assert corpus_nist_per_input_average(predictions, references) == pytest.approx(
+        3.5 * math.exp(-beta * math.log(0.8) ** 2))
 
 
-def test_nist_brevity_penalty_uses_average_reference_length():
+def test_nist_brevity_penalty_is_one_half_at_two_thirds():
     # One input, refs "a b" and "a b c d" (6 words): info(a) = info(b) = log2(6/2) = log2 3,
     # info("a b") = log2(2/2) = 0. Prediction "a b": n=1 gives 2 log2 3 / 2, n=2 gives 0.
-    # L_ref = mean(2, 4) = 3, L_sys = 2: ratio 2/3, where mteval's penalty is exactly 0.5.
+    # L_ref = 1 input x mean(2, 4) = 3, L_sys = 2: ratio 2/3, where mteval's penalty is exactly 0.5.
     assert score("NIST", ["a b"], [["a b", "a b c d"]]) == pytest.approx(0.5 * LOG2_3)
     assert nist_brevity_penalty(2 / 3) == pytest.approx(0.5)
     assert nist_brevity_penalty(1.2) == 1.0
 
 
-def test_nist_and_bleu_match_official_mteval_on_real_data():
-    # Reference values from e2e-metrics' mteval-v13a-sig.pl (perl, run outside this package)
-    # on the E2E test MRs with exactly 4 references: first reference as the prediction, the
-    # other 3 as references (144 MRs). With equal reference counts the Perl script's
-    # reference-length padding has no effect, so the definitions coincide.
-    predictions, references = first_ref_as_prediction(e2e_test_groups(), n_refs=3)
-    assert len(predictions) == 144
-    scores = compute_metrics(predictions, references, metrics=("BLEU", "NIST"))
-    assert scores["NIST"] == pytest.approx(8.1466230587, abs=1e-6)
-    assert scores["BLEU"] == pytest.approx(0.5950694678, abs=1e-6)
+def official_cases(with_texts: bool = True) -> list[dict]:
+    """The fixture's corpora (``with_texts``: the hand-written ones, else the E2E test ones)."""
+    return [c for c in OFFICIAL["cases"] if ("predictions" in c) == with_texts]
 
 
-def test_nist_close_to_official_mteval_with_variable_reference_counts():
-    # Same script on all 1019 multi-reference MRs: NIST 8.1322725876, BLEU 0.5510151125.
-    # The Perl script pads to 34 references with empty ones and divides by 34, so its L_ref is
-    # tiny and its penalty always 1; the per-input average (our definition) gives 0.99996.
-    predictions, references = first_ref_as_prediction(e2e_test_groups())
+@pytest.mark.parametrize("case", official_cases(), ids=lambda c: c["name"])
+def test_nist_and_bleu_equal_the_official_scorer(case):
+    # Reference outputs of e2e-metrics' measure_scores.py (its mteval-v13a-sig.pl, default
+    # options) at the fixture's commit: "perl" as the script prints it (4 decimals),
+    # "perl_full" the same scores from its --metricsMATR files.
+    scores = compute_metrics(case["predictions"], case["references"], metrics=("BLEU", "NIST"))
+    for metric in ("BLEU", "NIST"):
+        assert scores[metric] == pytest.approx(case["perl"][metric], abs=5e-5)
+        assert scores[metric] == pytest.approx(case["perl_full"][metric], rel=1e-9)
+
+
+def test_official_fixture_has_unequal_reference_counts_where_the_definitions_differ():
+    # The fixture would not test the brevity penalty's L_ref if the two definitions agreed on it.
+    differing = [c["name"] for c in official_cases()
+                 if abs(c["perl_full"]["NIST"] - corpus_nist_per_input_average(c["predictions"], c["references"])) > 0.1]
+    assert {"one_three_two_refs", "one_long_reference_beside_many_short",
+            "many_long_references_beside_one_short"} <= set(differing)
+    assert OFFICIAL["commit"] == "1b9c4d87fd0bbb171ea966741cdc012588581ed4"
+
+
+@pytest.mark.parametrize("case", official_cases(), ids=lambda c: c["name"])
+def test_nist_per_input_average_equals_pymteval(case):
+    # e2e-metrics' Python port (measure_scores.py -p) averages reference lengths per input.
+    # It counts len - n + 1 n-grams even when negative (a prediction shorter than n), so the
+    # comparison holds only where every prediction has at least 5 tokens.
+    if min(len(mteval_tokens(p)) for p in case["predictions"]) < 5:
+        pytest.skip("pymteval miscounts n-grams of predictions shorter than 5 tokens")
+    nist = corpus_nist_per_input_average(case["predictions"], case["references"])
+    assert nist == pytest.approx(case["pymteval"]["NIST"], rel=1e-9)
+
+
+@pytest.mark.parametrize("case", official_cases(with_texts=False), ids=lambda c: c["name"])
+def test_nist_and_bleu_equal_the_official_scorer_on_real_data(case):
+    # Same script on the E2E test MRs, first reference as the prediction and the others as
+    # references (e2e_test_first_ref: all 1019 MRs with more than one reference, 1 to 33 others;
+    # _3refs: the 144 MRs with exactly 3 others), rebuilt here as the fixture script builds them.
+    predictions, references = first_ref_as_prediction(e2e_test_groups(), 3 if case["name"].endswith("_3refs") else None)
+    assert len(predictions) == case["inputs"]
     scores = compute_metrics(predictions, references, metrics=("BLEU", "NIST"))
-    assert scores["BLEU"] == pytest.approx(0.5510151125, abs=1e-6)
-    assert scores["NIST"] == pytest.approx(8.1322725876, rel=1e-4)
-    assert scores["NIST"] < 8.1322725876
+    for metric in ("BLEU", "NIST"):
+        assert scores[metric] == pytest.approx(case["perl_full"][metric], rel=1e-9)
+
+
+# ---------------------------------------------------------------- resampled corpora (bootstrap)
+
+
+def hand_written_corpus() -> tuple[list[str], list[list[str]]]:
+    """All hand-written fixture corpora as one (18 inputs, 1 to 6 references each)."""
+    cases = [c for c in official_cases() if "drawn_from" not in c]
+    return [p for c in cases for p in c["predictions"]], [r for c in cases for r in c["references"]]
+
+
+def drawn(items, counts):
+    """``items`` with item i repeated counts[i] times, in order: the corpus of one draw."""
+    return [items[i] for i in np.repeat(np.arange(len(items)), counts)]
+
+
+@pytest.mark.parametrize("case", [c for c in OFFICIAL["cases"] if "drawn_from" in c], ids=lambda c: c["name"])
+def test_resampled_bleu_and_nist_equal_the_official_scorer_on_the_drawn_corpus(case):
+    # The official scorer run on the corpus with its inputs repeated (the fixture) against the
+    # statistics of the corpus drawn once, weighted by the counts.
+    base = next(c for c in OFFICIAL["cases"] if c["name"] == case["drawn_from"])
+    scores = InputStatistics(base["predictions"], base["references"], ("BLEU", "NIST")).scores(np.array([case["counts"]]))
+    for metric in ("BLEU", "NIST"):
+        assert scores[metric][0] == pytest.approx(case["perl_full"][metric], rel=1e-9)
+
+
+def check_resampled_equals_direct(metrics):
+    predictions, references = hand_written_corpus()
+    counts = resample_counts(len(predictions), 4, seed=1)
+    resampled = InputStatistics(predictions, references, metrics).scores(counts)
+    for b, row in enumerate(counts):
+        direct = compute_metrics(drawn(predictions, row), drawn(references, row), metrics=metrics)
+        for metric in metrics:
+            assert resampled[metric][b] == pytest.approx(direct[metric], rel=1e-9), (metric, b)
+    assert len(set(np.round(resampled["BLEU"], 12))) == len(counts)  # four different draws
+
+
+def test_resampled_scores_equal_compute_metrics_on_each_drawn_corpus():
+    check_resampled_equals_direct(("BLEU", "ROUGE-1", "ROUGE-2", "NIST"))
+
+
+@pytest.mark.slow
+def test_resampled_rouge_l_equals_compute_metrics_on_each_drawn_corpus():
+    check_resampled_equals_direct(("BLEU", "ROUGE-L"))
+
+
+def test_resample_counts_are_seeded_draws_with_replacement():
+    counts = resample_counts(7, 500, seed=3)
+    assert counts.shape == (500, 7) and (counts.sum(axis=1) == 7).all()
+    assert (counts == resample_counts(7, 500, seed=3)).all()
+    assert not (counts == resample_counts(7, 500, seed=4)).all()
+    assert (counts.max(axis=1) > 1).mean() > 0.9  # with replacement: P(7 distinct of 7) = 7!/7^7
+    assert counts.mean(axis=0) == pytest.approx(np.ones(7), abs=0.15)  # uniform over inputs
+
+
+def test_input_statistics_refuse_metrics_and_counts_they_cannot_score():
+    with pytest.raises(ValueError, match="cannot be resampled"):
+        InputStatistics(["a b"], [["a b"]], ("BLEU", "CIDEr"))
+    stats = InputStatistics(["a b", "c"], [["a b"], ["c d"]], ("BLEU",))
+    with pytest.raises(ValueError, match="shape"):
+        stats.scores(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="at least one input"):
+        stats.scores(np.zeros((1, 2)))
 
 
 # ---------------------------------------------------------------- ROUGE-1/2
@@ -327,3 +424,17 @@ def test_real_e2e_references_give_plausible_scores():
     assert 0.4 < scores["ROUGE-L"] < 0.9
     assert 0.4 < scores["ROUGE-1"] < 0.95 and 0.2 < scores["ROUGE-2"] < scores["ROUGE-1"]
     assert 1 < scores["CIDEr"] < 6
+
+
+def test_fixture_holds_the_corpora_its_script_defines():
+    # The fixture is regenerated by scripts/make_mteval_fixtures.py; its texts must be the
+    # script's, so that editing one without the other fails here.
+    spec = importlib.util.spec_from_file_location("make_mteval_fixtures", REPO_ROOT / "scripts" / "make_mteval_fixtures.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    expected = script.CASES + [script.drawn_case(name, counts) for name, counts in script.DRAWS]
+    stored = {c["name"]: c for c in official_cases()}
+    assert set(stored) == {c["name"] for c in expected}
+    for case in expected:
+        assert (stored[case["name"]]["predictions"], stored[case["name"]]["references"]) == (
+            case["predictions"], case["references"])

@@ -5,7 +5,8 @@ import pytest
 from plugin_lib import paper as published
 from plugin_lib.experiments import main_tables
 from plugin_lib.report import stats, tables
-from plugin_lib.metrics import METRIC_NAMES
+from plugin_lib.metrics import METRIC_NAMES, compute_metrics
+from plugin_lib.metrics.resample import resample_counts
 
 
 def _records():
@@ -119,3 +120,76 @@ def test_main_table_knife_edges(tmp_path, monkeypatch):
     assert main_tables.record_claims("local", summary, "e2e", significance)["verdict"] == "direction only"
     four_seeds = _main(7, {m: [0.01, 0.01, 0.3, 0.3] for m in stats.BOOTSTRAP_METRICS})  # 2 of 4 seeds
     assert main_tables.record_claims("local", four_seeds[0], "e2e", four_seeds[1])["verdict"] == "direction only"
+
+
+# ---------------------------------------------------------------- confidence intervals over test inputs
+
+CI_REFS = [[f"the {w} sat on the mat near the door", f"a {w} is on the mat"] for w in ("cat", "dog", "owl")] + \
+    [["there is a small red house by the river"], ["the old man walks his dog every morning", "an old man and his dog"]]
+CI_SEED_0 = ["the cat sat on a mat", "a dog sat near the door", "the owl is on the mat",
+             "a small house by the river", "the old man walks every morning"]
+CI_SEED_1 = ["the cat is on the mat near the door", "the dog sat", "an owl sat on the mat near a door",
+             "there is a red house", "an old man walks his dog"]
+
+
+def test_input_ci_is_the_percentile_interval_of_the_seed_mean_over_draws():
+    runs = [{"predictions": CI_SEED_0}, {"predictions": CI_SEED_1}]
+    metrics = ("BLEU", "NIST")  # no Java needed
+    interval = stats.input_ci(runs, CI_REFS, n_resamples=40, metrics=metrics, seed=7)
+    # The same computation spelled out: draw inputs, score each seed's drawn corpus with
+    # compute_metrics, average the seeds, take the 2.5th and 97.5th percentiles.
+    counts = resample_counts(len(CI_REFS), 40, seed=7)
+    for metric in metrics:
+        means = []
+        for row in counts:
+            order = np.repeat(np.arange(len(CI_REFS)), row)
+            refs = [CI_REFS[i] for i in order]
+            means.append(np.mean([compute_metrics([r["predictions"][i] for i in order], refs, (metric,))[metric]
+                                  for r in runs]))
+        assert interval[metric] == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])), rel=1e-9)
+        whole = np.mean([compute_metrics(r["predictions"], CI_REFS, (metric,))[metric] for r in runs])
+        assert interval[metric][0] < whole < interval[metric][1]
+
+
+def test_input_ci_needs_predictions_for_every_input():
+    with pytest.raises(ValueError, match="4 predictions for 5 inputs"):
+        stats.input_ci([{"predictions": CI_SEED_0[:4]}], CI_REFS, 10, metrics=("BLEU",))
+
+
+def _ci_records():
+    records = []
+    for method, seeds in (("Zeroshot", [CI_SEED_0]), ("Plugin", [CI_SEED_0, CI_SEED_1])):
+        for seed, predictions in enumerate(seeds):
+            records.append({"model": "m", "method": method, "seed": seed, "dataset": "toy",
+                            "test_ids": [f"t{i}" for i in range(len(CI_REFS))], "predictions": predictions,
+                            "metrics": {m: 0.1 + 0.1 * seed + (method == "Plugin") * 0.2 for m in METRIC_NAMES}})
+    return records
+
+
+def test_input_ci_table_joins_the_summary_and_is_written_beside_each_metric(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(stats, "_references", lambda dataset, ids: CI_REFS)
+    records = _ci_records()
+    ci = stats.input_ci_table(records, n_resamples=30, metrics=("BLEU", "NIST"))
+    assert list(ci.columns) == ["BLEU_ci_low", "BLEU_ci_high", "NIST_ci_low", "NIST_ci_high"]
+    plugin = [r for r in records if r["method"] == "Plugin"]
+    assert tuple(ci.loc[("m", "Plugin"), ["BLEU_ci_low", "BLEU_ci_high"]]) == pytest.approx(
+        stats.input_ci(plugin, CI_REFS, 30, ("BLEU",))["BLEU"])
+    summary = tables.summarize(tables.runs_frame(records)).join(ci)
+    md = tables.format_table(summary, "markdown")
+    assert list(md.columns[2:6]) == ["BLEU", "BLEU 95% CI", "ROUGE-1", "ROUGE-2"] and md.columns[-1] == "NIST 95% CI"
+    low, high = ci.loc[("m", "Zeroshot"), ["BLEU_ci_low", "BLEU_ci_high"]]
+    assert md.set_index("method").loc["Zeroshot", "BLEU 95% CI"] == f"[{low:.4f}, {high:.4f}]"
+    paths = tables.save_results_table(summary, "t", "smoke", "A caption.")
+    assert r"BLEU 95\% CI" in paths["tex"].read_text() and "BLEU 95% CI" in paths["md"].read_text()
+    assert pd.read_csv(paths["csv"])["NIST_ci_high"].notna().all()
+    caption = stats.input_ci_caption(records, 30, ("BLEU", "NIST"))
+    assert "over the 5 test inputs (30 draws" in caption and caption.endswith("for BLEU, NIST only.")
+
+
+def test_input_ci_table_refuses_seeds_on_different_inputs(monkeypatch):
+    monkeypatch.setattr(stats, "_references", lambda dataset, ids: CI_REFS)
+    records = _ci_records()
+    records[-1] = {**records[-1], "test_ids": list(reversed(records[-1]["test_ids"]))}
+    with pytest.raises(ValueError, match="Plugin: its runs are not on the same test inputs"):
+        stats.input_ci_table(records, n_resamples=5, metrics=("BLEU",))

@@ -8,7 +8,7 @@ from .. import paper as published
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..report import budget as training_budget
-from ..report import verdicts
+from ..report import stats, tables, verdicts
 from ..report.claims import record_claim
 from ..report.stats import BOOTSTRAP_METRICS
 from ..report.tables import wins
@@ -22,6 +22,21 @@ MAIN_TABLE_RULE = (
     "bootstrapped). Reproduced: direction and significant; direction only: direction without significance; "
     "not reproduced: best on fewer than 4 of 7. With several base models the weakest verdict counts."
 )
+
+
+def summary_with_input_ci(records: list[dict], profile: Profile) -> pd.DataFrame:
+    """Mean and std over seeds of the seven metrics (``tables.summarize``), joined with the 95%
+    confidence interval over test inputs of ``stats.CI_METRICS`` (``stats.input_ci_table``,
+    ``profile.bootstrap_resamples`` draws): the spread over seeds and the uncertainty from the
+    choice of test inputs, side by side."""
+    summary = tables.summarize(tables.runs_frame(records))
+    return summary.join(stats.input_ci_table(records, profile.bootstrap_resamples))
+
+
+def table_caption(records: list[dict], dataset: str, profile: Profile) -> str:
+    """The main table's caption: scale, seeds, and how the intervals were made."""
+    return (tables.caption(records, f"{dataset}: mean and standard deviation of the metrics over seeds.") + " "
+            + stats.input_ci_caption(records, profile.bootstrap_resamples))
 
 
 def paper_comparison(summary: pd.DataFrame, dataset: str, paper_model: str = "LLaMA-3.1-8B") -> pd.DataFrame:

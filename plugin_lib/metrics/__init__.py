@@ -32,8 +32,9 @@ def compute_metrics(
     official tools read one text per line); empty or whitespace-only references are dropped,
     and each input needs at least one reference left. Empty predictions are allowed.
 
-    - BLEU, NIST: mteval-v13a, case-insensitive, 13a tokenisation, corpus level
-      (``mteval.corpus_bleu``, ``mteval.corpus_nist``).
+    - BLEU, NIST: as e2e-metrics' Perl mteval-v13a-sig.pl computes them (case-insensitive,
+      13a tokenisation, corpus level; NIST's reference length from the pooled mean length of
+      all references): ``mteval.corpus_bleu``, ``mteval.corpus_nist``.
     - METEOR 1.5 (``-l en -norm``, corpus level), ROUGE-L (beta 1.2, mean over inputs),
       CIDEr-D (mean over inputs) on PTB-tokenised text, as coco-caption (``coco`` module).
       These need Java; pass ``metrics`` without them to skip it.
@@ -42,8 +43,8 @@ def compute_metrics(
 
     ``metrics`` selects a subset of ``METRIC_NAMES``; the result keeps their canonical order.
     """
-    wanted = _check_metric_names(metrics)
-    predictions, references = _normalise_inputs(predictions, references)
+    wanted = check_metric_names(metrics)
+    predictions, references = normalise_inputs(predictions, references)
     scores: dict[str, float] = {}
     if "BLEU" in wanted:
         scores["BLEU"] = mteval.corpus_bleu(predictions, references)
@@ -75,13 +76,7 @@ def _coco_scores(
     predictions: list[str], references: list[list[str]], wanted: set[str]
 ) -> dict[str, float]:
     """The requested coco-caption metrics, from one PTB tokenisation of all texts."""
-    coco.require_java()
-    tokens = coco.ptb_tokenize(predictions + [r for refs in references for r in refs])
-    tokenized_predictions = tokens[: len(predictions)]
-    tokenized_references, start = [], len(predictions)
-    for refs in references:
-        tokenized_references.append(tokens[start : start + len(refs)])
-        start += len(refs)
+    tokenized_predictions, tokenized_references = ptb_tokenized(predictions, references)
     scorers = {
         "METEOR": coco.METEOR.corpus_score,
         "ROUGE-L": coco.corpus_rouge_l,
@@ -94,7 +89,18 @@ def _coco_scores(
     }
 
 
-def _check_metric_names(metrics: Sequence[str]) -> set[str]:
+def ptb_tokenized(predictions: list[str], references: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """Predictions and references PTB-tokenised for the coco-caption scorers, in one Java call."""
+    coco.require_java()
+    tokens = coco.ptb_tokenize(predictions + [r for refs in references for r in refs])
+    tokenized_references, start = [], len(predictions)
+    for refs in references:
+        tokenized_references.append(tokens[start : start + len(refs)])
+        start += len(refs)
+    return tokens[: len(predictions)], tokenized_references
+
+
+def check_metric_names(metrics: Sequence[str]) -> set[str]:
     """The requested metric names as a set; unknown names raise ValueError."""
     if isinstance(metrics, str):
         metrics = (metrics,)
@@ -104,7 +110,7 @@ def _check_metric_names(metrics: Sequence[str]) -> set[str]:
     return set(metrics)
 
 
-def _normalise_inputs(
+def normalise_inputs(
     predictions: Sequence[str], references: Sequence[Sequence[str]]
 ) -> tuple[list[str], list[list[str]]]:
     """Validated predictions and references, one line each, empty references dropped."""

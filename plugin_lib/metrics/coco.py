@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import threading
 
+import numpy as np
 from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.meteor.meteor import Meteor
 from pycocoevalcap.rouge.rouge import Rouge
@@ -41,10 +42,15 @@ def ptb_tokenize(texts: list[str]) -> list[str]:
 
 
 def corpus_rouge_l(predictions: list[str], references: list[list[str]]) -> float:
-    """coco-caption ROUGE-L: per input, F-measure with beta = 1.2 from the LCS-based
-    precision and recall, each maximised over the references separately; mean over inputs."""
-    score, _ = Rouge().compute_score(*_as_coco(predictions, references))
-    return float(score)
+    """coco-caption ROUGE-L: the mean over inputs of ``sentence_rouge_l``."""
+    return float(np.mean(sentence_rouge_l(predictions, references)))
+
+
+def sentence_rouge_l(predictions: list[str], references: list[list[str]]) -> list[float]:
+    """coco-caption's ROUGE-L of each input: F-measure with beta = 1.2 from the LCS-based
+    precision and recall, each maximised over the input's references separately."""
+    _, per_input = Rouge().compute_score(*_as_coco(predictions, references))
+    return [float(score) for score in per_input]
 
 
 def corpus_cider_d(predictions: list[str], references: list[list[str]]) -> float:

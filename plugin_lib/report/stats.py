@@ -1,5 +1,6 @@
 """Statistics over test inputs: a paired bootstrap of one system against another, seed by seed
-(``compare_runs``), and of the Plugin against the best baseline of a main table (``significance``)."""
+(``compare_runs``), and of the Plugin against the best baseline of a main table (``significance``);
+confidence intervals over test inputs for a system's corpus metrics (``input_ci``)."""
 from __future__ import annotations
 
 import functools
@@ -10,11 +11,17 @@ import pandas as pd
 
 from .. import data
 from ..metrics import METRIC_NAMES, compute_metrics
+from ..metrics.resample import InputStatistics, resample_counts
 from . import verdicts
-from .tables import runs_frame, summarize
+from .tables import CI_LEVEL, runs_frame, summarize
 
 # Metrics whose bootstrap recomputation needs no Java process (ROUGE-L, METEOR and CIDEr do).
 BOOTSTRAP_METRICS = ("BLEU", "ROUGE-1", "ROUGE-2", "NIST")
+# The main tables' confidence intervals over test inputs: three metrics of different kinds
+# (n-gram precision, longest common subsequence, information-weighted n-grams) that a draw of
+# the inputs rescores exactly from per-input statistics. METEOR (one Java exchange per draw)
+# and CIDEr-D (its idf comes from the drawn corpus's references) get none.
+CI_METRICS = ("BLEU", "ROUGE-L", "NIST")
 
 
 def paired_bootstrap(
@@ -125,3 +132,57 @@ def comparison_summary(comparison: dict, metric: str = "BLEU") -> str:
 def _references(dataset: str, test_ids: tuple[str, ...]) -> list[list[str]]:
     examples = {ex.id: ex for ex in data.load_dataset(dataset, "test")}
     return [list(examples[i].references) for i in test_ids]
+
+
+def input_ci(runs: Sequence[dict], references: Sequence[Sequence[str]], n_resamples: int,
+             metrics: Sequence[str] = CI_METRICS, seed: int = 0, level: float = CI_LEVEL
+             ) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap interval over test inputs for one system's corpus metrics.
+
+    ``runs``: the system's runs (one per seed), each with ``predictions`` for the same test
+    inputs, in the order of ``references``. Each of ``n_resamples`` draws picks the inputs with
+    replacement (seeded by ``seed``; the same draws for every run, so systems scored with the
+    same seed share them), rescores each run's corpus metric on the drawn inputs
+    (``metrics.resample``: equal to ``compute_metrics`` on that corpus) and averages over the
+    runs. The interval holds the central ``level`` share of those means: the uncertainty that
+    comes from which test inputs were used, for the mean over seeds shown beside it.
+    """
+    if not runs:
+        raise ValueError("input_ci needs at least one run.")
+    for run in runs:
+        if len(run["predictions"]) != len(references):
+            raise ValueError(f"A run has {len(run['predictions'])} predictions for {len(references)} inputs.")
+    counts = resample_counts(len(references), n_resamples, seed)
+    per_run = [InputStatistics(run["predictions"], references, metrics).scores(counts) for run in runs]
+    tail = (1 - level) / 2 * 100
+    return {m: tuple(float(q) for q in np.percentile(np.mean([s[m] for s in per_run], axis=0), [tail, 100 - tail]))
+            for m in per_run[0]}
+
+
+def input_ci_table(records: Sequence[dict], n_resamples: int, metrics: Sequence[str] = CI_METRICS,
+                   seed: int = 0) -> pd.DataFrame:
+    """``input_ci`` (level ``CI_LEVEL``) of every (model, method) of ``records`` (its runs over seeds must share their
+    test inputs): columns ``<metric>_ci_low`` and ``<metric>_ci_high``, indexed like
+    ``tables.summarize``, so that it joins the summary."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        groups.setdefault((record["model"], record["method"]), []).append(record)
+    rows = []
+    for (model, method), runs in groups.items():
+        test_ids = list(runs[0]["test_ids"])
+        if any(list(run["test_ids"]) != test_ids for run in runs):
+            raise ValueError(f"{model} / {method}: its runs are not on the same test inputs.")
+        refs = _references(runs[0]["dataset"], tuple(test_ids))
+        interval = input_ci(runs, refs, n_resamples, metrics, seed)
+        rows.append({"model": model, "method": method,
+                     **{f"{m}_ci_{end}": v for m, (low, high) in interval.items()
+                        for end, v in (("low", low), ("high", high))}})
+    return pd.DataFrame(rows).set_index(["model", "method"])
+
+
+def input_ci_caption(records: Sequence[dict], n_resamples: int, metrics: Sequence[str] = CI_METRICS) -> str:
+    """The sentence a table with ``input_ci_table`` columns needs in its caption."""
+    n_inputs = len(records[0]["test_ids"])
+    return (f"{CI_LEVEL:.0%} CI: percentile bootstrap over the {n_inputs} test inputs ({n_resamples} draws with "
+            f"replacement, the same draws for every seed and method; metric averaged over seeds per draw), "
+            f"for {', '.join(metrics)} only.")

@@ -1,5 +1,7 @@
 """Result tables assembled from stored runs: mean ± std over seeds, the best value of each
 model block in bold and the second underlined, written as CSV (numbers), Markdown and LaTeX.
+A summary joined with ``report.stats.input_ci_table`` also shows, beside a metric, its
+confidence interval over test inputs (column "<metric> 95% CI").
 """
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ from ..harness.methods import METHODS
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from .writer import save_table
+
+# Level of the confidence intervals over test inputs (``report.stats.input_ci``).
+CI_LEVEL = 0.95
 
 
 def runs_frame(records: Sequence[dict]) -> pd.DataFrame:
@@ -37,12 +42,15 @@ def _ranks(values: pd.Series) -> pd.Series:
 
 
 def format_table(summary: pd.DataFrame, style: str = "markdown", digits: int = 4) -> pd.DataFrame:
-    """Strings "mean ± std" with the best of each model block bold and the second underlined."""
+    """Strings "mean ± std" with the best of each model block bold and the second underlined;
+    "[low, high]" in a column after each metric that has ``<metric>_ci_low``/``_ci_high``."""
     bold, under, pm = {
         "markdown": ("**{}**", "<u>{}</u>", " ± "),
         "latex": (r"\textbf{{{}}}", r"\underline{{{}}}", r"$_{{\pm {}}}$"),
     }[style]
-    out = pd.DataFrame(index=summary.index, columns=list(METRIC_NAMES), dtype=object)
+    with_ci = [m for m in METRIC_NAMES if f"{m}_ci_low" in summary.columns]
+    columns = [c for m in METRIC_NAMES for c in ([m, ci_column(m, style)] if m in with_ci else [m])]
+    out = pd.DataFrame(index=summary.index, columns=columns, dtype=object)
     for model, block in summary.groupby(level="model", sort=False):
         for metric in METRIC_NAMES:
             ranks = _ranks(block[metric])
@@ -53,7 +61,16 @@ def format_table(summary: pd.DataFrame, style: str = "markdown", digits: int = 4
                 if not np.isnan(std):
                     text += pm.format(f"{std:.3f}") if style == "latex" else f"{pm}{std:.3f}"
                 out.loc[key, metric] = text
+                if metric in with_ci:
+                    out.loc[key, ci_column(metric, style)] = (f"[{row[f'{metric}_ci_low']:.{digits}f}, "
+                                                       f"{row[f'{metric}_ci_high']:.{digits}f}]")
     return out.reset_index()
+
+
+def ci_column(metric: str, style: str = "markdown") -> str:
+    """The formatted table's column of ``metric``'s confidence interval over test inputs."""
+    percent = r"\%" if style == "latex" else "%"
+    return f"{metric} {CI_LEVEL * 100:.0f}{percent} CI"
 
 
 def save_results_table(summary: pd.DataFrame, name: str, profile: Profile | str, caption: str) -> dict[str, Path]:
