@@ -55,6 +55,26 @@ def test_paired_bootstrap_detects_a_clear_winner_and_not_a_tie():
     assert all(p == 1.0 for p in p_tie.values())
 
 
+def test_paired_bootstrap_equals_rescoring_every_drawn_corpus():
+    from plugin_lib.metrics import compute_metrics
+    from plugin_lib.metrics.resample import resample_counts
+
+    refs = [["the cat sat on the mat", "a cat is on the mat"], ["dogs run in the park"],
+            ["the bird sings", "a bird is singing in the tree", "birds sing"], ["cows eat grass in a field"]]
+    a = ["the cat is on the mat", "a dog runs in a park", "the bird sings", "cows eat grass"]
+    b = ["cat mat", "dogs in the park run", "a bird", "the cow eats the grass in a field"]
+    metrics = ("BLEU", "ROUGE-1", "NIST")
+    p = stats.paired_bootstrap(a, b, refs, metrics, n_resamples=20, seed=3)
+    not_better = dict.fromkeys(metrics, 0)
+    for row in resample_counts(len(refs), 20, seed=3):  # the same draws, scored from the texts
+        idx = [i for i, k in enumerate(row) for _ in range(k)]
+        score_a = compute_metrics([a[i] for i in idx], [refs[i] for i in idx], metrics)
+        score_b = compute_metrics([b[i] for i in idx], [refs[i] for i in idx], metrics)
+        for m in metrics:
+            not_better[m] += score_a[m] <= score_b[m]
+    assert p == {m: (not_better[m] + 1) / 21 for m in metrics}
+
+
 def test_paper_results_are_the_papers_tables():
     paper = published.main_results("e2e")
     row = paper[(paper.model == "GPT2-XL") & (paper.method == "Plugin")].iloc[0]

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import data
-from ..metrics import METRIC_NAMES, compute_metrics
+from ..metrics import METRIC_NAMES
 from ..metrics.resample import InputStatistics, resample_counts
 from . import verdicts
 from .tables import CI_LEVEL, runs_frame, summarize
@@ -33,18 +33,14 @@ def paired_bootstrap(
     seed: int = 0,
 ) -> dict[str, float]:
     """One-sided p-values that A is not better than B: the share of resamples of the test
-    inputs (the same resample for both systems) in which A's corpus score <= B's."""
-    rng = np.random.default_rng(seed)
-    n = len(references)
-    not_better = dict.fromkeys(metrics, 0)
-    for _ in range(n_resamples):
-        idx = rng.integers(0, n, n)
-        refs = [references[i] for i in idx]
-        a = compute_metrics([predictions_a[i] for i in idx], refs, metrics)
-        b = compute_metrics([predictions_b[i] for i in idx], refs, metrics)
-        for metric in metrics:
-            not_better[metric] += a[metric] <= b[metric]
-    return {metric: (count + 1) / (n_resamples + 1) for metric, count in not_better.items()}
+    inputs (the same resample for both systems) in which A's corpus score <= B's.
+
+    Each drawn corpus is scored from per-input statistics (``metrics.resample``: equal to
+    ``compute_metrics`` on the drawn corpus), not by re-reading the texts for every draw."""
+    counts = resample_counts(len(references), n_resamples, seed)
+    a = InputStatistics(predictions_a, references, metrics).scores(counts)
+    b = InputStatistics(predictions_b, references, metrics).scores(counts)
+    return {metric: (int((a[metric] <= b[metric]).sum()) + 1) / (n_resamples + 1) for metric in metrics}
 
 
 def significance(records: Sequence[dict], n_resamples: int, metrics: Sequence[str] = BOOTSTRAP_METRICS,
