@@ -22,8 +22,8 @@ phrases joined by spaces. As there:
   Their v is never negative, so a row whose clamped sum is below 1 is only clamped; sampling
   renormalises it.
 - The prompts the final choice considers are the argmax prompts after each update: their
-  ``evaluate()`` runs after each epoch, and in their few-shot runs (``k_shot 16``, batch 128)
-  an epoch is one step.
+  ``evaluate()`` runs after each epoch, and in their RoBERTa runs (run.sh: ``k_shot 16``,
+  batch 128, so the whole few-shot training set is one batch) an epoch is one step.
 
 A note on the estimator: with the sample mean as baseline, sum_k (L_k - mean L) = 0, so the
 -1/p terms of an entry add up to (1/p) times the advantages of the samples that took it: the
@@ -45,9 +45,10 @@ What differs from their code, and why:
   -inf, which turns the clipped gradient into NaN. A zero-probability candidate is never
   sampled, so its term is -(1/p) sum_k (L_k - mean L) with a sum that is exactly 0: it gets
   derivative 0 here (the limit as p -> 0).
-- Precision: float64, not float32. The gradient of a candidate no sample took is exactly 0 in
-  theory (the same sum); in float32 it is rounding residue of order 1e-7/p, which AdamW (eps
-  1e-8) would turn into a step of about ``lr`` in an arbitrary direction.
+- Precision: float64, not their float32. The gradient of a candidate no sample took is exactly
+  0 in theory (the same sum); in float32 it is rounding residue (7e-8 in one step of their loop
+  at 50 uniform candidates), which AdamW's eps of 1e-8 does not damp: the candidate moved by
+  0.9 ``lr``, almost as far as a sampled one. In float64 the residue stays far below eps.
 - The budget's last step. Their loop raises ``ApiCallLimitError`` at the limit and drops the
   samples of the interrupted step without an update. Here the calls left form a last, smaller
   step (``step_sizes``: 75 calls at 20 per step are steps of 20, 20, 20 and 15), so no paid
