@@ -8,6 +8,7 @@ may have no Java. Twins have random weights: twin: says nothing about the paper'
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -21,6 +22,7 @@ from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.core.train import (BaseOutputCache, TokenObjective, TrainConfig, cache_dtype, choose_placement,
                                    encode_pairs, fit, gpu_free_bytes, host_available_bytes, release_gpu_caches)
 from plugin_lib.harness import bdpl, lora, models
+from plugin_lib.harness.profile import load_profile
 
 CUDA = torch.cuda.is_available()
 DRY_RUN = os.environ.get("PLUGIN_GPU_TESTS_ON_CPU") == "1"
@@ -207,10 +209,12 @@ def test_a_lora_step_on_the_device():
 def test_a_bdpl_step_on_the_device():
     base = models.load_base_model(twin("gpt2-xl-twin"), dtype="auto", device=DEVICE)
     reward = bdpl.LoglikReward(base, PROMPTS, TARGETS)
+    settings = dataclasses.replace(load_profile("paper").wrapper.bdpl, prompt_length=2, samples_per_step=2,
+                                   batch_size=4)
     result = bdpl.optimize_prompt(reward, ["great food", "city centre", "family friendly", "coffee shop"],
-                                  prompt_length=2, samples_per_step=2, budget=4, batch_size=4, seed=0)
+                                  settings, budget=4, seed=0)
     assert result.calls_used == 4
-    assert all(math.isfinite(r) for step in result.history for r in step["rewards"])
+    assert all(math.isfinite(r) for r in result.rewards_per_call)
     del base
     free_gpu()
 

@@ -7,6 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from matplotlib.collections import PathCollection
 
 from plugin_lib import data
 from plugin_lib import paper as published
@@ -50,16 +51,43 @@ def _count_calls(monkeypatch, base):
 def test_prompt_is_learned_once_within_the_budget_and_reused(task, profile, monkeypatch):
     calls = _count_calls(monkeypatch, task.base)
     first = table5.learn_prompt(task, profile, seed=0)
-    assert len(calls) == first["calls_used"] == first["budget"] == bdpl.DEFAULT_BUDGET == 75
-    assert first["prefix"] and len(first["prefix"].split()) >= 5  # 5 positions, a phrase each
-    assert sum(len(step["rewards"]) for step in first["history"]) == 75
+    assert first["calls_used"] == first["budget"] == bdpl.DEFAULT_BUDGET == 75
+    # The training calls, then the final choice on hyper-validation (outside the budget):
+    # 2 hyper inputs = 2 pairs, one minibatch per distinct candidate prefix.
+    distinct = len({row["prefix"] for row in first["selection"]})
+    assert first["selection_calls"] == distinct and len(calls) == 75 + distinct
+    assert len(first["reward_per_call"]) == 75 == sum(len(step["rewards"]) for step in first["history"])
+    steps = len(first["history"])  # smoke profile: 5 samples per step
+    assert steps == 15 and [row["origin"] for row in first["selection"]] == ["no prefix"] + [
+        f"step {k}" for k in range(1, steps + 1)]
+    if first["origin"] != "no prefix":
+        assert len(first["prefix"].split()) >= profile.wrapper.bdpl.prompt_length  # a phrase per position
+    assert first["hyper_reward"] >= first["hyper_reward_no_prefix"]  # never worse than no prefix
+    assert len(first["top_probs"]) == profile.wrapper.bdpl.prompt_length
     assert table5.prompt_path(profile, "e2e", "tiny-llama", 0).exists()
 
     calls.clear()
     assert table5.learn_prompt(task, profile, seed=0) == first
     assert calls == []  # read back: no black-box call
     table5.learn_prompt(task, profile, seed=0, budget=10)  # other settings: learned again
-    assert len(calls) == 10
+    assert 10 < len(calls) <= 10 + 3  # two updates: at most 3 candidates on hyper-validation
+    calls.clear()
+    faster = profile.replace(wrapper={**profile.section("wrapper"), "bdpl": {**profile.section("wrapper")["bdpl"],
+                                                                             "lr": 0.01}})
+    table5.learn_prompt(task, faster, seed=0, budget=10)  # other optimiser settings: learned again
+    assert len(calls) > 10
+
+
+def test_reward_per_call_figure(task, profile):
+    learned = [table5.learn_prompt(task, profile, seed=seed, budget=10) for seed in (0, 1)]
+    figure = table5.reward_per_call_figure(learned)
+    (ax,) = figure.axes
+    points = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert [len(c.get_offsets()) for c in points] == [10, 10]  # a point per call, per seed
+    np.testing.assert_allclose(points[1].get_offsets()[:, 1], learned[1]["reward_per_call"])
+    assert ax.get_xlabel() == "black-box call"
+    with pytest.raises(ValueError, match="No BDPL"):
+        table5.reward_per_call_figure([])
 
 
 def test_prefixed_prompts_are_what_bdpl_scored_and_have_their_own_cache(task):

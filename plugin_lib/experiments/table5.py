@@ -2,12 +2,16 @@
 
 BDPL and BDPL + Plugin, per (dataset, base model, seed):
 
-1. BDPL (``harness.bdpl``) learns a discrete prefix on the task's training part with a
-   budget of black-box calls (75, as in the paper). The prompt, the calls used and the reward
-   history are stored in ``runs/<dataset>/<model>/bdpl-prompts/seed<k>.json`` and reused,
-   never learned twice (outside the ``*-seed*.json`` pattern of run records), as long as its
-   settings and its inputs (``runner.inputs_fingerprint``: the task's data and base) match.
-2. "BDPL" is Zeroshot on the prefixed task; "BDPL+Plugin" is the Plugin trained and decoded
+1. BDPL (``harness.bdpl``, following Diao et al.'s ``run_glue_discrete_LM.py``; settings
+   ``wrapper.bdpl`` of the profile) learns a discrete prefix on the task's training part with
+   a budget of black-box calls (75, as in the paper), and chooses the final prefix on
+   hyper-validation among the argmax prompt after each update and the empty prefix. The
+   prompt, the calls used, the reward of every call and the hyper-validation scores are
+   stored in ``runs/<dataset>/<model>/bdpl-prompts/seed<k>.json`` and reused, never learned
+   twice (outside the ``*-seed*.json`` pattern of run records), as long as its settings and its
+   inputs (``runner.inputs_fingerprint``: the task's data and base) match.
+   ``reward_per_call_figure`` plots the reward of every call.
+2. "BDPL" is Zeroshot on the prefixed task (Zeroshot itself when the empty prefix won); "BDPL+Plugin" is the Plugin trained and decoded
    on the prefixed task. Both are ordinary runner records (labels "BDPL", "BDPL+Plugin"). The
    base-output cache of the prefixed task is a different file from the unprefixed one:
    ``BaseOutputCache`` names it by a hash of the token ids, and the prefix changes them.
@@ -30,14 +34,16 @@ import json
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from tqdm.auto import tqdm
 
 from .. import paper as published
 from ..data import prompts
 from ..harness import bdpl, methods, runner
-from ..harness.profile import Profile
+from ..harness.profile import Bdpl, Profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
 from ..utils.io import atomic_write_json, read_json
 
@@ -82,42 +88,59 @@ def prompt_path(profile: Profile, dataset: str, model: str, seed: int) -> Path:
     return runner.runs_dir(profile, dataset, model) / "bdpl-prompts" / f"seed{seed}.json"
 
 
-def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str) -> str:
+def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str, settings: Bdpl) -> str:
     """Everything a learned prompt depends on; a prompt learned under other settings is relearned."""
     relevant = {"dataset": task.dataset, "model": task.base.name, "family": task.family,
                 "chat_template": task.use_chat_template, "train_ids": [ex.id for ex in task.train],
-                "seed": seed, "budget": budget, "reward": reward}
+                "hyper_ids": [ex.id for ex in task.hyper], "seed": seed, "budget": budget, "reward": reward,
+                "bdpl": dataclasses.asdict(settings)}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
                  reward: str = "loglik") -> dict:
-    """BDPL's prefix for ``task`` and ``seed``: learned on the training part once, then read back."""
+    """BDPL's prefix for ``task`` and ``seed``: learned on the training part and chosen on
+    hyper-validation (``bdpl.train_bdpl``, settings ``profile.wrapper.bdpl``) once, then read back.
+
+    The record keeps the reward of every call (``reward_per_call``), each step's samples,
+    argmax prompt and largest probability per position (``history``), the final
+    probabilities, and the hyper-validation reward of every final candidate, the empty
+    prefix among them (``selection``; ``selection_calls`` black-box calls, outside the budget).
+    """
     if task.prompt_prefix:
         raise ValueError("BDPL learns a prefix for an unprefixed task.")
+    settings = profile.wrapper.bdpl
     path = prompt_path(profile, task.dataset, task.base.name, seed)
-    settings = _prompt_settings(task, seed, budget, reward)
+    fingerprint = _prompt_settings(task, seed, budget, reward, settings)
     inputs = runner.inputs_fingerprint(task)
-    if path.exists() and runner.is_current(stored := read_json(path), settings, inputs):
+    if path.exists() and runner.is_current(stored := read_json(path), fingerprint, inputs):
         return stored
     started = time.perf_counter()
     result = bdpl.train_bdpl(
         task.base,
         task.train,
+        task.hyper,
         lambda ex: prompts.build_prompt(task.dataset, task.family, ex.source),
+        settings,
+        budget=budget,
+        seed=seed,
         reward=reward,
         # The chat template wraps prefix + task prompt, exactly as Task.prompt does.
         format_prompt=functools.partial(prompts.format_for_model, tokenizer=task.base.tokenizer,
                                         use_chat_template=task.use_chat_template),
-        budget=budget,
-        seed=seed,
     )
+    trajectory = result.trajectory
+    hyper_rewards = {row["origin"]: row["hyper_reward"] for row in result.selection}
     record = {
-        "dataset": task.dataset, "model": task.base.name, "seed": seed, "settings": settings, "inputs": inputs,
-        "prefix": result.prefix, "budget": budget, "calls_used": result.calls_used, "reward": reward,
-        "mean_rewards": result.mean_rewards, "history": result.history, "candidates": list(result.candidates),
-        "indices": list(result.indices), "probs": result.probs.tolist(), "train_inputs": len(task.train),
-        "seconds": time.perf_counter() - started,
+        "dataset": task.dataset, "model": task.base.name, "seed": seed, "settings": fingerprint, "inputs": inputs,
+        "prefix": result.prefix, "origin": result.origin, "budget": budget, "calls_used": trajectory.calls_used,
+        "reward": reward, "bdpl": dataclasses.asdict(settings),
+        "hyper_reward": max(hyper_rewards.values()), "hyper_reward_no_prefix": hyper_rewards[bdpl.NO_PREFIX],
+        "selection": result.selection, "selection_calls": result.selection_calls,
+        "reward_per_call": trajectory.rewards_per_call, "mean_rewards": trajectory.mean_rewards,
+        "history": trajectory.history, "candidates": list(trajectory.candidates), "probs": trajectory.probs.tolist(),
+        "top_probs": bdpl.sampling_probs(trajectory.probs).max(axis=1).tolist(), "train_inputs": len(task.train),
+        "hyper_inputs": len(task.hyper), "seconds": time.perf_counter() - started,
     }
     atomic_write_json(path, record)
     return read_json(path)  # as stored (lists, not tuples), the same as a later read
@@ -173,27 +196,67 @@ def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot",
 
 
 def prompt_row(prompt: dict, task: methods.Task, prefixed: methods.Task) -> dict:
-    """One line of the learned-prompts table, with the truncation check of both tasks."""
+    """One line of the learned-prompts table: the chosen prefix and where it came from, the
+    calls, the largest probability per position, rewards, and the truncation check of both tasks."""
     plain, with_prefix = prompt_lengths(task), prompt_lengths(prefixed)
     return {
         "dataset": prompt["dataset"], "model": prompt["model"], "seed": prompt["seed"], "prefix": prompt["prefix"],
-        "calls": f"{prompt['calls_used']}/{prompt['budget']}",
+        "chosen": prompt["origin"], "calls": f"{prompt['calls_used']}/{prompt['budget']}",
+        "selection calls": prompt["selection_calls"],
+        "top probability": f"{min(prompt['top_probs']):.4f}-{max(prompt['top_probs']):.4f}",
         "reward first step": round(prompt["mean_rewards"][0], 4),
         "reward last step": round(prompt["mean_rewards"][-1], 4),
+        "hyper reward": round(prompt["hyper_reward"], 4),
+        "hyper reward, no prefix": round(prompt["hyper_reward_no_prefix"], 4),
         "longest prompt (tokens)": plain["longest"], "with prefix": with_prefix["longest"],
         "limit": plain["limit"], "limit with prefix": with_prefix["limit"],
         "over limit": plain["over_limit"], "over limit with prefix": with_prefix["over_limit"],
     }
 
 
+def reward_per_call_figure(learned_prompts: list[dict]):
+    """BDPL's reward of every black-box call, one panel per (dataset, model), one colour per
+    seed: the calls as points, each step's mean as a line, dotted lines between steps. A step's
+    samples share a minibatch; steps differ in theirs, so levels compare within a step."""
+    panels = sorted({(p["dataset"], p["model"]) for p in learned_prompts})
+    if not panels:
+        raise ValueError("No BDPL prompt records to plot.")
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels), 3.8), squeeze=False)
+    colours = sns.color_palette()
+    for ax, (dataset, model) in zip(axes[0], panels):
+        ours = sorted((p for p in learned_prompts if (p["dataset"], p["model"]) == (dataset, model)),
+                      key=lambda p: p["seed"])
+        for n, prompt in enumerate(ours):
+            colour = colours[n % len(colours)]
+            calls = np.arange(1, len(prompt["reward_per_call"]) + 1)
+            ax.scatter(calls, prompt["reward_per_call"], s=10, color=colour, alpha=0.6, label=f"seed {prompt['seed']}")
+            first = 1
+            for step in prompt["history"]:
+                last = step["calls_used"]
+                ax.hlines(np.mean(step["rewards"]), first - 0.5, last + 0.5, color=colour, linewidth=2)
+                if n == 0 and last < len(calls):
+                    ax.axvline(last + 0.5, color="grey", linestyle=":", linewidth=1)
+                first = last + 1
+        ax.set_title(f"{dataset} / {model}")
+        ax.set_xlabel("black-box call")
+        ax.set_ylabel(f"reward ({ours[0]['reward']})")
+        ax.legend(fontsize="small")
+    fig.suptitle("BDPL: reward per call (points) and per step (lines)")
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
 def run_table5(datasets: list[str], profile: Profile, *, model_names: list[str] | None = None,
-               budget: int = bdpl.DEFAULT_BUDGET, reward: str = "loglik") -> tuple[list[dict], pd.DataFrame]:
+               budget: int = bdpl.DEFAULT_BUDGET, reward: str = "loglik"
+               ) -> tuple[list[dict], pd.DataFrame, list[dict]]:
     """Every BDPL and BDPL+Plugin run of Table 5, with the main tables' Zeroshot and Plugin
-    runs where they exist; and the learned prompts, one row per (dataset, model, seed)."""
+    runs where they exist; the learned prompts, one row per (dataset, model, seed); and the
+    prompt records themselves (``learn_prompt``)."""
     for dataset in datasets:
         runner.check_run_arguments(dataset, model_names=model_names)
     check_bdpl_arguments(budget, reward)
-    records, rows = [], []
+    records, rows, learned = [], [], []
     for model_name in model_names or table_models(profile, paper_rows()):
         base = None
         for dataset in datasets:
@@ -203,8 +266,9 @@ def run_table5(datasets: list[str], profile: Profile, *, model_names: list[str] 
             for seed in tqdm(profile.seeds, desc=f"BDPL {dataset} / {model_name}"):
                 prompt, runs = run_bdpl(task, profile, seed, budget=budget, reward=reward)
                 records += runs
+                learned.append(prompt)
                 rows.append(prompt_row(prompt, task, prefixed_task(task, prompt["prefix"])))
-    return records, pd.DataFrame(rows)
+    return records, pd.DataFrame(rows), learned
 
 
 def record_claims(profile: Profile | str, records: list[dict], n_resamples: int) -> list[dict]:

@@ -1,36 +1,73 @@
-"""Black-box Discrete Prompt Learning (BDPL, Diao et al. 2022) adapted to text generation.
+"""Black-box Discrete Prompt Learning (BDPL, Diao et al., TMLR 2023) adapted to text generation.
 
-BDPL learns a discrete prompt of ``L`` positions. Each position holds a categorical
-distribution over ``C`` candidate phrases (a probability vector on the simplex). A training step
-samples ``I`` prompts from these distributions, scores each one on the black box, and moves the
-probabilities along a variance-reduced policy gradient, projected back onto the simplex. Only
-black-box outputs are used, and every scoring of a sampled prompt counts as one API call
-against a budget (the paper uses 75, following Diao et al.).
+Followed: ``run_glue_discrete_LM.py`` of ``shizhediao/Black-Box-Prompt-Learning`` (commit
+3fd736a): the "Black-box Training" loop of ``main()``, ``constrainScoreByWholeExact`` /
+``solve_v_total_exact`` and ``evaluate()``, with the settings of its ``run.sh`` line; from
+``run_glue_discrete_GPT.py``, that a candidate is a whole phrase and the prompt is the chosen
+phrases joined by spaces. As there:
 
-Choices made here (the paper gives no details for generation tasks):
+- ``prompt_length`` positions, each a probability vector over ``C`` candidates, initialised
+  uniform (1/C): one tensor, the only parameter optimised.
+- A step draws S prompts (``samples_per_step``, their 20) independently from the rows
+  (renormalised, as their ``torch.distributions.Categorical`` does) and scores each on the same
+  minibatch: one black-box call each, counted against the budget (``ApiBudget``). The loss of a
+  prompt is L_k = -reward.
+- Gradient, written into ``.grad`` by hand: g = 1/(S-1) sum_k (L_k - mean L) d_k, where
+  d_k[i, j] = +1/p[i, j] at the index that sample k took at position i and -1/p[i, j] at every
+  other index (``policy_gradient``). Then ``clip_grad_norm_`` (3), a ``torch.optim.AdamW``
+  step (lr 1e-4, their run.sh; weight decay 0.1): descent on the loss.
+- After every step each row is put back by their projection: subtract the v >= 0 with
+  sum(clamp(p - v, 0, 1)) = 1 and clamp (``constrain_to_simplex``). They find v by bisection
+  on [0, max p]; here v is exact (tests/test_bdpl.py checks that both give the same rows).
+  Their v is never negative, so a row whose clamped sum is below 1 is only clamped; sampling
+  renormalises it.
+- The prompts the final choice considers are the argmax prompts after each update: their
+  ``evaluate()`` runs after each epoch, and in their RoBERTa runs (run.sh: ``k_shot 16``,
+  batch 128, so the whole few-shot training set is one batch) an epoch is one step.
 
+A note on the estimator: with the sample mean as baseline, sum_k (L_k - mean L) = 0, so the
+-1/p terms of an entry add up to (1/p) times the advantages of the samples that took it: the
+estimate is exactly twice the plain one (1/p at the sampled index only). AdamW hardly sees the
+factor 2; what makes 75 calls move the distribution so little is AdamW's step of about ``lr``
+per entry and per update, with 4 updates (75 calls at 20 per step).
+
+What differs from their code, and why:
+
+- The final prompt: they keep the argmax prompt with the best dev score (the intent: their
+  ``best_prompts_probs = prompts_probs`` stores a reference, not a copy, so in fact they test
+  the final argmax). Here the argmax prompt after each update *and the empty prompt* are
+  scored by the same reward on the task's hyper-validation split (never test), and the best is
+  kept, the empty prompt on ties (``choose_prefix``). So the chosen prefix is never worse than
+  no prefix (Zeroshot) on hyper-validation, by that reward. As in their code these evaluations
+  do not count against the budget: their ``api_limit`` counts ``train_api_request`` only, and
+  ``evaluate()`` calls the model directly. They are counted apart (``selection_calls``).
+- A zero probability. The projection can set an entry to exactly 0, and their -1/p is then
+  -inf, which turns the clipped gradient into NaN. A zero-probability candidate is never
+  sampled, so its term is -(1/p) sum_k (L_k - mean L) with a sum that is exactly 0: it gets
+  derivative 0 here (the limit as p -> 0).
+- Precision: float64, not their float32. The gradient of a candidate no sample took is exactly
+  0 in theory (the same sum); in float32 it is rounding residue (7e-8 in one step of their loop
+  at 50 uniform candidates), which AdamW's eps of 1e-8 does not damp: the candidate moved by
+  0.9 ``lr``, almost as far as a sampled one. In float64 the residue stays far below eps.
+- The budget's last step. Their loop raises ``ApiCallLimitError`` at the limit and drops the
+  samples of the interrupted step without an update. Here the calls left form a last, smaller
+  step (``step_sizes``: 75 calls at 20 per step are steps of 20, 20, 20 and 15), so no paid
+  call is thrown away; a single call left over (no baseline) joins the step before.
+
+For generation, which their classification code does not cover:
+
+- Reward (``reward="loglik"``, the default): the mean per-token log-likelihood of the
+  references given prefix + prompt, on a minibatch of ``batch_size`` training pairs, in one
+  forward call of the black box; -reward is the cross-entropy their ``ce_loss`` minimises,
+  over the reference's tokens instead of a verbaliser. ``reward="rougeL"`` greedily decodes
+  the minibatch (one batched generate call) and scores ROUGE-L F1 against the references:
+  closer to the test metric but much noisier and slower.
 - Candidates: word n-grams of the training references (``candidate_ngrams``), lowercased;
-  multi-word n-grams ranked by PMI among those seen at least ``min_count`` times, padded
-  with the most frequent words. Default ``C = 50``: with 75 calls, a larger set would leave
-  most candidates never sampled.
-- Prompt: ``L = 5`` positions. The learned text is prepended to the task prompt with one
-  space, ``discrete_prefix + " " + task_prompt`` (``prefixed_prompts``); a chat template, if
-  any, is applied to the result (``format_prompt``).
-- Reward (``reward="loglik"``, the default): mean per-token log-likelihood of the reference
-  given prefix + prompt, on a minibatch of training pairs, in one forward call of the black
-  box. It needs no decoding, is smooth in the prompt (small changes move it a little) and is
-  the negative of the loss the Plugin is trained on. ``reward="rougeL"`` greedily decodes the
-  minibatch (one batched generate call) and scores ROUGE-L F1 against the references: closer
-  to the test metric but much noisier and slower.
-- Estimator: for sampled prompts S_1..S_n with rewards R_1..R_n on the same minibatch,
-  g = 1/(n-1) sum_k (R_k - mean(R)) grad log P(S_k), where d log P(S)/d p[i, j] is
-  1/p[i, j] if S chooses candidate j at position i and 0 otherwise. With the batch mean as
-  baseline and 1/(n-1) this estimator is unbiased, and equals using the mean of the *other*
-  samples as each sample's baseline (scaled by (n-1)/n). Ascent, since rewards are maximised.
-- Final prompt: the most probable candidate at each position (BDPL's own evaluation
-  rule). It costs no extra API call and, unlike "best sampled prompt", does not favour a
-  prompt that happened to be scored on an easy minibatch. Every sampled prompt and its
-  reward are kept in ``BDPLResult.history``.
+  multi-word n-grams ranked by PMI among those seen at least ``min_count`` times, padded with
+  the most frequent words (their ``pmi_ngram.py`` ranks PMI-segmented n-grams by frequency).
+- Placement: the learned text is prepended to the task prompt with one space,
+  ``discrete_prefix + " " + task_prompt`` (``prefixed_prompts``); a chat template, if any, is
+  applied to the result (``format_prompt``).
 """
 from __future__ import annotations
 
@@ -38,10 +75,11 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import torch
 import torch.nn.functional as F
 from rouge_score import rouge_scorer
 
@@ -50,9 +88,11 @@ from ..core.decode import generate
 from ..core.loss import shift_labels, target_positions
 from ..core.train import collate, encode_pairs
 from ..data import Example, training_pairs
+from .profile import Bdpl
 
 DEFAULT_BUDGET = 75
 WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+NO_PREFIX = "no prefix"  # the origin of the empty prompt among the final candidates
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,45 +169,64 @@ class ApiBudget:
 # Optimisation on the simplex
 
 
-def project_to_simplex(values: np.ndarray) -> np.ndarray:
-    """Euclidean projection of ``values`` (a vector, or each row of a matrix) onto the simplex.
+def constrain_to_simplex(probs: torch.Tensor) -> torch.Tensor:
+    """Diao et al.'s projection of each row, in place: p <- clamp(p - v, 0, 1), v >= 0 the
+    shift with sum(clamp(p - v, 0, 1)) = 1, or v = 0 when the clamped row sums to less than 1.
 
-    Sort-based algorithm: with u the row sorted in decreasing order, rho is the largest j
-    such that u_j - (u_1 + ... + u_j - 1) / j > 0; the projection is max(v - theta, 0) with
-    theta = (u_1 + ... + u_rho - 1) / rho.
+    They find v by bisection on [0, max p] (``solve_v_total_exact``); here v is exact. For
+    sorted u_1 >= u_2 >= ..., the rows' Euclidean projection onto the simplex shifts by
+    theta = (u_1 + ... + u_rho - 1) / rho, rho the largest j with u_j > (u_1 + ... + u_j - 1) / j;
+    their v is max(theta, 0). (With theta >= 0 no entry exceeds 1, so the upper clamp is idle.)
     """
-    shape = np.shape(values)
-    rows = np.atleast_2d(np.asarray(values, dtype=np.float64))
-    u = -np.sort(-rows, axis=1)
-    cumsum = np.cumsum(u, axis=1) - 1.0
-    j = np.arange(1, rows.shape[1] + 1)
-    rho = np.count_nonzero(u - cumsum / j > 0, axis=1)  # the condition holds exactly for j <= rho
-    theta = cumsum[np.arange(len(rows)), rho - 1] / rho
-    return np.maximum(rows - theta[:, None], 0.0).reshape(shape)
+    with torch.no_grad():
+        u = torch.sort(probs, dim=1, descending=True).values
+        excess = torch.cumsum(u, dim=1) - 1.0
+        j = torch.arange(1, probs.shape[1] + 1, dtype=probs.dtype, device=probs.device)
+        rho = (u - excess / j > 0).sum(dim=1, keepdim=True)  # holds exactly for j <= rho
+        theta = excess.gather(1, rho - 1) / rho
+        probs.sub_(theta.clamp(min=0.0)).clamp_(0.0, 1.0)
+    return probs
+
+
+def sampling_probs(probs: np.ndarray) -> np.ndarray:
+    """The distributions prompts are drawn from: each row renormalised (``constrain_to_simplex``
+    can leave a row's sum below 1; their ``Categorical(prompts_probs)`` renormalises too)."""
+    totals = probs.sum(axis=1, keepdims=True)
+    if not (totals > 0).all():
+        raise ValueError("A prompt position has no probability mass left to sample from.")
+    return probs / totals
 
 
 def sample_prompt(probs: np.ndarray, rng: np.random.Generator) -> tuple[int, ...]:
-    """One candidate index per position, drawn from that position's distribution."""
-    return tuple(int(rng.choice(probs.shape[1], p=row)) for row in probs)
+    """One candidate index per position, drawn from that position's row, renormalised."""
+    return tuple(int(rng.choice(probs.shape[1], p=row)) for row in sampling_probs(probs))
 
 
-def policy_gradient(probs: np.ndarray, samples: Sequence[Sequence[int]], rewards: Sequence[float]) -> np.ndarray:
-    """The variance-reduced estimate of d E[reward] / d probs (see the module docstring)."""
+def policy_gradient(probs: torch.Tensor, samples: Sequence[Sequence[int]], losses: Sequence[float]) -> torch.Tensor:
+    """Diao et al.'s estimate of d E[loss] / d probs: 1/(S-1) sum_k (L_k - mean L) d_k, with
+    d_k = +1/p at the indices sample k took and -1/p at every other index.
+
+    An entry with p = 0 gets derivative 0 instead of their -inf (see the module docstring).
+    """
+    if len(samples) != len(losses):
+        raise ValueError(f"{len(samples)} sampled prompts but {len(losses)} losses")
     if len(samples) < 2:
-        raise ValueError("The variance-reduced estimator needs at least two samples.")
-    advantages = np.asarray(rewards, dtype=np.float64) - np.mean(rewards)
-    grad = np.zeros_like(probs)
-    positions = np.arange(probs.shape[0])
-    for sample, advantage in zip(samples, advantages):
-        grad[positions, sample] += advantage / probs[positions, sample]
-    return grad / (len(samples) - 1)
+        raise ValueError("The estimator needs at least two samples (the mean loss is its baseline).")
+    inverse = torch.where(probs > 0, probs.reciprocal(), torch.zeros_like(probs))
+    mean_loss = sum(losses) / len(losses)
+    positions = torch.arange(probs.shape[0])
+    grad = torch.zeros_like(probs)
+    for sample, loss in zip(samples, losses):
+        derivative = -inverse
+        derivative[positions, list(sample)] = inverse[positions, list(sample)]
+        grad += (loss - mean_loss) / (len(samples) - 1) * derivative
+    return grad
 
 
 def step_sizes(budget: int, samples_per_step: int) -> list[int]:
-    """Samples per step that spend ``budget`` calls exactly, never leaving a lone sample.
-
-    A single sample has no baseline, so a remainder of one joins the last full step.
-    """
+    """Samples per step that spend ``budget`` calls exactly: full steps, then what is left
+    as a smaller last step; a single call left over (it has no baseline) joins the step
+    before, and a budget of one call is one step that cannot update."""
     steps, rest = divmod(budget, samples_per_step)
     sizes = [samples_per_step] * steps
     if rest == 1 and sizes:
@@ -177,20 +236,41 @@ def step_sizes(budget: int, samples_per_step: int) -> list[int]:
     return sizes
 
 
+def check_settings(settings: Bdpl) -> None:
+    """ValueError for settings BDPL cannot run with."""
+    if settings.samples_per_step < 2:
+        raise ValueError(f"samples_per_step must be at least 2 (the estimator's baseline), got {settings.samples_per_step}.")
+    for name in ("prompt_length", "num_candidates", "batch_size"):
+        if getattr(settings, name) < 1:
+            raise ValueError(f"BDPL's {name} must be positive, got {getattr(settings, name)}.")
+    for name in ("lr", "clip_norm"):
+        if not getattr(settings, name) > 0:
+            raise ValueError(f"BDPL's {name} must be positive, got {getattr(settings, name)}.")
+    if settings.weight_decay < 0:
+        raise ValueError(f"BDPL's weight_decay must not be negative, got {settings.weight_decay}.")
+
+
 # ---------------------------------------------------------------------------------------------
 # Rewards from the black box
 
 
 class Reward(Protocol):
-    """Scores a prefix on a minibatch of the reward's items (larger is better)."""
+    """Scores a prefix on the reward's items (larger is better): on a minibatch, one
+    black-box call; or on all items, in minibatches (``score_all``: value and calls made)."""
 
     def __len__(self) -> int: ...
 
     def __call__(self, prefix: str, indices: Sequence[int]) -> float: ...
 
+    def score_all(self, prefix: str, batch_size: int) -> tuple[float, int]: ...
+
 
 def _identity(prompt: str) -> str:
     return prompt
+
+
+def _minibatches(items: int, batch_size: int) -> list[list[int]]:
+    return [list(range(start, min(start + batch_size, items))) for start in range(0, items, batch_size)]
 
 
 class LoglikReward:
@@ -218,7 +298,8 @@ class LoglikReward:
     def __len__(self) -> int:
         return len(self.prompts)
 
-    def __call__(self, prefix: str, indices: Sequence[int]) -> float:
+    def _total(self, prefix: str, indices: Sequence[int]) -> tuple[float, int]:
+        """Summed log-likelihood of the minibatch's reference tokens, and their number."""
         prompts = prefixed_prompts(prefix, [self.prompts[i] for i in indices])
         pairs = encode_pairs(
             self.base.tokenizer,
@@ -231,7 +312,18 @@ class LoglikReward:
         positions = target_positions(batch["labels"]).to(logits.device)
         log_probs = F.log_softmax(logits[positions].float(), dim=-1)
         targets = shift_labels(batch["labels"]).to(logits.device)[positions]
-        return log_probs.gather(1, targets[:, None]).mean().item()
+        picked = log_probs.gather(1, targets[:, None])
+        return picked.sum().item(), picked.numel()
+
+    def __call__(self, prefix: str, indices: Sequence[int]) -> float:
+        total, tokens = self._total(prefix, indices)
+        return total / tokens
+
+    def score_all(self, prefix: str, batch_size: int) -> tuple[float, int]:
+        """The mean over every reference token of all items, and the calls it took."""
+        batches = _minibatches(len(self), batch_size)
+        totals = [self._total(prefix, batch) for batch in batches]
+        return sum(t for t, _ in totals) / sum(n for _, n in totals), len(batches)
 
 
 class RougeLReward:
@@ -259,7 +351,7 @@ class RougeLReward:
     def __len__(self) -> int:
         return len(self.prompts)
 
-    def __call__(self, prefix: str, indices: Sequence[int]) -> float:
+    def _scores(self, prefix: str, indices: Sequence[int]) -> list[float]:
         prompts = prefixed_prompts(prefix, [self.prompts[i] for i in indices])
         texts = generate(
             self.base,
@@ -268,37 +360,62 @@ class RougeLReward:
             max_new_tokens=self.max_new_tokens,
             progress=False,
         )
-        scores = [
+        return [
             max(self.scorer.score(ref, text)["rougeL"].fmeasure for ref in self.references[i])
             for i, text in zip(indices, texts)
         ]
-        return float(np.mean(scores))
+
+    def __call__(self, prefix: str, indices: Sequence[int]) -> float:
+        return float(np.mean(self._scores(prefix, indices)))
+
+    def score_all(self, prefix: str, batch_size: int) -> tuple[float, int]:
+        """The mean over all items, and the calls (batched generate calls) it took."""
+        batches = _minibatches(len(self), batch_size)
+        return float(np.mean([s for batch in batches for s in self._scores(prefix, batch)])), len(batches)
 
 
 # ---------------------------------------------------------------------------------------------
-# Training
+# Training and the final choice
 
 
 @dataclass
-class BDPLResult:
-    """The learned prompt and how it was found.
+class Trajectory:
+    """What BDPL's optimisation did. ``probs`` (L x C) are the final rows; ``history`` has one
+    entry per step: the sampled prompts (candidate indices), their rewards, the calls used so
+    far, and after the update (None for a step that could not update) the argmax prompt and
+    each position's largest probability (of the renormalised row, ``sampling_probs``)."""
 
-    ``probs`` (L x C) are the final distributions; ``indices`` their per-position argmax and
-    ``prefix`` its text. ``history`` has one entry per step: the sampled prompts, their
-    rewards and the calls used so far.
-    """
-
-    prefix: str
-    indices: tuple[int, ...]
     candidates: tuple[str, ...]
     probs: np.ndarray
     calls_used: int
-    history: list[dict] = field(default_factory=list)
+    history: list[dict]
+
+    @property
+    def rewards_per_call(self) -> list[float]:
+        """The reward of every black-box call, in the order they were made."""
+        return [r for h in self.history for r in h["rewards"]]
 
     @property
     def mean_rewards(self) -> list[float]:
         """Mean reward of the sampled prompts, per step."""
         return [float(np.mean(h["rewards"])) for h in self.history]
+
+    def step_prefixes(self) -> list[tuple[str, str]]:
+        """(origin, prefix) of the argmax prompt after each update: the final candidates."""
+        return [(f"step {h['step']}", prefix_text(self.candidates, h["argmax"]))
+                for h in self.history if h["argmax"] is not None]
+
+
+@dataclass
+class BDPLResult:
+    """The chosen prefix ("" when no prefix won), where it came from, the optimisation, and
+    the hyper-validation score of every final candidate (``selection``)."""
+
+    prefix: str
+    origin: str
+    trajectory: Trajectory
+    selection: list[dict]
+    selection_calls: int
 
 
 def prefix_text(candidates: Sequence[str], indices: Sequence[int]) -> str:
@@ -308,73 +425,101 @@ def prefix_text(candidates: Sequence[str], indices: Sequence[int]) -> str:
 def optimize_prompt(
     reward: Reward,
     candidates: Sequence[str],
+    settings: Bdpl,
     *,
-    prompt_length: int = 5,
-    samples_per_step: int = 5,
     budget: ApiBudget | int = DEFAULT_BUDGET,
-    lr: float = 0.1,
-    batch_size: int = 8,
     seed: int = 0,
-) -> BDPLResult:
-    """BDPL's loop: sample prompts, score them (one API call each), take a projected ascent step.
+) -> Trajectory:
+    """BDPL's training loop (the module docstring): per step, sample prompts, score each on
+    one minibatch (one API call each), step AdamW along the estimator, project.
 
-    All samples of a step are scored on the same minibatch of ``batch_size`` reward items, so
-    their rewards differ only through the prompt. The loop spends the budget exactly
-    (``step_sizes``); ``budget`` may be shared (an ``ApiBudget``) or a number of calls.
-    The default ``lr`` suits the log-likelihood reward with 50 candidates: advantages are a few
-    hundredths of a nat (SmolLM2 on E2E), and one of 0.03 on a sampled candidate of
-    probability 1/50 raises it by about 0.04 (with 5 samples per step).
+    The loop spends the budget exactly (``step_sizes``); ``budget`` may be shared (an
+    ``ApiBudget``) or a number of calls.
     """
-    if samples_per_step < 2:
-        raise ValueError("samples_per_step must be at least 2 (the estimator needs a baseline).")
+    check_settings(settings)
+    if len(candidates) < 1:
+        raise ValueError("BDPL needs at least one candidate phrase.")
     budget = budget if isinstance(budget, ApiBudget) else ApiBudget(budget)
     rng = np.random.default_rng(seed)
-    probs = np.full((prompt_length, len(candidates)), 1.0 / len(candidates))
+    probs = torch.full((settings.prompt_length, len(candidates)), 1.0 / len(candidates), dtype=torch.float64,
+                       requires_grad=True)
+    optimizer = torch.optim.AdamW([probs], lr=settings.lr, weight_decay=settings.weight_decay)
     history = []
-    for step, size in enumerate(step_sizes(budget.remaining, samples_per_step)):
-        batch = rng.choice(len(reward), size=min(batch_size, len(reward)), replace=False).tolist()
-        samples = [sample_prompt(probs, rng) for _ in range(size)]
+    for step, size in enumerate(step_sizes(budget.remaining, settings.samples_per_step), start=1):
+        batch = rng.choice(len(reward), size=min(settings.batch_size, len(reward)), replace=False).tolist()
+        samples = [sample_prompt(probs.detach().numpy(), rng) for _ in range(size)]
         rewards = []
         for sample in samples:
             budget.spend()
             rewards.append(reward(prefix_text(candidates, sample), batch))
+        argmax = top = None
         if size > 1:  # a lone sample (a budget of one call) has no baseline to learn from
-            probs = project_to_simplex(probs + lr * policy_gradient(probs, samples, rewards))
-        history.append({"step": step, "prompts": samples, "rewards": rewards, "calls_used": budget.used})
-    indices = tuple(int(i) for i in probs.argmax(axis=1))
-    return BDPLResult(
-        prefix_text(candidates, indices), indices, tuple(candidates), probs, budget.used, history
-    )
+            optimizer.zero_grad()
+            probs.grad = policy_gradient(probs.detach(), samples, [-r for r in rewards])
+            torch.nn.utils.clip_grad_norm_(probs, settings.clip_norm)
+            optimizer.step()
+            constrain_to_simplex(probs)
+            argmax = probs.detach().argmax(dim=1).tolist()
+            top = sampling_probs(probs.detach().numpy()).max(axis=1).tolist()
+        history.append({"step": step, "prompts": [list(s) for s in samples], "rewards": rewards,
+                        "calls_used": budget.used, "argmax": argmax, "top_probs": top})
+    return Trajectory(tuple(candidates), probs.detach().numpy().copy(), budget.used, history)
+
+
+def choose_prefix(learned: Sequence[tuple[str, str]], score: Callable[[str], tuple[float, int]]
+                  ) -> tuple[str, str, list[dict], int]:
+    """The best of the empty prefix and the ``learned`` (origin, prefix) pairs by ``score``
+    (value, calls), each distinct prefix scored once; the first best wins, so the empty prefix
+    wins ties. Returns (prefix, origin, every candidate's score, calls)."""
+    rows, seen, calls = [], {}, 0
+    for origin, prefix in [(NO_PREFIX, "")] + list(learned):
+        if prefix not in seen:
+            seen[prefix], used = score(prefix)
+            calls += used
+        rows.append({"origin": origin, "prefix": prefix, "hyper_reward": seen[prefix]})
+    best = max(rows, key=lambda row: row["hyper_reward"])  # max keeps the first of equals
+    return best["prefix"], best["origin"], rows, calls
+
+
+def _rewards(kind: str, base: BlackBoxLM, examples: Sequence[Example], task_prompt: Callable[[Example], str],
+             format_prompt: Callable[[str], str]) -> Reward:
+    if kind == "loglik":
+        pairs = training_pairs(examples)
+        return LoglikReward(base, [task_prompt(e) for e, _ in pairs], [r for _, r in pairs],
+                            format_prompt=format_prompt)
+    if kind == "rougeL":
+        return RougeLReward(base, [task_prompt(e) for e in examples], [e.references for e in examples],
+                            format_prompt=format_prompt)
+    raise ValueError(f"Unknown reward {kind!r}; choose 'loglik' or 'rougeL'.")
 
 
 def train_bdpl(
     base: BlackBoxLM,
-    examples: Sequence[Example],
+    train: Sequence[Example],
+    hyper: Sequence[Example],
     task_prompt: Callable[[Example], str],
+    settings: Bdpl,
     *,
+    budget: ApiBudget | int = DEFAULT_BUDGET,
+    seed: int = 0,
     reward: str = "loglik",
     candidates: Sequence[str] | None = None,
-    num_candidates: int = 50,
     format_prompt: Callable[[str], str] = _identity,
-    **optimize_kwargs,
 ) -> BDPLResult:
-    """BDPL on a training pool: candidates from its references, reward from the black box.
+    """BDPL on a task: candidates from the ``train`` references, the prompt optimised on
+    ``train`` within ``budget``, the final prefix chosen on ``hyper`` (``choose_prefix``).
 
     ``task_prompt(example)`` is the task prompt (e.g. ``prompts.build_prompt``); the learned
     prefix goes in front of it. ``reward`` is "loglik" (items: one per reference) or "rougeL"
-    (items: one per input). Other keyword arguments go to ``optimize_prompt``.
+    (items: one per input).
     """
+    if not train or not hyper:
+        raise ValueError(f"BDPL needs training and hyper-validation examples, got {len(train)} and {len(hyper)}.")
     if candidates is None:
-        candidates = candidate_ngrams([r for e in examples for r in e.references], num_candidates)
-    if reward == "loglik":
-        pairs = training_pairs(examples)
-        scorer = LoglikReward(
-            base, [task_prompt(e) for e, _ in pairs], [r for _, r in pairs], format_prompt=format_prompt
-        )
-    elif reward == "rougeL":
-        scorer = RougeLReward(
-            base, [task_prompt(e) for e in examples], [e.references for e in examples], format_prompt=format_prompt
-        )
-    else:
-        raise ValueError(f"Unknown reward {reward!r}; choose 'loglik' or 'rougeL'.")
-    return optimize_prompt(scorer, candidates, **optimize_kwargs)
+        candidates = candidate_ngrams([r for e in train for r in e.references], settings.num_candidates)
+    trajectory = optimize_prompt(_rewards(reward, base, train, task_prompt, format_prompt), candidates, settings,
+                                 budget=budget, seed=seed)
+    on_hyper = _rewards(reward, base, hyper, task_prompt, format_prompt)
+    prefix, origin, selection, calls = choose_prefix(
+        trajectory.step_prefixes(), lambda text: on_hyper.score_all(text, settings.batch_size))
+    return BDPLResult(prefix, origin, trajectory, selection, calls)

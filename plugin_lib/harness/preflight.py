@@ -44,7 +44,7 @@ from ..core.reweighter import count_parameters, make_reweighter
 from ..core.train import (BaseOutputCache, EncodedPair, TokenObjective, cache_dtype, choose_placement,
                           host_available_bytes)
 from ..data import prompts
-from . import models, runner
+from . import bdpl, models, runner
 from . import profile as config
 from .profile import Profile
 
@@ -329,11 +329,16 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
             _peak(plan, inference_peak(model, p, gpu))
 
     plan = plans["05_table5_bdpl_wrapper"]
+    # BDPL's training calls (a minibatch each), then its final choice: the argmax prompt after
+    # each update and the empty prompt, each over every hyper-validation pair.
+    budget, bdpl_settings = p.wrapper.bdpl_budget, p.wrapper.bdpl
+    updates = sum(size > 1 for size in bdpl.step_sizes(budget, bdpl_settings.samples_per_step))
     for model in _paper_models("table5", p):
         for dataset in wrapper:
             c = count(dataset, model)
             plan.pairs += c.pairs
-            plan.add(model, forward_tokens=seeds * p.wrapper.bdpl_budget * p.training.batch_size * c.pair_tokens)
+            calls_tokens = budget * bdpl_settings.batch_size + (updates + 1) * c.hyper_pairs
+            plan.add(model, forward_tokens=seeds * calls_tokens * c.pair_tokens)
             _cache(plan, model, c, p, gpu, copies=seeds)  # a prefixed task per seed
             _trainings(plan, model, c, p, ["Plugin"], seeds)
             _decodes(plan, model, c, p, runs=2 * seeds, plugin_runs=seeds)

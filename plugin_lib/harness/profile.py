@@ -69,11 +69,28 @@ class Tokens:
 
 
 @dataclass(frozen=True)
+class Bdpl:
+    """BDPL's optimiser and prompt (harness.bdpl; Diao et al.'s run_glue_discrete_LM.py):
+    prompts sampled per step, AdamW's learning rate and weight decay, the gradient-norm clip,
+    prompt positions, candidate phrases, and training pairs per black-box call."""
+
+    samples_per_step: int
+    lr: float
+    weight_decay: float
+    clip_norm: float
+    prompt_length: int
+    num_candidates: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
 class Wrapper:
-    """Tables 5 and 8 (notebooks 05 and 11): datasets (None: all four), BDPL's call budget."""
+    """Tables 5 and 8 (notebooks 05 and 11): datasets (None: all four), BDPL's call budget
+    and its optimiser."""
 
     datasets: tuple[str, ...] | None
     bdpl_budget: int
+    bdpl: Bdpl
 
 
 @dataclass(frozen=True)
