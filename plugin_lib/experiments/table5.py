@@ -87,6 +87,8 @@ def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str) ->
     relevant = {"dataset": task.dataset, "model": task.base.name, "family": task.family,
                 "chat_template": task.use_chat_template, "train_ids": [ex.id for ex in task.train],
                 "seed": seed, "budget": budget, "reward": reward}
+    if task.prompt_style != "appendix":  # as in runner.settings_fingerprint: appendix-era prompts stay current
+        relevant["prompts"] = task.prompt_style
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -104,7 +106,7 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
     result = bdpl.train_bdpl(
         task.base,
         task.train,
-        lambda ex: prompts.build_prompt(task.dataset, task.family, ex.source),
+        lambda ex: prompts.build_prompt(task.dataset, task.family, ex.source, style=task.prompt_style),
         reward=reward,
         # The chat template wraps prefix + task prompt, exactly as Task.prompt does.
         format_prompt=functools.partial(prompts.format_for_model, tokenizer=task.base.tokenizer,
