@@ -98,9 +98,8 @@ class AuthorsPrompt:
     lines: bool = False
 
 
-_E2E_LLAMA = "Please convert the following attributes into a coherent sentence. Do not provide explanation."
 _COMMONGEN_GPT2_AUTHORS = AuthorsPrompt("One coherent sentence that uses all the following concepts: ", ", is: ")
-_ADIDAS_GPT2 = "Given the following attributes of a product, write a description.\n\n"
+_ADIDAS_GPT2_AUTHORS = "Given the following attributes of a product, write a description.\n\n"
 AUTHORS_PROMPTS = {
     "e2e": {
         "gpt2-m": AuthorsPrompt('Given the following aspects of a restaurant, "',
@@ -109,7 +108,8 @@ AUTHORS_PROMPTS = {
                                  'following aspects: "',
                                  '", a human-readable natural language sentence describing the restuarant is: ',
                                  lines=True),
-        "llama": AuthorsPrompt(f"{_E2E_LLAMA}\n\nAttributes:\n", "\n\nSentence:\n", lines=True),
+        "llama": AuthorsPrompt("Please convert the following attributes into a coherent sentence. Do not provide "
+                               "explanation.\n\nAttributes:\n", "\n\nSentence:\n", lines=True),
     },
     "webnlg": {
         "gpt2-m": AuthorsPrompt("Convert the following facts into a coherent sentence:\n\nFacts:\n", "\nSentence: "),
@@ -125,8 +125,8 @@ AUTHORS_PROMPTS = {
                                "Concepts:\n", "\nSentence: "),
     },
     "adidas": {
-        "gpt2-m": AuthorsPrompt(_ADIDAS_GPT2, "\n\nDescription:"),
-        "gpt2-xl": AuthorsPrompt(_ADIDAS_GPT2, "\n\nDescription:", lines=True),
+        "gpt2-m": AuthorsPrompt(_ADIDAS_GPT2_AUTHORS, "\n\nDescription:"),
+        "gpt2-xl": AuthorsPrompt(_ADIDAS_GPT2_AUTHORS, "\n\nDescription:", lines=True),
         "llama": AuthorsPrompt("Please write a description of this product given the following attributes.\n\n",
                                "\n\nDescription:\n", lines=True),
     },
