@@ -267,6 +267,69 @@ def test_first_half_inputs_matches_pandas_shuffle():
     assert data.first_half_inputs(keys) == expected
 
 
+def test_shuffled_positions_are_the_pandas_shuffle_ranks():
+    import pandas as pd
+
+    order = list(pd.Series(range(30)).sample(frac=1, random_state=42))
+    assert [order.index(i) for i in range(30)] == data.shuffled_positions(30)
+
+
+def test_row_positions_follow_each_reference():
+    rows = [{"meaning_representation": "name[A]", "human_reference": "A1."},
+            {"meaning_representation": "name[B]", "human_reference": "B1."},
+            {"meaning_representation": "name[A]", "human_reference": "A2."}]
+    a, b = data.group_by_source("e2e", "validation", data.e2e_records(rows))
+    assert (a.meta["rows"], b.meta["rows"]) == ((0, 2), (1,))
+    a, b = data.group_by_source("e2e", "validation", data.e2e_records(rows), positions=[5, 3, 4])
+    assert (a.meta["rows"], b.meta["rows"]) == ((5, 4), (3,))
+    with pytest.raises(ValueError, match="2 row positions for 3 records"):
+        data.group_by_source("e2e", "validation", data.e2e_records(rows), positions=[0, 1])
+
+
+def rows_in_authors_order(examples: list[Example]) -> list[tuple[str, str]]:
+    rows = [(position, ex.source, reference) for ex in examples
+            for position, reference in zip(ex.meta["rows"], ex.references)]
+    return [(source, reference) for _, source, reference in sorted(rows)]
+
+
+def test_validation_rows_in_the_authors_order(data_dir):
+    """The authors' ICL draw indexes their validation rows: E2E and Adidas in file order,
+    WebNLG and CommonGen after their pandas shuffle (seed 42), halving and filtering."""
+    import pandas as pd
+
+    e2e = [(r["meaning_representation"].strip(), r["human_reference"]) for r in data.e2e_rows("validation")]
+    assert rows_in_authors_order(data.load_dataset("e2e", "validation")) == e2e
+    adidas = [record[:2] for record in data.adidas_records(data.adidas_rows()[:-data.ADIDAS_TEST_ROWS])]
+    assert rows_in_authors_order(data.load_dataset("adidas", "validation")) == adidas
+
+    rows = [r for split in ("dev", "test") for r in data.webnlg_rows(split) if r["category"] in data.WEBNLG_EVAL_CATEGORIES]
+    frame = pd.DataFrame({"mr": [data.webnlg_source(r) for r in rows],
+                          "ref": [data.webnlg_first_good(r) or "" for r in rows]}).sample(frac=1, random_state=42)
+    unique = frame["mr"].unique()
+    validation = frame[frame["mr"].isin(set(unique[: len(unique) // 2])) & (frame["ref"].str.strip() != "")]
+    assert rows_in_authors_order(data.load_dataset("webnlg", "validation")) == list(zip(validation.mr, validation.ref))
+
+    rows = list(data.commongen_rows("validation"))
+    frame = pd.DataFrame({"set": [r["concept_set_idx"] for r in rows],
+                          "source": [data.format_commongen(r["concepts"]) for r in rows],
+                          "ref": [r["target"] for r in rows]}).sample(frac=1, random_state=42)
+    unique = frame["set"].unique()
+    validation = frame[frame["set"].isin(set(unique[: len(unique) // 2]))]
+    assert rows_in_authors_order(data.load_dataset("commongen", "validation")) == list(
+        zip(validation.source, validation.ref))
+
+
+def test_sources_parse_back_into_triples_and_attributes(data_dir):
+    for split in ("train", "dev", "test"):
+        for row in data.webnlg_rows(split):
+            triples = row["modified_triple_sets"]["mtriple_set"][0]
+            assert data.webnlg_triples(data.webnlg_source(row)) == triples
+    for row in data.adidas_rows():
+        assert data.adidas_attributes(data.format_adidas(row)) == {key: row[key].strip() for key in data.ADIDAS_FIELDS}
+    with pytest.raises(ValueError, match="Not an Adidas source"):
+        data.adidas_attributes("name[Shorts]")
+
+
 # --- hyper-validation split and training pairs ------------------------------------------------
 
 def make_examples(n: int) -> list[Example]:

@@ -4,6 +4,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from plugin_lib import data
+from plugin_lib.data import prompts
 from plugin_lib.harness import finetune, methods, models
 from plugin_lib.harness.finetune import FinetuneConfig, finetune_base
 from plugin_lib.harness.models import load_base_model
@@ -102,10 +103,12 @@ def test_longer_run_continues_from_the_shorter_checkpoint(cache, tiny_dir, monke
 
 def test_finetuning_prompt_is_the_prompt_the_base_sees(smollm2):
     example = _examples(1)[0]
-    task = methods.Task(smollm2, "e2e", "llama", train=[], hyper=[], test=[example], use_chat_template=True)
-    prompt = finetune.model_prompt("smollm2-135m-instruct", "e2e", example.source, smollm2.tokenizer)
-    assert prompt == task.prompt(example)
-    assert example.source in prompt and prompt.startswith("<|im_start|>")
+    for style in ("authors", "appendix"):
+        task = methods.Task(smollm2, "e2e", "llama", train=[], hyper=[], test=[example], use_chat_template=True,
+                            prompt_style=style)
+        prompt = finetune.model_prompt("smollm2-135m-instruct", "e2e", example.source, smollm2.tokenizer, style)
+        assert prompt == task.prompt(example)
+        assert prompts.fill("e2e", "llama", example.source, style) in prompt and prompt.startswith("<|im_start|>")
 
 
 def test_epochs_and_datasets_are_checked(cache, tiny_dir):

@@ -1,4 +1,5 @@
-"""Prompts: the paper's exact texts, ICL structure, seeded demonstrations, chat formatting."""
+"""Prompts in the ``appendix`` style (the paper's typeset texts), its ICL structure and seeded
+demonstrations; chat formatting. The ``authors`` style: tests/test_prompts_authors.py."""
 import re
 from pathlib import Path
 
@@ -14,22 +15,22 @@ def pool(n: int = 10, split: str = "validation") -> list[Example]:
                     {"split": split}) for i in range(n)]
 
 
-def test_prompts_are_the_paper_texts():
-    assert prompts.build_prompt("e2e", "gpt2-m", "name[Aromi], eatType[pub]") == (
+def test_appendix_prompts_are_the_paper_texts():
+    assert prompts.build_prompt("e2e", "gpt2-m", "name[Aromi], eatType[pub]", style="appendix") == (
         "Given the following aspects of a restaurant, name[Aromi], eatType[pub], a natural "
         "language sentence describing the restaurant is:")
-    assert prompts.build_prompt("webnlg", "gpt2-xl", "A | b | C") == (
+    assert prompts.build_prompt("webnlg", "gpt2-xl", "A | b | C", style="appendix") == (
         "You are given the following facts. Facts: A | b | C A short, coherent sentence "
         "summarizing the facts is:")
-    assert prompts.build_prompt("commongen", "gpt2-xl", "dog, frisbee") == (
+    assert prompts.build_prompt("commongen", "gpt2-xl", "dog, frisbee", style="appendix") == (
         "One coherent sentence that uses all the following concepts: dog, frisbee, is:")
-    assert prompts.build_prompt("adidas", "llama", "name: Shorts") == (
+    assert prompts.build_prompt("adidas", "llama", "name: Shorts", style="appendix") == (
         "Please write a description of this product given the following attributes. "
         "Attributes: name: Shorts Description:")
 
 
 def test_llama_e2e_appends_the_attributes():
-    prompt = prompts.build_prompt("e2e", "llama", "name[Aromi]")
+    prompt = prompts.build_prompt("e2e", "llama", "name[Aromi]", style="appendix")
     assert prompt == ("Please convert the following attributes into a coherent sentence. Do "
                       "not provide an explanation. Attributes: name[Aromi] Sentence:")
 
@@ -41,11 +42,11 @@ def test_prompts_match_the_paper_source():
     appendix = appendix.split("in-context learning")[0]
     boxed = [" ".join(text.split()) for text in re.findall(
         r"\\begin\{mdframed\}.*?\\texttt\{(.*?)\}\s*\\end\{mdframed\}", appendix, re.S)]
-    ours = [prompts.PAPER_PROMPTS[d][f] for d, families in [
+    ours = [prompts.APPENDIX_PROMPTS[d][f] for d, families in [
         ("e2e", ["gpt2-m", "gpt2-xl", "llama"]), ("webnlg", ["gpt2-m", "gpt2-xl", "llama"]),
         ("commongen", ["gpt2-m", "llama"]), ("adidas", ["gpt2-m", "llama"])] for f in families]
     assert boxed == ours
-    assert prompts.PAPER_PROMPTS["commongen"]["gpt2-xl"] == prompts.PAPER_PROMPTS[
+    assert prompts.APPENDIX_PROMPTS["commongen"]["gpt2-xl"] == prompts.APPENDIX_PROMPTS[
         "commongen"]["gpt2-m"]
 
 
@@ -60,11 +61,13 @@ def test_unknown_dataset_or_family_lists_the_valid_ones():
         prompts.build_prompt("xsum", "llama", "x")
     with pytest.raises(ValueError, match="gpt2-m, gpt2-xl, llama"):
         prompts.build_prompt("e2e", "t5", "x")
+    with pytest.raises(ValueError, match="authors, appendix"):
+        prompts.build_prompt("e2e", "llama", "x", style="paper")
 
 
-def test_icl_prompt_structure():
+def test_appendix_icl_prompt_structure():
     demos = [(pool()[0], "R0 a."), ("name[Other]", "Other b.")]
-    prompt = prompts.build_prompt("commongen", "gpt2-m", "cat, mat", demos)
+    prompt = prompts.build_prompt("commongen", "gpt2-m", "cat, mat", demos, style="appendix")
     blocks = prompt.split("\n\n")
     assert blocks == [
         "Below are a list of demonstrations:",

@@ -111,11 +111,40 @@ def test_bdpl_prompts_are_keyed_on_inputs_and_current_runs_filter_on_them(task, 
 
 def test_committed_local_runs_keep_their_settings_hash():
     """The settings hash is unchanged by this work: the committed local records stay valid."""
-    path = REPO_ROOT / "results/local/runs/e2e/smollm2-135m-instruct/Plugin-seed0.json"
-    record = read_json(path)
-    fake = SimpleNamespace(dataset="e2e", base=SimpleNamespace(name="smollm2-135m-instruct"),
-                           use_chat_template=True, prompt_prefix="")
-    assert runner.settings_fingerprint(fake, load_profile("local")) == record["settings"]
+    local = load_profile("local")
+    for dataset in data.DATASETS:
+        fake = SimpleNamespace(dataset=dataset, base=SimpleNamespace(name="smollm2-135m-instruct"),
+                               use_chat_template=True, prompt_prefix="", prompt_style=local.prompts)
+        for method in methods.METHODS:
+            record = read_json(REPO_ROOT / f"results/local/runs/{dataset}/smollm2-135m-instruct/{method}-seed0.json")
+            assert runner.settings_fingerprint(fake, local) == record["settings"], (dataset, method)
+    # The authors' prompts are other settings: their runs are made anew.
+    authors = SimpleNamespace(**{**vars(fake), "prompt_style": "authors"})
+    assert runner.settings_fingerprint(authors, local) != runner.settings_fingerprint(fake, local)
+
+
+def test_committed_local_bdpl_prompts_and_finetuned_bases_keep_their_keys():
+    """The appendix prompts of the local profile leave the BDPL prompt records current and the
+    fine-tuned bases' folder names (their runs' folders) as committed."""
+    if not os.environ.get("PLUGIN_DATA_DIR") or os.environ["PLUGIN_DATA_DIR"] == "hub":
+        pytest.skip("PLUGIN_DATA_DIR is unset: the keys are computed from the real data")
+    from plugin_lib.harness import finetune
+
+    local = load_profile("local")
+    train, _, _ = methods.task_splits("e2e", local)
+    fake = SimpleNamespace(dataset="e2e", base=SimpleNamespace(name="smollm2-135m-instruct"), family="llama",
+                           use_chat_template=True, train=train, prompt_style=local.prompts)
+    for seed in local.seeds:
+        stored = read_json(REPO_ROOT / f"results/local/runs/e2e/smollm2-135m-instruct/bdpl-prompts/seed{seed}.json")
+        assert table5._prompt_settings(fake, seed, stored["budget"], stored["reward"]) == stored["settings"]
+    cfg = finetune.FinetuneConfig(**dataclasses.asdict(local.ablations.finetune))
+    pools = {"e2e": finetune.finetune_pool("e2e", local, local.ablations.finetune_pool_pairs)}
+    pools.update({dataset: finetune.finetune_pool(dataset, local, max_pairs=local.shift.pool_pairs)
+                  for dataset in ("webnlg", "commongen")})
+    for dataset, pool in pools.items():
+        prefix = finetune.run_prefix(local.ablations.model, pool.examples, pool.name, cfg, local.prompts)
+        assert list((REPO_ROOT / f"results/local/runs/{dataset}").glob(f"finetuned--{prefix}-*ep")), prefix
+        assert prefix != finetune.run_prefix(local.ablations.model, pool.examples, pool.name, cfg, "authors")
 
 
 def test_committed_local_runs_carry_the_inputs_of_the_current_data():

@@ -39,6 +39,9 @@ Choices a user should know:
 - Adidas: source ``"name: ..., category: ..., selling_price: ..., color: ..."``; reference the
   description with line endings normalised to ``\\n``; the last 100 rows are the test set. A
   few inputs occur in both validation and test, as in the authors' row-based split.
+- ``meta["rows"]``: per reference, the position of its row in the authors' row order of the
+  split (file order; for WebNLG and CommonGen validation/test the order after their seed-42
+  shuffle). The authors drew ICL demonstrations by row index (``data.prompts``).
 """
 from __future__ import annotations
 
@@ -195,6 +198,31 @@ def format_adidas(row: Mapping[str, str]) -> str:
     return ", ".join(f"{key}: {str(row[key]).strip()}" for key in ADIDAS_FIELDS)
 
 
+# The inverses, for prompts that lay the source out otherwise (``data.prompts``, authors' style).
+
+def webnlg_triples(source: str) -> list[str]:
+    """The triples of a WebNLG source. A ``"; "`` inside an object (a few quoted lists of
+    former names) stays in its triple: a new triple starts only where a piece has two `` | ``."""
+    triples: list[str] = []
+    for piece in source.split("; "):
+        if triples and piece.count(" | ") < 2:
+            triples[-1] += "; " + piece
+        else:
+            triples.append(piece)
+    return triples
+
+
+_ADIDAS_SOURCE = re.compile(", ".join(f"{key}: (.*)" for key in ADIDAS_FIELDS), re.S)
+
+
+def adidas_attributes(source: str) -> dict[str, str]:
+    """The fields of an Adidas source, ``{"name": ..., "category": ..., ...}``."""
+    match = _ADIDAS_SOURCE.fullmatch(source)
+    if match is None:
+        raise ValueError(f"Not an Adidas source ({', '.join(f'{k}: ...' for k in ADIDAS_FIELDS)}): {source!r}.")
+    return dict(zip(ADIDAS_FIELDS, match.groups()))
+
+
 # ---------------------------------------------------------------------------------------------
 # Conversion of Hub-shaped rows to (source, reference, meta) records, and grouping.
 
@@ -219,18 +247,22 @@ def webnlg_source(row: Mapping[str, Any]) -> str:
     return format_webnlg(row["modified_triple_sets"]["mtriple_set"][0])
 
 
+def webnlg_has_reference(row: Mapping[str, Any]) -> bool:
+    """Whether a ``web_nlg`` row has a non-empty "good" lexicalisation (rows without are dropped)."""
+    reference = webnlg_first_good(row)
+    return bool(reference and reference.strip())
+
+
 def webnlg_records(rows: Iterable[Mapping[str, Any]]) -> Iterator[Record]:
     """Records of ``web_nlg`` rows that have a non-empty "good" lexicalisation."""
     rows = list(rows)
     all_lex: dict[str, dict[str, None]] = {}  # dict as an ordered set
     for row in rows:
         all_lex.setdefault(webnlg_source(row), {}).update(dict.fromkeys(row["lex"]["text"]))
-    for row in rows:
-        reference = webnlg_first_good(row)
-        if reference and reference.strip():
-            source = webnlg_source(row)
-            yield source, reference, {"category": row["category"],
-                                      "all_lexicalisations": tuple(all_lex[source])}
+    for row in filter(webnlg_has_reference, rows):
+        source = webnlg_source(row)
+        yield source, webnlg_first_good(row), {"category": row["category"],
+                                               "all_lexicalisations": tuple(all_lex[source])}
 
 
 def commongen_records(rows: Iterable[Mapping[str, Any]]) -> Iterator[Record]:
@@ -253,15 +285,26 @@ def adidas_records(rows: Iterable[Mapping[str, str]]) -> Iterator[Record]:
         yield format_adidas(row), description, {key: row[key] for key in ADIDAS_FIELDS}
 
 
-def group_by_source(name: str, split: str, records: Iterable[Record]) -> list[Example]:
-    """One Example per source, in order of first appearance; meta from its first record."""
-    groups: dict[str, tuple[list[str], dict]] = {}
-    for source, reference, meta in records:
-        groups.setdefault(source, ([], meta))[0].append(reference)
+def group_by_source(name: str, split: str, records: Iterable[Record],
+                    positions: Iterable[int] | None = None) -> list[Example]:
+    """One Example per source, in order of first appearance; meta from its first record.
+
+    ``positions``: each record's row position in the authors' order of the split (default:
+    the records' own order), kept per reference as ``meta["rows"]``.
+    """
+    records = list(records)
+    positions = list(range(len(records)) if positions is None else positions)
+    if len(positions) != len(records):
+        raise ValueError(f"{name} {split}: {len(positions)} row positions for {len(records)} records.")
+    groups: dict[str, tuple[list[str], list[int], dict]] = {}
+    for (source, reference, meta), position in zip(records, positions):
+        refs, rows, _ = groups.setdefault(source, ([], [], meta))
+        refs.append(reference)
+        rows.append(position)
     return [
         Example(id=f"{name}-{split}-{i:05d}", source=source, references=tuple(refs),
-                meta={"dataset": name, "split": split, **meta})
-        for i, (source, (refs, meta)) in enumerate(groups.items())
+                meta={"dataset": name, "split": split, **meta, "rows": tuple(rows)})
+        for i, (source, (refs, rows, meta)) in enumerate(groups.items())
     ]
 
 
@@ -276,6 +319,13 @@ def first_half_inputs(keys: list[Hashable], seed: int = SPLIT_SEED) -> set[Hasha
     order = np.random.RandomState(seed).permutation(len(keys))
     unique = list(dict.fromkeys(keys[i] for i in order))
     return set(unique[: len(unique) // 2])
+
+
+def shuffled_positions(n: int, seed: int = SPLIT_SEED) -> list[int]:
+    """Each of ``n`` rows' position after the authors' shuffle (:func:`first_half_inputs`)."""
+    positions = np.empty(n, dtype=int)
+    positions[np.random.RandomState(seed).permutation(n)] = np.arange(n)
+    return positions.tolist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,8 +476,10 @@ def load_webnlg(split: str) -> list[Example]:
             if r["category"] in WEBNLG_EVAL_CATEGORIES]
     # Halve before dropping rows without a reference, as the authors did.
     validation = first_half_inputs([webnlg_source(r) for r in rows])
-    rows = [r for r in rows if (webnlg_source(r) in validation) == (split == "validation")]
-    return group_by_source("webnlg", split, webnlg_records(rows))
+    kept = [(position, r) for position, r in zip(shuffled_positions(len(rows)), rows)
+            if (webnlg_source(r) in validation) == (split == "validation")]
+    return group_by_source("webnlg", split, webnlg_records(r for _, r in kept),
+                           positions=[position for position, r in kept if webnlg_has_reference(r)])
 
 
 def load_commongen(split: str) -> list[Example]:
@@ -437,8 +489,10 @@ def load_commongen(split: str) -> list[Example]:
     rows = list(commongen_rows("validation"))
     # Halved by the Hub's concept-set index, as the authors' inputs were distinct per index.
     validation = first_half_inputs([r["concept_set_idx"] for r in rows])
-    rows = [r for r in rows if (r["concept_set_idx"] in validation) == (split == "validation")]
-    return group_by_source("commongen", split, commongen_records(rows))
+    kept = [(position, r) for position, r in zip(shuffled_positions(len(rows)), rows)
+            if (r["concept_set_idx"] in validation) == (split == "validation")]
+    return group_by_source("commongen", split, commongen_records(r for _, r in kept),
+                           positions=[position for position, _ in kept])
 
 
 def load_adidas(split: str) -> list[Example]:

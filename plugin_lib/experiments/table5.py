@@ -94,6 +94,8 @@ def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str, se
                 "chat_template": task.use_chat_template, "train_ids": [ex.id for ex in task.train],
                 "hyper_ids": [ex.id for ex in task.hyper], "seed": seed, "budget": budget, "reward": reward,
                 "bdpl": dataclasses.asdict(settings)}
+    if task.prompt_style != "appendix":  # as in runner.settings_fingerprint: appendix-era prompts stay current
+        relevant["prompts"] = task.prompt_style
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -120,7 +122,7 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
         task.base,
         task.train,
         task.hyper,
-        lambda ex: prompts.build_prompt(task.dataset, task.family, ex.source),
+        lambda ex: prompts.build_prompt(task.dataset, task.family, ex.source, style=task.prompt_style),
         settings,
         budget=budget,
         seed=seed,

@@ -7,9 +7,10 @@ used as a black box again through ``load_base_model(path)``.
 
 Choices:
 
-- Prompts: the shared task prompts in the base's own format (``prompts.build_prompt``, then
-  the chat template where the model registry says the base uses one), exactly what
-  ``methods.Task.prompt`` gives the base at test time, so the base learns the task format.
+- Prompts: the shared task prompts in the profile's style and the base's own format
+  (``prompts.build_prompt``, then the chat template where the model registry says the base uses
+  one), exactly what ``methods.Task.prompt`` gives the base at test time, so the base learns the
+  task format.
   The loss is the token cross-entropy on the target (+ EOS) only, as for every method here.
 - What is trained: every weight (``trainable_layers=None``), or only the last k transformer
   blocks and the final norm (embeddings and output head frozen). The second is much cheaper
@@ -20,8 +21,9 @@ Choices:
   from the 2-epoch checkpoint (its weights and optimiser state) and trains 3 more epochs,
   and the result equals an uninterrupted 5-epoch run.
 - Caching: each checkpoint is a directory under ``<cache dir>/finetuned/`` whose name
-  encodes the model, dataset, pool, a digest of the exact examples and settings, and the
-  epochs. It is written to a temporary directory and renamed, so a half-written model is
+  encodes the model, dataset, pool, a digest of the exact examples and settings (the prompt
+  style too, unless it is "appendix", the style of the models made before the choice existed),
+  and the epochs. It is written to a temporary directory and renamed, so a half-written model is
   never picked up, and reused when present.
 """
 from __future__ import annotations
@@ -65,10 +67,10 @@ class FinetuneConfig:
     max_target_tokens: int = 127
 
 
-def model_prompt(model_name: str, dataset: str, source: str, tokenizer) -> str:
+def model_prompt(model_name: str, dataset: str, source: str, tokenizer, style: str = "authors") -> str:
     """The task prompt as the base sees it (the same text as ``methods.Task.prompt``)."""
     spec = models.model_spec(model_name)
-    text = prompts.build_prompt(dataset, spec["family"], source)
+    text = prompts.build_prompt(dataset, spec["family"], source, style=style)
     return prompts.format_for_model(text, tokenizer, spec.get("chat_template", False))
 
 
@@ -79,11 +81,13 @@ def _dataset_of(examples: Sequence[Example]) -> str:
     return names.pop()
 
 
-def run_prefix(model_name: str, examples: Sequence[Example], pool: str, cfg: FinetuneConfig) -> str:
+def run_prefix(model_name: str, examples: Sequence[Example], pool: str, cfg: FinetuneConfig,
+               prompt_style: str = "authors") -> str:
     """Directory name of a fine-tuning run without its epochs: model, dataset, pool, digest."""
-    payload = json.dumps(
-        [model_name, [(ex.id, ex.source, ex.references) for ex in examples], dataclasses.asdict(cfg)]
-    )
+    keyed = [model_name, [(ex.id, ex.source, ex.references) for ex in examples], dataclasses.asdict(cfg)]
+    if prompt_style != "appendix":  # appendix-era models (results/local) keep their names
+        keyed.append(prompt_style)
+    payload = json.dumps(keyed)
     digest = hashlib.sha256(payload.encode()).hexdigest()[:10]
     model = Path(model_name).name if Path(model_name).exists() else model_name.replace("/", "--")
     return f"{model}-{_dataset_of(examples)}-{pool}-{digest}"
@@ -186,14 +190,16 @@ def finetune_base(
     *,
     pool: str,
     cfg: FinetuneConfig = FinetuneConfig(),
+    prompt_style: str = "authors",
     progress: bool = True,
 ) -> Path:
     """Directory of ``model_name`` fine-tuned for ``epochs`` epochs on all (input, reference)
-    pairs of ``examples``; trained only if not cached, continuing from the latest shorter
-    checkpoint of the same run. ``pool`` is a short name of where the examples come from."""
+    pairs of ``examples`` in prompts of ``prompt_style``; trained only if not cached, continuing
+    from the latest shorter checkpoint of the same run. ``pool`` is a short name of where the
+    examples come from."""
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1 (0 epochs is the original model), got {epochs}.")
-    prefix = run_prefix(model_name, examples, pool, cfg)
+    prefix = run_prefix(model_name, examples, pool, cfg, prompt_style)
     target = checkpoint_dir(prefix, epochs)
     if is_complete(target):
         return target
@@ -210,7 +216,7 @@ def finetune_base(
     pairs = training_pairs(examples)
     encoded = encode_pairs(
         tokenizer,
-        [model_prompt(model_name, dataset, ex.source, tokenizer) for ex, _ in pairs],
+        [model_prompt(model_name, dataset, ex.source, tokenizer, prompt_style) for ex, _ in pairs],
         [reference for _, reference in pairs],
         max_prompt_tokens=cfg.max_prompt_tokens,
         max_target_tokens=cfg.max_target_tokens,
@@ -226,6 +232,7 @@ def finetune_base(
         "pool": pool,
         "epochs": epochs,
         "config": dataclasses.asdict(cfg),
+        "prompt_style": prompt_style,
         "inputs": len(examples),
         "pairs": len(pairs),
         "trainable_parameters": sum(p.numel() for p in params),
@@ -297,14 +304,16 @@ def finetune_pool(dataset: str, profile: Profile, max_pairs: int | None = None, 
                 "training and hyper-validation data and from the test split")
 
 
-def finetuned_bases(model_name: str, pool: Pool, setup: Ablations, *, progress: bool = False) -> dict[int, str | Path]:
+def finetuned_bases(model_name: str, pool: Pool, setup: Ablations, *, prompt_style: str,
+                    progress: bool = False) -> dict[int, str | Path]:
     """Per number of fine-tuning epochs, the base: the model name for 0, else its directory.
+    ``prompt_style``: the profile's ``prompts``, the prompts the tasks on these bases use.
 
     Ascending epochs, so each fine-tuning continues from the previous checkpoint."""
     cfg = FinetuneConfig(**dataclasses.asdict(setup.finetune))
     return {
         epochs: model_name if epochs == 0 else finetune_base(model_name, pool.examples, epochs, pool=pool.name,
-                                                              cfg=cfg, progress=progress)
+                                                              cfg=cfg, prompt_style=prompt_style, progress=progress)
         for epochs in sorted(setup.finetune_epochs)
     }
 

@@ -1,8 +1,11 @@
 """The paper's methods on one (dataset, base model) task: how each is trained and how it decodes.
 
 - Zeroshot: the base with the task prompt.
-- ICL-1 / ICL-3: k demonstrations from the training part of the validation split, a new draw
-  per seed and test input, after "Below are a list of demonstrations:".
+- ICL-1 / ICL-3: k demonstrations before the prompt. The profile's ``prompts: authors``: drawn
+  once as the authors did (seed 42, with replacement, from the validation split's rows: the
+  training and hyper-validation parts), the same for every test input and seed, so the seeds
+  repeat one greedy run. ``appendix``: k distinct inputs of the training part, a new draw per
+  seed and test input, after "Below are a list of demonstrations:" (``data.prompts``).
 - NewModel: the reweighting architecture trained alone as a language model.
 - WeightedComb: log(alpha * n + (1 - alpha) * b), the small model trained inside the mixture.
 - TempNet: a small network reads the prompt and predicts one temperature per input; the base's
@@ -82,14 +85,24 @@ class Task:
     use_chat_template: bool = False
     cache_dir: Path | None = None
     prompt_prefix: str = ""  # e.g. a discrete prompt learned by BDPL, put before the task prompt
+    prompt_style: str = "authors"  # data.prompts.STYLES; the profile's ``prompts``
     # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def prompt(self, example: data.Example, demonstrations=()) -> str:
-        text = prompts.build_prompt(self.dataset, self.family, example.source, demonstrations)
+        text = prompts.build_prompt(self.dataset, self.family, example.source, demonstrations, self.prompt_style)
         if self.prompt_prefix:
             text = f"{self.prompt_prefix} {text}"
         return prompts.format_for_model(text, self.base.tokenizer, self.use_chat_template)
+
+    def demonstrations(self, k: int, seed: int) -> list[list[tuple[data.Example, str]]]:
+        """Each test input's ICL demonstrations in the task's prompt style: the authors' one
+        draw from the validation rows (training and hyper-validation parts) for every input and
+        seed, or the appendix scheme's draw per seed and input from the training part."""
+        if self.prompt_style == "authors":
+            shared = prompts.authors_demonstrations(self.train + self.hyper, k)
+            return [shared] * len(self.test)
+        return [prompts.sample_demonstrations(self.train, k, seed=seed * 100_003 + i) for i in range(len(self.test))]
 
     def encoded(self, split: str) -> list[EncodedPair]:
         """(prompt, reference) pairs of ``split`` ("train" or "hyper") as token ids."""
@@ -142,6 +155,7 @@ def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model:
         max_target_tokens=profile.tokens.max_target,
         use_chat_template=spec.get("chat_template", False),
         cache_dir=cache_dir,
+        prompt_style=profile.prompts,
     )
 
 
@@ -324,10 +338,8 @@ def predict(
         return generate(task.base, test_prompts, None, **settings, **truncate)
     if method in ICL_SHOTS:
         # Demonstrations make the prompt long: it is not truncated (that would cut the query).
-        icl_prompts = [
-            task.prompt(ex, prompts.sample_demonstrations(task.train, ICL_SHOTS[method], seed=seed * 100_003 + i))
-            for i, ex in enumerate(task.test)
-        ]
+        icl_prompts = [task.prompt(ex, demos)
+                       for ex, demos in zip(task.test, task.demonstrations(ICL_SHOTS[method], seed))]
         return generate(task.base, icl_prompts, None, **settings)
     if method == "NewModel":
         return generate(BlackBoxLM(model, task.base.tokenizer, "NewModel"), test_prompts, None, **settings, **truncate)

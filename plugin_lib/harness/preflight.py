@@ -125,17 +125,17 @@ def count_task(dataset: str, model: str, profile: Profile) -> TaskCounts:
     ``max_target`` and EOS)."""
     spec = models.model_spec(model)
     tokenizer, _ = tokenizer_for(model)
-    return _count(dataset, spec["family"], bool(spec.get("chat_template", False)), id(tokenizer), profile.rows,
-                  profile.tokens, tokenizer)
+    return _count(dataset, spec["family"], bool(spec.get("chat_template", False)), profile.prompts, id(tokenizer),
+                  profile.rows, profile.tokens, tokenizer)
 
 
 @functools.lru_cache(maxsize=None)
-def _count(dataset: str, family: str, chat: bool, _tokenizer_id: int, rows: config.Rows, tokens: config.Tokens,
-           tokenizer) -> TaskCounts:
+def _count(dataset: str, family: str, chat: bool, style: str, _tokenizer_id: int, rows: config.Rows,
+           tokens: config.Tokens, tokenizer) -> TaskCounts:
     train, hyper, test = _splits(dataset, rows)
 
     def prompt(ex):
-        return prompts.format_for_model(prompts.build_prompt(dataset, family, ex.source), tokenizer, chat)
+        return prompts.format_for_model(prompts.build_prompt(dataset, family, ex.source, style=style), tokenizer, chat)
 
     pairs = data.training_pairs(train) + data.training_pairs(hyper)
     prompt_lengths = [min(n, tokens.max_prompt) for n in _token_lengths(tokenizer, [prompt(ex) for ex, _ in pairs], True)]

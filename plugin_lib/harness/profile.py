@@ -16,7 +16,7 @@ import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -172,6 +172,9 @@ class Profile:
     ablations: Ablations
     shift: Shift
     theorem1: Theorem1
+    # The task prompts and ICL demonstrations (``data.prompts``): the authors' code's strings and
+    # draw, or the paper's typeset appendix with a draw per input and seed.
+    prompts: Literal["authors", "appendix"] = "authors"
 
     def replace(self, **overrides: Any) -> Profile:
         """A copy with top-level fields replaced, each checked against its declared type."""
@@ -203,6 +206,10 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
     """``value`` as type ``hint``: nested dataclasses from dicts, tuples from lists; a clear
     error for a value of the wrong type (a papermill ``-p seeds notalist`` among them)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"Profile field {where!r} must be one of {list(args)}, got {value!r}.")
+        return value
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         if value is None and type(None) in args:
             return None
@@ -215,9 +222,11 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
             raise TypeError(f"Profile field {where!r} must be a mapping, got {value!r}.")
         hints = typing.get_type_hints(hint)
         names = {f.name for f in dataclasses.fields(hint)}
-        if set(value) != names:
-            raise ValueError(f"Profile field {where!r} needs exactly the keys {sorted(names)}; "
-                             f"got {sorted(value)}.")
+        required = {f.name for f in dataclasses.fields(hint)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        if not required <= set(value) <= names:
+            raise ValueError(f"Profile field {where!r} needs the keys {sorted(required)} (optional: "
+                             f"{sorted(names - required)}); got {sorted(value)}.")
         return hint(**{k: _convert(v, hints[k], f"{where}.{k}") for k, v in value.items()})
     if origin is tuple:
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:

@@ -94,6 +94,10 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
                     chat_template=task.use_chat_template)
     if task.prompt_prefix:
         relevant["prompt_prefix"] = task.prompt_prefix
+    # Only a style other than "appendix" enters the hash: the runs made before the choice
+    # existed used the appendix prompts, and those records (results/local) stay current.
+    if task.prompt_style != "appendix":
+        relevant["prompts"] = task.prompt_style
     if arch is not None:
         relevant["arch"] = arch
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
