@@ -131,12 +131,13 @@ def test_committed_local_bdpl_prompts_and_finetuned_bases_keep_their_keys():
     from plugin_lib.harness import finetune
 
     local = load_profile("local")
-    train, _, _ = methods.task_splits("e2e", local)
+    train, hyper, _ = methods.task_splits("e2e", local)
     fake = SimpleNamespace(dataset="e2e", base=SimpleNamespace(name="smollm2-135m-instruct"), family="llama",
-                           use_chat_template=True, train=train, prompt_style=local.prompts)
+                           use_chat_template=True, train=train, hyper=hyper, prompt_style=local.prompts)
     for seed in local.seeds:
         stored = read_json(REPO_ROOT / f"results/local/runs/e2e/smollm2-135m-instruct/bdpl-prompts/seed{seed}.json")
-        assert table5._prompt_settings(fake, seed, stored["budget"], stored["reward"]) == stored["settings"]
+        assert table5._prompt_settings(fake, seed, stored["budget"], stored["reward"],
+                                       local.wrapper.bdpl) == stored["settings"]
     cfg = finetune.FinetuneConfig(**dataclasses.asdict(local.ablations.finetune))
     pools = {"e2e": finetune.finetune_pool("e2e", local, local.ablations.finetune_pool_pairs)}
     pools.update({dataset: finetune.finetune_pool(dataset, local, max_pairs=local.shift.pool_pairs)
