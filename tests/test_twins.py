@@ -215,7 +215,7 @@ def test_preflight_plans_the_paper_profile_on_a_cpu():
     e2e = plans["01_table1_e2e"]
     assert e2e.pairs == 4299 and e2e.seeds == 5 and e2e.epochs == 80
     assert e2e.configs == 3 * (12 + 12 + 12 + 36)  # three bases: NewModel, TempNet, Plugin 12 each, WeightedComb 36
-    assert e2e.decode_tokens == 3 * (1 + 6 * 5) * 1847 * 64
+    assert e2e.decode_tokens == 3 * (2 + 6 * 5) * 1847 * 64  # Zeroshot, TempNet-greedy once; six methods x 5 seeds
     assert plans["10_distribution_shift"].peak_gpu > 80 * GIB > plans["01_table1_e2e"].peak_gpu
 
 
