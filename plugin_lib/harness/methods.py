@@ -286,6 +286,7 @@ def predict(
     if method == "WeightedComb":
         combine = functools.partial(mixture_log_probs, alpha=hparams["alpha"])
         return generate(task.base, test_prompts, model, combine=combine, **settings, **truncate)
+    # TempNet: sampled at its temperature, seeded.
     sampling = tempnet_settings(task)
     texts, _ = tempnet_generate(task.base, test_prompts, model, seed=seed, top_p=sampling.top_p,
                                 top_k=sampling.top_k, **settings, **truncate)
