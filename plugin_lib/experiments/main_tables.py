@@ -41,11 +41,14 @@ def table_caption(records: list[dict], dataset: str, profile: Profile) -> str:
 
 def paper_comparison(summary: pd.DataFrame, dataset: str, paper_model: str = "LLaMA-3.1-8B") -> pd.DataFrame:
     """Our means next to the paper's for the same methods: cells "ours / paper", and the model
-    column says which model is which."""
+    column says which model is which. Methods the paper does not report (TempNet-greedy) are
+    left out: the paper's TempNet row is the sampled TempNet."""
     paper = published.main_results(dataset)
     paper = paper[paper.model == paper_model].set_index("method")
     rows = []
     for (model, method), row in summary.iterrows():
+        if method not in paper.index:
+            continue
         cells = {"model (ours / paper)": f"{model} / {paper_model}", "method": method}
         for metric in METRIC_NAMES:
             theirs = paper[metric].get(method, np.nan)

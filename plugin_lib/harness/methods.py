@@ -8,42 +8,41 @@
   seed and test input, after "Below are a list of demonstrations:" (``data.prompts``).
 - NewModel: the reweighting architecture trained alone as a language model.
 - WeightedComb: log(alpha * n + (1 - alpha) * b), the small model trained inside the mixture.
-- TempNet: a small network reads the prompt and predicts one temperature per input; the base's
-  logits are divided by it. A positive temperature never changes a greedy argmax, so TempNet
-  decodes by *sampling* at its learned temperature (seeded); otherwise it would equal Zeroshot.
+- TempNet (``harness.tempnet``): a small network reads the base's logits at the prompt's last
+  position and predicts one temperature per input, trained with its authors' DRO loss; the
+  base's logits are divided by it and TempNet *samples* (seeded, top-p and top-k from the
+  profile's ``tempnet`` settings), as its authors decode it.
+- TempNet-greedy: greedy decoding at TempNet's temperature. A positive temperature never
+  changes an argmax (the repetition penalty comes before it), so these are Zeroshot's outputs,
+  and it is decoded as Zeroshot, untrained: it is in the tables, labelled, beside the sampled
+  TempNet that the paper compares against.
 - Plugin: the reweighting model trained through the product b * r.
 - LoRA (``EXTRA_METHODS``, Table 8 only): rank-8 adapters on the query and value projections
   of a private white-box copy of the base, trained on the same data, decoded like a base.
 
-All methods share the prompts, the decoding settings (greedy, max new tokens, repetition
-penalty applied to each model's logits) and the metric code. The trained methods train on
+All methods share the prompts, the decoding settings (greedy except TempNet, max new tokens,
+repetition penalty applied to each model's logits) and the metric code. The trained methods train on
 60% of the validation split and stop early on the other 40% (the hyper-validation set).
 """
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
 from torch import nn
-from transformers import LogitsProcessor
 
 from .. import data
 from ..core.blackbox import BlackBoxLM
-from ..core.combine import mixture_log_probs, temperature_log_probs
-from ..core.decode import generate, repetition_penalty_processor
-from ..core.loss import shift_labels, target_positions
-from ..core.reweighter import make_reweighter, position_ids_from_mask
+from ..core.combine import mixture_log_probs
+from ..core.decode import generate
+from ..core.reweighter import make_reweighter
 from ..core.train import (
     BaseOutputCache,
     EncodedPair,
     FitResult,
     TokenObjective,
     TrainConfig,
-    collate,
     encode_pairs,
     fit,
     reachable_plugin_log_probs,
@@ -52,10 +51,13 @@ from ..core.train import (
 from ..data import prompts
 from . import models
 from .lora import add_lora, lora_black_box, lora_objective
-from .profile import Decoding, Profile, Training
+from .profile import Decoding, Profile, TempNetSettings, Training
+from .tempnet import TempNetObjective, make_tempnet, tempnet_generate
 
-METHODS = ("Zeroshot", "ICL-1", "ICL-3", "NewModel", "WeightedComb", "TempNet", "Plugin")
+METHODS = ("Zeroshot", "ICL-1", "ICL-3", "NewModel", "WeightedComb", "TempNet", "TempNet-greedy", "Plugin")
 TRAINED_METHODS = ("NewModel", "WeightedComb", "TempNet", "Plugin")
+# Deterministic and untrained: one run (the first seed) stands for every seed.
+UNSEEDED_METHODS = ("Zeroshot", "TempNet-greedy")
 ICL_SHOTS = {"ICL-1": 1, "ICL-3": 3}
 # Trained methods outside the main tables (notebooks 01-04 run METHODS): the white-box reference.
 EXTRA_METHODS = ("LoRA",)
@@ -86,6 +88,7 @@ class Task:
     cache_dir: Path | None = None
     prompt_prefix: str = ""  # e.g. a discrete prompt learned by BDPL, put before the task prompt
     prompt_style: str = "authors"  # data.prompts.STYLES; the profile's ``prompts``
+    tempnet: TempNetSettings | None = None  # the profile's, for TempNet (make_task sets it)
     # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -156,72 +159,15 @@ def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model:
         use_chat_template=spec.get("chat_template", False),
         cache_dir=cache_dir,
         prompt_style=profile.prompts,
+        tempnet=profile.tempnet,
     )
 
 
-# ---------------------------------------------------------------- TempNet
-
-
-class TempNet(nn.Module):
-    """Predicts one temperature per input from the prompt's tokens.
-
-    A transformer trunk of the reweighting architecture (no output head) is mean-pooled over
-    the prompt and mapped to T = 0.05 + softplus(w . h + c), initialised at T = 1.
-    """
-
-    def __init__(self, trunk: nn.Module, hidden_size: int):
-        super().__init__()
-        self.trunk = trunk
-        self.to_temperature = nn.Linear(hidden_size, 1)
-        nn.init.zeros_(self.to_temperature.weight)
-        nn.init.constant_(self.to_temperature.bias, math.log(math.expm1(0.95)))
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.trunk(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask)
-        ).last_hidden_state
-        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-        return 0.05 + F.softplus(self.to_temperature(pooled).squeeze(-1))
-
-
-def make_tempnet(arch: dict, vocab_size: int, seed: int) -> TempNet:
-    small = make_reweighter(vocab_size=vocab_size, seed=seed, **arch)
-    trunk = small.base_model
-    return TempNet(trunk, trunk.config.hidden_size)
-
-
-@dataclass
-class TempNetObjective(TokenObjective):
-    """NLL of the base's log-probabilities divided by the input's predicted temperature."""
-
-    def nll(self, model: TempNet, indices):
-        device = next(model.parameters()).device
-        chosen = [self.pairs[i] for i in indices]
-        batch = {k: v.to(device) for k, v in collate(chosen, self.pad_token_id).items()}
-        prompt_only = collate([EncodedPair(p.input_ids[: p.prompt_length], p.prompt_length) for p in chosen],
-                              self.pad_token_id)
-        temperature = model(prompt_only["input_ids"].to(device), prompt_only["attention_mask"].to(device))
-        per_token = temperature.repeat_interleave(torch.tensor([p.target_length for p in chosen], device=device))
-        base = self.cache.get(indices).to(device).float()
-        log_p = F.log_softmax(base / per_token.unsqueeze(-1), dim=-1)
-        targets = shift_labels(batch["labels"])[target_positions(batch["labels"])]
-        return F.nll_loss(log_p, targets, reduction="sum"), targets.numel()
-
-
-class TemperatureLogitsProcessor(LogitsProcessor):
-    """Divides each row's base scores by its input's temperature (after the repetition penalty)."""
-
-    def __init__(self, temperatures: torch.Tensor, repetition_penalty: float | None, prompt_length: int):
-        self.temperatures = temperatures
-        self.penalty = repetition_penalty_processor(repetition_penalty, prompt_length)
-
-    def __call__(self, input_ids, scores):
-        if self.penalty is not None:
-            scores = self.penalty(input_ids, scores)
-        t = self.temperatures.to(scores.device)
-        t = t.repeat_interleave(scores.shape[0] // t.shape[0])
-        return temperature_log_probs(scores, t)
+def tempnet_settings(task: Task) -> TempNetSettings:
+    if task.tempnet is None:
+        raise ValueError("This task has no TempNet settings: make it with make_task / runner.load_task (the "
+                         "profile's `tempnet` section), or pass Task(..., tempnet=profile.tempnet).")
+    return task.tempnet
 
 
 # ---------------------------------------------------------------- LoRA
@@ -275,7 +221,7 @@ def build_model(task: Task, method: str, arch: dict, seed: int) -> nn.Module:
     if method == "LoRA":
         return make_lora(task, seed)
     if method == "TempNet":
-        model = make_tempnet(arch, task.base.vocab_size, seed)
+        model = make_tempnet(task.base.vocab_size, tempnet_settings(task), seed)
     else:
         model = make_reweighter(vocab_size=task.base.vocab_size, seed=seed, **arch)
     return model.to(task.base.device)
@@ -289,7 +235,7 @@ def objective(task: Task, method: str, split: str, hparams: dict) -> TokenObject
     if method == "LoRA":
         return lora_objective(task.encoded(split), pad)
     if method == "TempNet":
-        return TempNetObjective(task.encoded(split), pad, cache=task.base_cache(split))
+        return TempNetObjective(task.encoded(split), pad, cache=task.base_cache(split), rho=tempnet_settings(task).rho)
     log_probs = (
         # reachable_: on a top-k view that rules tokens out (renormalize), targets outside the
         # top k are left out of the loss instead of making it infinite; otherwise plugin_log_probs.
@@ -334,7 +280,7 @@ def predict(
     )
     test_prompts = [task.prompt(ex) for ex in task.test]
     truncate = dict(max_prompt_tokens=task.max_prompt_tokens)
-    if method == "Zeroshot":
+    if method in ("Zeroshot", "TempNet-greedy"):
         return generate(task.base, test_prompts, None, **settings, **truncate)
     if method in ICL_SHOTS:
         # Demonstrations make the prompt long: it is not truncated (that would cut the query).
@@ -352,33 +298,8 @@ def predict(
     if method == "WeightedComb":
         combine = functools.partial(mixture_log_probs, alpha=hparams["alpha"])
         return generate(task.base, test_prompts, model, combine=combine, **settings, **truncate)
-    return _predict_tempnet(task, model, test_prompts, seed, settings)
-
-
-@torch.no_grad()
-def _predict_tempnet(task: Task, model: TempNet, test_prompts: list[str], seed: int, settings: dict) -> list[str]:
-    tokenizer = task.base.tokenizer
-    outputs = [""] * len(test_prompts)
-    batch_size = settings["batch_size"]
-    for start in range(0, len(test_prompts), batch_size):
-        chunk = test_prompts[start : start + batch_size]
-        enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True, max_length=task.max_prompt_tokens)
-        device = next(model.parameters()).device
-        temperature = model.eval()(enc.input_ids.to(device), enc.attention_mask.to(device))
-        processor = TemperatureLogitsProcessor(temperature, settings["repetition_penalty"], enc.input_ids.shape[1])
-        torch.manual_seed(seed * 1_000_003 + start)  # reproducible samples, independent of batch order
-        out = task.base.generate(
-            enc.input_ids,
-            enc.attention_mask,
-            logits_processor=[processor],
-            max_new_tokens=settings["max_new_tokens"],
-            do_sample=True,
-            top_k=0,
-            top_p=1.0,
-            temperature=1.0,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=task.base.eos_token_id,
-        )
-        texts = tokenizer.batch_decode(out[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
-        outputs[start : start + len(chunk)] = [t.strip() for t in texts]
-    return outputs
+    # TempNet: sampled at its temperature, seeded.
+    sampling = tempnet_settings(task)
+    texts, _ = tempnet_generate(task.base, test_prompts, model, seed=seed, top_p=sampling.top_p,
+                                top_k=sampling.top_k, **settings, **truncate)
+    return texts

@@ -63,6 +63,23 @@ class Decoding:
 
 
 @dataclass(frozen=True)
+class TempNetSettings:
+    """TempNet (Qiu et al., ICML 2024; github zhqiu/TempNet), ``harness.tempnet``.
+
+    rho: the KL-constrained DRO loss's rho (null: plain NLL of the scaled logits, which
+    calibrates the temperature instead). tau_min, tau_max: the scaled-sigmoid range of the
+    temperature. hidden_size: the network's width. top_p, top_k: the sampling that TempNet
+    decodes with, at its temperature (top_k 0: no top-k filter)."""
+
+    rho: float | None
+    tau_min: float
+    tau_max: float
+    hidden_size: int
+    top_p: float
+    top_k: int
+
+
+@dataclass(frozen=True)
 class Tokens:
     max_prompt: int
     max_target: int
@@ -166,6 +183,7 @@ class Profile:
     grid: Grid
     training: Training
     decoding: Decoding
+    tempnet: TempNetSettings
     tokens: Tokens
     bootstrap_resamples: int
     wrapper: Wrapper

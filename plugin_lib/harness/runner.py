@@ -19,6 +19,7 @@ loss is recorded as it finishes, together with the weights of the best one so fa
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -84,12 +85,16 @@ def arch_for(model: str) -> dict:
     return models.arch_for(model)
 
 
-def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None = None) -> str:
+def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None = None,
+                         method: str | None = None) -> str:
     """The settings a stored run depends on; a run stored under other settings is redone.
-    (The data it depends on: :func:`inputs_fingerprint`.)"""
+    (The data it depends on: :func:`inputs_fingerprint`.) ``method`` "TempNet" adds the task's
+    TempNet settings, which no other method's runs depend on."""
     relevant = {k: profile.section(k) for k in ("rows", "tokens", "training", "grid", "decoding")}
     if not relevant["grid"]["extend_edges"]:
         del relevant["grid"]["extend_edges"]  # 0 is the grid as listed: runs made before the option stay current
+    if method == "TempNet":
+        relevant["tempnet"] = dataclasses.asdict(methods.tempnet_settings(task))
     relevant.update(dataset=task.dataset, model=models.model_spec(task.base.name),
                     chat_template=task.use_chat_template)
     if task.prompt_prefix:
@@ -164,7 +169,7 @@ def select_hparams(
     arch = arch or arch_for(task.base.name)
     record_path = folder / f"{label}-selection.json"
     state_path = folder / f"{label}-best.pt"
-    fingerprint = settings_fingerprint(task, profile, arch if label != method else None)
+    fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
     inputs = inputs_fingerprint(task)
     remove_stale_temporaries(folder)
     record = (_load_if_current(record_path, fingerprint, inputs)
@@ -243,7 +248,7 @@ def run_experiment(
     label = label or method
     folder = runs_dir(profile, task.dataset, task.base.name)
     path = folder / f"{label}-seed{seed}.json"
-    fingerprint = settings_fingerprint(task, profile, arch if label != method else None)
+    fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
     inputs = inputs_fingerprint(task)
     arch = arch or arch_for(task.base.name)
     stored = None if force else _load_if_current(path, fingerprint, inputs)
@@ -338,7 +343,8 @@ def run_table(
 ) -> list[dict]:
     """Every (model, method, seed) run of one dataset's table, resuming finished ones.
 
-    Zeroshot is deterministic (greedy, no training), so it runs once, with the first seed.
+    Zeroshot and TempNet-greedy are deterministic (greedy, no training), so each runs once,
+    with the first seed.
     The arguments are checked first (:func:`check_run_arguments`): a wrong one raises before
     any model is loaded or any file written.
     """
@@ -349,7 +355,7 @@ def run_table(
         jobs = [
             (method, seed)
             for method in method_names or methods.METHODS
-            for seed in (profile.seeds[:1] if method == "Zeroshot" else profile.seeds)
+            for seed in (profile.seeds[:1] if method in methods.UNSEEDED_METHODS else profile.seeds)
         ]
         for method, seed in tqdm(jobs, desc=f"{dataset} / {model_name}"):
             records.append(run_experiment(task, method, seed, profile, force=force, progress=False))

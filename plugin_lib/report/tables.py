@@ -86,9 +86,11 @@ def caption(records: Sequence[dict], title: str) -> str:
     scale = first["scale"]
     models = ", ".join(sorted({r["model"] for r in records}))
     seeds = sorted({r["seed"] for r in records})
+    single = ("Zeroshot and TempNet-greedy (equal to Zeroshot by construction): one greedy run each"
+              if any(r["method"] == "TempNet-greedy" for r in records) else "Zeroshot: one greedy run")
     return (f"{title} Profile '{first['profile']}', base {models}; trained on {scale['train_pairs']} pairs "
             f"({scale['train_inputs']} inputs), early stopping on {scale['hyper_inputs']} inputs, tested on "
-            f"{scale['test_inputs']} inputs; mean ± std over seeds {seeds} (Zeroshot: one greedy run).")
+            f"{scale['test_inputs']} inputs; mean ± std over seeds {seeds} ({single}).")
 
 
 def wins(summary: pd.DataFrame, method: str = "Plugin") -> pd.DataFrame:
