@@ -123,9 +123,11 @@ def test_committed_local_runs_keep_their_settings_hash():
     assert runner.settings_fingerprint(authors, local) != runner.settings_fingerprint(fake, local)
 
 
-def test_committed_local_bdpl_prompts_and_finetuned_bases_keep_their_keys():
-    """The appendix prompts of the local profile leave the BDPL prompt records current and the
-    fine-tuned bases' folder names (their runs' folders) as committed."""
+def test_committed_local_finetuned_bases_keep_their_keys_and_bdpl_keys_follow_the_prompts():
+    """The appendix prompts of the local profile leave the fine-tuned bases' folder names (their
+    runs' folders) as committed; a BDPL prompt's key changes with the prompt style. (The committed
+    BDPL prompts predate the optimiser of Diao et al.'s code and are stale: notebook 05 relearns
+    them.)"""
     if not os.environ.get("PLUGIN_DATA_DIR") or os.environ["PLUGIN_DATA_DIR"] == "hub":
         pytest.skip("PLUGIN_DATA_DIR is unset: the keys are computed from the real data")
     from plugin_lib.harness import finetune
@@ -134,10 +136,9 @@ def test_committed_local_bdpl_prompts_and_finetuned_bases_keep_their_keys():
     train, hyper, _ = methods.task_splits("e2e", local)
     fake = SimpleNamespace(dataset="e2e", base=SimpleNamespace(name="smollm2-135m-instruct"), family="llama",
                            use_chat_template=True, train=train, hyper=hyper, prompt_style=local.prompts)
-    for seed in local.seeds:
-        stored = read_json(REPO_ROOT / f"results/local/runs/e2e/smollm2-135m-instruct/bdpl-prompts/seed{seed}.json")
-        assert table5._prompt_settings(fake, seed, stored["budget"], stored["reward"],
-                                       local.wrapper.bdpl) == stored["settings"]
+    authors = SimpleNamespace(**{**vars(fake), "prompt_style": "authors"})
+    assert (table5._prompt_settings(fake, 0, 75, "loglik", local.wrapper.bdpl)
+            != table5._prompt_settings(authors, 0, 75, "loglik", local.wrapper.bdpl))
     cfg = finetune.FinetuneConfig(**dataclasses.asdict(local.ablations.finetune))
     pools = {"e2e": finetune.finetune_pool("e2e", local, local.ablations.finetune_pool_pairs)}
     pools.update({dataset: finetune.finetune_pool(dataset, local, max_pairs=local.shift.pool_pairs)
