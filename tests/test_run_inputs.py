@@ -114,10 +114,11 @@ def test_committed_local_runs_keep_their_settings_hash():
     local = load_profile("local")
     for dataset in data.DATASETS:
         fake = SimpleNamespace(dataset=dataset, base=SimpleNamespace(name="smollm2-135m-instruct"),
-                               use_chat_template=True, prompt_prefix="", prompt_style=local.prompts)
+                               use_chat_template=True, prompt_prefix="", prompt_style=local.prompts,
+                               tempnet=local.tempnet)
         for method in methods.METHODS:
             record = read_json(REPO_ROOT / f"results/local/runs/{dataset}/smollm2-135m-instruct/{method}-seed0.json")
-            assert runner.settings_fingerprint(fake, local) == record["settings"], (dataset, method)
+            assert runner.settings_fingerprint(fake, local, method=method) == record["settings"], (dataset, method)
     # The authors' prompts are other settings: their runs are made anew.
     authors = SimpleNamespace(**{**vars(fake), "prompt_style": "authors"})
     assert runner.settings_fingerprint(authors, local) != runner.settings_fingerprint(fake, local)
