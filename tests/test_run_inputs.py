@@ -110,13 +110,15 @@ def test_bdpl_prompts_are_keyed_on_inputs_and_current_runs_filter_on_them(task, 
 
 
 def test_committed_local_runs_keep_their_settings_hash():
-    """The settings hash is unchanged by this work: the committed local records stay valid."""
+    """The settings hash is unchanged by the prompt style, the grid-edge option and NIST: the
+    committed local records stay valid. TempNet is left out on purpose: rebuilt as its authors'
+    code builds it, its runs are made anew (``tests/test_tempnet.py`` checks they go stale)."""
     local = load_profile("local")
     for dataset in data.DATASETS:
         fake = SimpleNamespace(dataset=dataset, base=SimpleNamespace(name="smollm2-135m-instruct"),
                                use_chat_template=True, prompt_prefix="", prompt_style=local.prompts,
                                tempnet=local.tempnet)
-        for method in methods.METHODS:
+        for method in set(methods.METHODS) - {"TempNet", "TempNet-greedy"}:
             record = read_json(REPO_ROOT / f"results/local/runs/{dataset}/smollm2-135m-instruct/{method}-seed0.json")
             assert runner.settings_fingerprint(fake, local, method=method) == record["settings"], (dataset, method)
     # The authors' prompts are other settings: their runs are made anew.
