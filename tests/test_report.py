@@ -77,12 +77,14 @@ def test_old_claim_records_still_render(tmp_path, monkeypatch):
         (folder / f"{key}.json").write_text(json.dumps(
             {"key": key, "claim": f"old {key}", "paper": "p", "ours": "o", "verdict": "reproduced"}))
     text = document.write_report("local").read_text()
-    assert "| old main_e2e | p | o | not recorded: rerun the notebook | **reproduced** |" in text
+    shown = f"*{document.NOT_RECHECKED}*"
+    assert f"| old main_e2e | p | o | not recorded: rerun the notebook | {shown} |" in text
     assert text.count("- rule: rule not recorded: rerun the notebook") == 3
-    assert "The paper's claims, in all (1): 1 reproduced" in text  # top-k and Theorem 1: beyond the paper
-    assert "Checks beyond the paper, in all (2): 2 reproduced" in text
+    # Not tallied as verdicts: top-k and Theorem 1 are beyond the paper.
+    assert "The paper's claims, in all (1): 0 reproduced" in text and "1 not re-checked yet" in text
+    assert "Checks beyond the paper, in all (2): 0 reproduced" in text and "2 not re-checked yet" in text
     block = "\n".join(document.readme_block("local"))
-    assert "| old main_e2e | not recorded: rerun the notebook | **reproduced** |" in block
+    assert f"| old main_e2e | not recorded: rerun the notebook | {shown} |" in block
     assert "old theorem1" not in block
 
 
@@ -116,3 +118,15 @@ def test_wall_time_sums_the_executions(tmp_path):
     (tmp_path / "executed" / "01_table1_e2e.seconds").write_text("2143\n131\n")
     assert document._notebook_seconds(tmp_path, "01") == "37.9 min over 2 executions"
     assert document._notebook_seconds(tmp_path, "02") == "not recorded on this machine"
+
+
+def test_a_claim_recorded_before_its_rule_is_shown_as_not_rechecked_and_not_tallied():
+    from plugin_lib.report import document
+
+    checked = {"key": "main_e2e", "claim": "c1", "paper": "p", "ours": "o", "verdict": "reproduced",
+               "rule": "a rule", "statistic": {"summary": "s", "n": {}}, "scope": "paper"}
+    old = {"key": "shift_webnlg", "claim": "c2", "paper": "p", "ours": "o", "verdict": "reproduced"}
+    assert document.tally([checked, old]).startswith("1 reproduced, 0 direction only")
+    assert "1 not re-checked yet" in document.tally([checked, old])
+    table = "\n".join(document.claims_table([checked, old]))
+    assert document.NOT_RECHECKED in table and "| **reproduced** |" in table
