@@ -453,3 +453,42 @@ def test_llama_cpp_has_no_k_limit_so_the_configuration_sets_one(llama_server, lo
     assert (box.next_token_log_probs(local_tokenizer("Hello")["input_ids"]) > -math.inf).all()
     with pytest.raises(ValueError, match="limit of 20"):
         ApiBlackBox(_client(llama_server.base_url), local_tokenizer, 21, max_k=20)
+
+
+# ---------------------------------------------------------------- runs through the API
+
+
+def test_runs_record_what_they_asked_and_the_cache_is_asked_once(fake, tiny_base, tiny_profile, toy_example,
+                                                                tmp_path):
+    """The runner stores each run's requests; the base-output cache is built by the first
+    trained run and read from disk by every later one (grid, seeds): no further requests."""
+    from plugin_lib.harness import methods, runner
+
+    server = fake()
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, name="tiny-llama")
+    task = methods.Task(box, "e2e", "llama", train=[toy_example(i, "validation") for i in range(4)],
+                        hyper=[toy_example(i, "validation") for i in range(4, 6)],
+                        test=[toy_example(i, "test") for i in range(2)], cache_dir=tmp_path / "cache")
+    zeroshot = runner.run_experiment(task, "Zeroshot", 0, tiny_profile, progress=False)
+    first = runner.run_experiment(task, "Plugin", 0, tiny_profile, progress=False)
+    second = runner.run_experiment(task, "Plugin", 1, tiny_profile, progress=False)
+    pairs = len(task.encoded("train")) + len(task.encoded("hyper"))
+    assert zeroshot["api_usage"]["teacher_forcing"]["requests"] == 0
+    assert zeroshot["api_usage"]["decoding"]["requests"] == zeroshot["api_usage"]["decoding"]["items"] > 0
+    assert first["api_usage"]["teacher_forcing"]["items"] == pairs
+    assert first["api_usage"]["teacher_forcing"]["requests"] == first["api_usage"]["teacher_forcing"]["positions"]
+    assert second["api_usage"]["teacher_forcing"]["requests"] == 0  # the cache came from disk
+    assert second["api_usage"]["decoding"]["requests"] > 0
+
+
+def test_notebook_14_says_why_it_skips_without_a_server(monkeypatch, tmp_path):
+    from plugin_lib.experiments import api
+    from plugin_lib.harness.profile import load_profile
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(api_server, "llama_cpp_missing", lambda python=None: "llama-cpp-python is not installed")
+    study = api.run_study(load_profile("smoke"))
+    assert not study.ran and "not installed" in study.note
+    assert api.save_tables(study) == {} and api.plot_study(study) is None
+    assert api.summary_lines(study) == [study.note]
+    assert not (tmp_path / "smoke" / "tables").exists()
