@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoTokenizer, LogitsProcessorList, PreTrainedTokenizerFast
+from transformers import LogitsProcessorList, PreTrainedTokenizerFast
 
 from plugin_lib.core.api import (ApiBlackBox, ApiRequestError, ApiUnavailable, CompletionsClient, KeyMap, NoLogProbs,
                                  TokenizerMismatch, echo_entries, token_bytes, token_keys)
