@@ -314,10 +314,12 @@ class KeyMap:
 
     Where several ids share a key (llama-cpp-python renders every special token as ``""``, and
     byte fragments of a character lose their incomplete bytes) the server keeps one value for
-    them all. It goes to the end-of-sequence token when that shares the key (``""``: decoding
-    must see when to stop), otherwise to the one id whose text the key is exactly; where no
-    single id is, the key is ``ambiguous`` and its value is left to the completion rule, like
-    an unreported token's.
+    them all: llama-cpp-python the last one written, the least likely of them in its top k. It
+    goes to the end-of-sequence token when that shares the key (``""``: decoding must see when
+    to stop), otherwise to the one id whose text the key is exactly; where no single id is, the
+    key is ``ambiguous`` and its value is left to the completion rule, like an unreported
+    token's. So where the end-of-sequence token and another special token are both in the top
+    k, the end-of-sequence token gets the other's (lower) value: no request can tell them apart.
     """
 
     def __init__(self, keys: Sequence[str], eos_token_id: int | None, exact: Sequence[bool]):

@@ -116,8 +116,7 @@ def run_study(profile: Profile, dataset: str = "e2e", base_url: str | None = Non
         box = models.load_api_model(api_name, base_url=url)
         api_task = runner.load_task(box, dataset, scale)
         api_records = _run_methods(api_task, scale, profile.api.methods)
-        echo = echo_against_stepwise(box, api_task.encoded("train")[: profile.api.echo_pairs],
-                                     api_task.base_cache("train"), profile.api.k)
+        echo = echo_against_stepwise(box, api_task.encoded("train")[: profile.api.echo_pairs], profile.api.k)
         api_cache = api_task.base_cache("train")
         note += f" Load average {os.getloadavg()[0]:.1f} when the API part ended."
     local_task = runner.load_task(local_name, dataset, scale)
@@ -157,39 +156,48 @@ def _targets(pairs) -> torch.Tensor:
 def compare_caches(api: BaseOutputCache, local: BaseOutputCache, pairs, k: int
                    ) -> tuple[pd.DataFrame, tuple[np.ndarray, np.ndarray]]:
     """The closeness table (one row: API, stepwise vs in process) and, for the figure, the
-    log-probabilities of the API's top-k tokens in both (at most 20,000 points, evenly spaced)."""
+    log-probabilities of the tokens in both top k, in both (at most 20,000 points, evenly
+    spaced; a token in one top k only has the other's completion value, not a log-probability)."""
     indices = range(len(pairs))
     a, b = api.get(indices).float(), local.get(indices).float()
     row = _closeness(a, b, _targets(pairs), k)
-    top = a.topk(k, dim=-1).indices
-    x, y = b.gather(1, top).flatten().numpy(), a.gather(1, top).flatten().numpy()
+    top_a, top_b = a.topk(k, dim=-1).indices, b.topk(k, dim=-1).indices
+    shared = (top_a[:, :, None] == top_b[:, None, :]).any(-1)
+    x, y = b.gather(1, top_a)[shared].numpy(), a.gather(1, top_a)[shared].numpy()
     step = max(1, len(x) // 20_000)
     frame = pd.DataFrame([row], index=pd.Index(["API (stepwise) vs in process"], name="compared"))
     return frame, (x[::step], y[::step])
 
 
-def echo_against_stepwise(box: ApiBlackBox, pairs, cache: BaseOutputCache, k: int) -> dict:
-    """Scores ``pairs`` again, one echo request each, and compares with their stepwise rows in
-    ``cache`` (pairs 0..n-1 of it): requests, tokens and seconds per pair, and closeness."""
+def echo_against_stepwise(box: ApiBlackBox, pairs, k: int) -> dict:
+    """Scores ``pairs`` both ways under the same conditions, pair by pair: one echo request,
+    then one request per target token. Per way: requests, prompt tokens and seconds, and how
+    alike the two ways' rows are (the server's numbers depend on how many tokens it evaluates
+    at once). Echo first: a request reuses the server's cache of the previous prompt, so after
+    the stepwise requests an echo would return their rows again."""
+    ways = {way: {"pairs": len(pairs), "requests": 0, "prompt_tokens": 0, "seconds": 0.0}
+            for way in ("echo", "stepwise")}
     if not pairs:
-        return {"pairs": 0, "requests": 0, "prompt_tokens": 0, "seconds": 0.0, "closeness": {}}
+        return {**ways, "closeness": {}}
     box.detect_echo_alignment()  # its probe requests are not the pairs' cost
-    before = box.usage.snapshot()
-    started = time.perf_counter()
-    rows = []
+    rows = {"echo": [], "stepwise": []}
     for pair in pairs:
-        lengths = list(range(pair.prompt_length, len(pair.input_ids)))
-        found = box.echo_log_probs(list(pair.input_ids), lengths, phase="checks")
-        missing = [n for n in lengths if n not in found]
-        for length in missing:  # positions an echo does not cover (none for chat prompts)
-            found[length] = box.next_token_log_probs(list(pair.input_ids[:length]), phase="checks")
-        rows += [found[length] for length in lengths]
-    seconds = time.perf_counter() - started
-    spent = box.usage.minus(before).phases["checks"]
-    stepwise = cache.get(range(len(pairs))).float()
-    return {"pairs": len(pairs), "requests": spent.requests, "prompt_tokens": spent.prompt_tokens,
-            "seconds": seconds, "alignment": box.echo_alignment,
-            "closeness": _closeness(torch.stack(rows), stepwise, _targets(pairs), k)}
+        ids, lengths = list(pair.input_ids), list(range(pair.prompt_length, len(pair.input_ids)))
+        for way in ("echo", "stepwise"):
+            before, started = box.usage.snapshot(), time.perf_counter()
+            if way == "echo":
+                found = box.echo_log_probs(ids, lengths, phase="checks")
+                found.update({n: box.next_token_log_probs(ids[:n], phase="checks")  # none for chat prompts
+                              for n in lengths if n not in found})
+            else:
+                found = {n: box.next_token_log_probs(ids[:n], phase="checks") for n in lengths}
+            spent = box.usage.minus(before).phases["checks"]
+            ways[way]["seconds"] += time.perf_counter() - started
+            ways[way]["requests"] += spent.requests
+            ways[way]["prompt_tokens"] += spent.prompt_tokens
+            rows[way] += [found[n] for n in lengths]
+    closeness = _closeness(torch.stack(rows["echo"]), torch.stack(rows["stepwise"]), _targets(pairs), k)
+    return {**ways, "alignment": box.echo_alignment, "closeness": closeness}
 
 
 # ---------------------------------------------------------------- tables and figure
@@ -210,14 +218,16 @@ def cost_table(study: Study) -> pd.DataFrame:
     generated token are what a hosted API bills."""
     forcing, decoding = _usage_sum(study.api_records, "teacher_forcing"), _usage_sum(study.api_records, "decoding")
     echo = study.echo or {}
-    rows = {
-        "teacher forcing, stepwise (as run)": ("training pair", forcing.get("items", 0), forcing.get("requests", 0),
-                                               forcing.get("prompt_tokens", 0), forcing.get("seconds", 0.0)),
-        "teacher forcing, echo (measured)": ("training pair", echo.get("pairs", 0), echo.get("requests", 0),
-                                             echo.get("prompt_tokens", 0), echo.get("seconds", 0.0)),
-        "decoding": ("generated token", decoding.get("items", 0), decoding.get("requests", 0),
-                     decoding.get("prompt_tokens", 0), decoding.get("seconds", 0.0)),
-    }
+    rows = {"teacher forcing, stepwise (the runs)": ("training pair", forcing.get("items", 0),
+                                                     forcing.get("requests", 0), forcing.get("prompt_tokens", 0),
+                                                     forcing.get("seconds", 0.0))}
+    for way in ("stepwise", "echo"):
+        measured = echo.get(way, {})
+        rows[f"teacher forcing, {way} (side by side)"] = (
+            "training pair", measured.get("pairs", 0), measured.get("requests", 0), measured.get("prompt_tokens", 0),
+            measured.get("seconds", 0.0))
+    rows["decoding (the runs)"] = ("generated token", decoding.get("items", 0), decoding.get("requests", 0),
+                                   decoding.get("prompt_tokens", 0), decoding.get("seconds", 0.0))
     table = pd.DataFrame.from_dict(rows, orient="index", columns=["per", "units", "requests", "prompt tokens",
                                                                    "seconds"])
     units = table["units"].where(table["units"] > 0)
@@ -238,7 +248,7 @@ def metrics_table(study: Study) -> pd.DataFrame:
         for label, run in ((API_LABEL, record), (LOCAL_LABEL, twin)):
             rows.append({"method": record["method"], "seed": record["seed"], "base": label, **run["metrics"],
                          "same output as the other": same})
-    return pd.DataFrame(rows).set_index(["method", "seed", "base"])
+    return pd.DataFrame(rows)
 
 
 def caption(study: Study) -> str:
@@ -280,8 +290,8 @@ def plot_study(study: Study):
     left.plot([low, 0], [low, 0], color="black", linewidth=0.8)
     left.set_xlabel("in process (float32, de-quantised)")
     left.set_ylabel("through the API (llama.cpp, Q4_1)")
-    left.set_title(f"top-{study.profile.api.k} log-probabilities at training targets")
-    table = metrics_table(study).reset_index()
+    left.set_title(f"tokens in both top-{study.profile.api.k}s at the training targets")
+    table = metrics_table(study)
     metrics = [m for m in METRIC_NAMES if m not in ("NIST", "CIDEr")]  # the [0, 1] metrics share an axis
     long = table.melt(id_vars=["method", "base"], value_vars=metrics, var_name="metric")
     long["group"] = long["method"] + ", " + long["base"]
@@ -314,8 +324,8 @@ def summary_lines(study: Study) -> list[str]:
         if row["units"] > 0:
             lines.append(f"{phase}: {row['requests per unit']:.1f} requests, {row['prompt tokens per unit']:.0f} "
                          f"prompt tokens and {row['seconds per unit']:.2f} s per {row['per']}.")
-    for (method, seed), block in table.groupby(level=["method", "seed"]):
-        api_row, local_row = block.xs(API_LABEL, level="base").iloc[0], block.xs(LOCAL_LABEL, level="base").iloc[0]
+    for (method, seed), block in table.groupby(["method", "seed"], sort=False):
+        api_row, local_row = (block[block["base"] == label].iloc[0] for label in (API_LABEL, LOCAL_LABEL))
         gaps = ", ".join(f"{m} {api_row[m] - local_row[m]:+.4f}" for m in ("BLEU", "ROUGE-L", "METEOR"))
         lines.append(f"{method} (seed {seed}): API minus in process {gaps}; the same output on "
                      f"{api_row['same output as the other']:.0%} of the test inputs.")
