@@ -21,6 +21,8 @@ _EXPORTS = {
     # core: the method
     "BlackBoxLM": "core.blackbox",
     "TopKBlackBox": "core.blackbox",
+    "ApiBlackBox": "core.api",
+    "CompletionsClient": "core.api",
     "make_reweighter": "core.reweighter",
     "combine_log_probs": "core.combine",
     "plugin_loss": "core.loss",
@@ -41,6 +43,7 @@ _EXPORTS = {
     "METRIC_NAMES": "metrics",
     # harness: bases by name, profiles
     "load_base_model": "harness.models",
+    "load_api_model": "harness.models",
     "Profile": "harness.profile",
     "load_profile": "harness.profile",
 }

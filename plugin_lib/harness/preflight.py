@@ -58,7 +58,7 @@ NOTEBOOKS = (
     "00_dataset_statistics", "01_table1_e2e", "02_table2_webnlg", "03_table3_commongen", "04_table4_adidas",
     "05_table5_bdpl_wrapper", "06_fig2_base_quality", "07_fig3_reweighting_complexity", "08_fig7_architecture",
     "09_adidas_case_study", "10_distribution_shift", "11_table8_lora", "12_topk_logprobs",
-    "13_theorem1_convergence",
+    "13_theorem1_convergence", "14_api_model",
 )
 
 
@@ -445,6 +445,21 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
         _decodes(plan, model, c2, p, runs=1 + seeds, plugin_runs=seeds)
     _peak(plan, inference_peak(model, p, gpu, copies=2))  # the next view loads before the last is freed
     plan.note = f"{views} top-k views of {model}, a cache each"
+
+    # Notebook 14 at its own scale: the in-process view's work is timed like the others; the
+    # API's is counted in requests (one per target token, one per generated token at most).
+    plan = plans["14_api_model"]
+    api = p.api
+    scale = p.replace(rows=api.rows, seeds=api.seeds)
+    c2 = count_task("e2e", api.compare, scale)
+    methods_run = len(api.methods)
+    plan.pairs = c2.pairs
+    _cache(plan, api.compare, c2, scale, gpu, copies=2)  # the API's cache and the in-process view's
+    _trainings(plan, api.compare, c2, scale, [m for m in api.methods if m in TRAINED], len(api.seeds))
+    _decodes(plan, api.compare, c2, scale, runs=methods_run, plugin_runs=int("Plugin" in api.methods))
+    requests = c2.target_tokens + methods_run * c2.test_inputs * p.decoding.max_new_tokens
+    plan.note = (f"plus at most {requests:,} HTTP requests to {api.model} (a llama.cpp server on the CPU: "
+                 "0.1-0.7 s each, docs/api.md)")
     return list(plans.values())
 
 

@@ -172,6 +172,36 @@ class Theorem1:
 
 
 @dataclass(frozen=True)
+class ApiServer:
+    """The local server notebook 14 starts (``start``: llama-cpp-python's, on the offline GGUF);
+    with ``start: false`` it uses the endpoint of the API model's ``base_url_env``."""
+
+    start: bool
+    n_threads: int
+    n_ctx: int
+
+
+@dataclass(frozen=True)
+class Api:
+    """Notebook 14, a model behind an HTTP API: the API model (a registry entry with
+    ``source: api``), the in-process base of the same weights it is compared with, k and the
+    top-k rule, its own scale (rows, seeds, methods), the decoding batch (1: a server that
+    answers one request at a time reuses the previous prompt's cache), and how many training
+    pairs are also scored by echo (to compare echo with stepwise teacher forcing)."""
+
+    model: str
+    compare: str
+    k: int
+    rule: str
+    rows: Rows
+    seeds: tuple[int, ...]
+    methods: tuple[str, ...]
+    decode_batch_size: int
+    echo_pairs: int
+    server: ApiServer
+
+
+@dataclass(frozen=True)
 class Profile:
     """One way of running the package (``paper``, ``local``, ``smoke``, ...), as in profiles.yaml."""
 
@@ -190,6 +220,7 @@ class Profile:
     ablations: Ablations
     shift: Shift
     theorem1: Theorem1
+    api: Api
     # The task prompts and ICL demonstrations (``data.prompts``): the authors' code's strings and
     # draw, or the paper's typeset appendix with a draw per input and seed.
     prompts: Literal["authors", "appendix"] = "authors"

@@ -2,7 +2,8 @@
 
 A run's file, ``results/<profile>/runs/<dataset>/<model>/<method>-seed<k>.json``, holds the
 test predictions, the seven metrics, the chosen hyperparameters, the training history and the
-scale it was produced at. Files are written atomically, and a run whose file exists is not
+scale it was produced at (and, for a model behind an API, the requests, tokens and seconds it
+cost: ``api_usage``). Files are written atomically, and a run whose file exists is not
 redone (unless ``force``), so an interrupted notebook resumes where it stopped.
 
 A stored run counts only if it was made from the same inputs: its ``settings`` (a hash of the
@@ -33,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import data
+from ..core.api import ApiBlackBox
 from ..core.blackbox import BlackBoxLM
 from ..metrics import compute_metrics
 from ..utils.io import atomic_write_json, current_umask, read_json, remove_stale_temporaries
@@ -256,6 +258,7 @@ def run_experiment(
         return stored
     remove_stale_temporaries(folder)
     started = time.perf_counter()
+    usage_before = task.base.usage.snapshot() if isinstance(task.base, ApiBlackBox) else None
     model, hparams, training = None, None, None
     if method in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
         selection = selection or select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
@@ -291,6 +294,10 @@ def run_experiment(
         },
         "seconds": time.perf_counter() - started,
     }
+    if usage_before is not None:
+        # What this run asked of the server, per phase: teacher forcing (the base-output cache,
+        # built by the run that needs it first; later runs read it from disk) and decoding.
+        record["api_usage"] = task.base.usage.minus(usage_before).as_dict()
     atomic_write_json(path, record)
     return record
 

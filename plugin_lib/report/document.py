@@ -32,6 +32,7 @@ SECTIONS = [
     ("11", "Plugin vs LoRA and FLOPs (Table 8)", ["table8"]),
     ("12", "Beyond the paper: top-k log-probability APIs", ["topk"]),
     ("13", "Theorem 1, measured", ["theorem1"]),
+    ("14", "Beyond the paper: a model behind an HTTP API", ["api"]),
 ]
 README_START = "<!-- results:start (written by python -m plugin_lib.report --readme; do not edit) -->"
 README_END = "<!-- results:end -->"

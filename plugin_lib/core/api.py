@@ -1,0 +1,800 @@
+"""A black box behind an HTTP API: the OpenAI-compatible completions protocol.
+
+``ApiBlackBox`` has the interface of the in-process top-k view (``core.blackbox.TopKBlackBox``):
+``logits`` / ``logits_at`` give log-probabilities over the whole vocabulary, completed from the
+server's top k by the same rule (``complete_top_k``), and ``generate`` decodes with the same
+logits processors. The base-output cache, ``core.decode.generate`` and every method therefore
+run over a model they reach only through ``POST /v1/completions``.
+
+What is asked of the server, and how:
+
+- **Teacher forcing** (the base-output cache), per (prompt, reference) pair, one of
+  - ``"echo"``: one request, ``echo: true, logprobs: k, max_tokens: 1``: the top-k
+    log-probabilities at every position of the echoed text. Which list entry holds which
+    distribution is not the same on every server (``ECHO_ALIGNMENTS``); it is measured once
+    against single-position requests (``detect_echo_alignment``), never assumed.
+  - ``"stepwise"``: one request per target token, ``echo: false, max_tokens: 1`` on the text
+    up to it. Needs no echo at all; on llama-cpp-python's server it is the cheaper one (its
+    echo sorts the whole vocabulary in Python at every position, about 0.15 s each).
+  A pair whose text prefixes do not tokenize back to the same ids is scored by echo.
+- **Decoding**: one request per generated token (``max_tokens: 1``), the rows of a batch
+  concurrently, at most ``max_concurrency`` requests in flight.
+
+Prompts travel as text (llama-cpp-python accepts nothing else): token ids are decoded with the
+local tokenizer, and the server's tokenization of the text is checked against them (the echoed
+tokens, ``usage.prompt_tokens``, and once, at connection, its tokenize endpoint).
+
+The local tokenizer must be the server's: the reweighting model works on the server's
+vocabulary. ``check_tokenizer`` compares them on sample strings (including the last ids of the
+vocabulary) and raises ``TokenizerMismatch``. The log-probabilities come back keyed by decoded
+token text, not id; ``KeyMap`` maps them back (``KEY_STYLES``), and where several tokens
+render alike it keeps the value for the one that matters (``KeyMap``).
+
+Robustness: time-outs; retries with exponential backoff on 408/429/502/503/504 and on a 500
+without a message (``Retry-After`` is honoured); a 4xx or a 500 with a message is the server
+rejecting the request (llama-cpp-python answers validation errors with 500) and is raised at
+once as ``ApiRequestError``; a server that does not answer gives ``ApiUnavailable``. The API
+key is read from an environment variable at each request and kept nowhere else.
+
+Followed: the OpenAI completions reference (``logprobs``, ``echo``, ``logit_bias``) and
+llama-cpp-python 0.3.36, ``llama_cpp/llama.py`` (``Llama._create_completion``: how echoed
+entries pair tokens with score rows and skip the BOS id) and ``llama_cpp/_internals.py``
+(``detokenize``: a 32-byte buffer per token), which fix the ``"llama-cpp-python"`` alignment
+and key style below.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+from transformers import (LogitsProcessorList, PreTrainedTokenizerBase, TemperatureLogitsWarper, TopKLogitsWarper,
+                          TopPLogitsWarper)
+
+from .blackbox import DEFAULT_RULE, RULES, BlackBoxLM, complete_top_k
+
+TEACHER_FORCING = ("stepwise", "echo")
+ECHO_ALIGNMENTS = ("openai", "llama-cpp-python")
+KEY_STYLES = ("llama-cpp-python", "decoded", "token-ids")
+RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+PHASES = ("checks", "teacher_forcing", "decoding")
+# Largest mean difference (nats) between an echoed entry and a single request for the same
+# position under the right alignment (``ApiBlackBox._measure_echo_alignment``).
+ECHO_TOLERANCE = 0.5
+CHAT_ONLY = (
+    "A chat endpoint returns log-probabilities only for the tokens it generates itself (OpenAI: "
+    "the top 20 at most): it cannot score a reference text, so a Plugin cannot be trained through "
+    "it, and it can decode only where it lets a request continue an assistant message the caller "
+    "wrote. Training needs a completions endpoint (/v1/completions) with logprobs, e.g. vLLM, "
+    "llama.cpp's server or TGI."
+)
+
+
+class ApiError(RuntimeError):
+    """Something went wrong talking to the model's server."""
+
+
+class ApiUnavailable(ApiError):
+    """No answer: the server is down, unreachable, or kept failing after the retries."""
+
+
+class ApiRequestError(ApiError):
+    """The server answered, and rejected the request (a 4xx, or a 500 with a message)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class NoLogProbs(ApiError):
+    """The answer carries no log-probabilities where the protocol needs them."""
+
+
+class TokenizerMismatch(ApiError):
+    """The local tokenizer is not the server's: ids and vocabulary would not line up."""
+
+
+# ---------------------------------------------------------------- usage
+
+
+@dataclass
+class PhaseUsage:
+    """What one phase of work cost: requests, retried attempts, the tokens the server counted,
+    wall time, and the work done (``items``: pairs scored or tokens generated; ``positions``:
+    next-token distributions received)."""
+
+    requests: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    items: int = 0
+    positions: int = 0
+    retokenized: int = 0  # requests whose text the server tokenized into another number of tokens
+
+    def minus(self, other: "PhaseUsage") -> "PhaseUsage":
+        return PhaseUsage(**{k: getattr(self, k) - getattr(other, k) for k in self.__dataclass_fields__})
+
+
+@dataclass
+class Usage:
+    """Per phase (``PHASES``): checks at connection, teacher forcing, decoding."""
+
+    phases: dict[str, PhaseUsage] = field(default_factory=lambda: {p: PhaseUsage() for p in PHASES})
+
+    def snapshot(self) -> "Usage":
+        return Usage({p: PhaseUsage(**vars(u)) for p, u in self.phases.items()})
+
+    def minus(self, other: "Usage") -> "Usage":
+        return Usage({p: self.phases[p].minus(other.phases[p]) for p in PHASES})
+
+    def as_dict(self) -> dict[str, dict]:
+        return {p: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in vars(u).items()}
+                for p, u in self.phases.items()}
+
+
+# ---------------------------------------------------------------- the HTTP client
+
+
+class CompletionsClient:
+    """JSON over HTTP to an OpenAI-compatible server (standard library only).
+
+    ``base_url`` is the server's root or its ``/v1`` (``http://127.0.0.1:8080`` or
+    ``http://127.0.0.1:8080/v1``). The API key is read from the environment variable
+    ``api_key_env`` at every request: it is never stored on the object, logged or shown.
+    """
+
+    def __init__(self, base_url: str, *, api_key_env: str | None = "PLUGIN_API_KEY", timeout_s: float = 120.0,
+                 max_retries: int = 4, backoff_s: float = 0.5, max_backoff_s: float = 30.0,
+                 max_concurrency: int = 4):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL such as 'http://127.0.0.1:8080', got {base_url!r}.")
+        if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
+            raise ValueError("max_concurrency >= 1, max_retries >= 0 and timeout_s > 0 are needed.")
+        root = base_url.rstrip("/")
+        self.root = root.removesuffix("/v1")
+        self.api_key_env = api_key_env
+        self.timeout_s, self.max_retries = timeout_s, max_retries
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
+        self.max_concurrency = max_concurrency
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._lock = threading.Lock()
+        self.usage = Usage()
+
+    def __repr__(self) -> str:
+        return (f"CompletionsClient({self.root!r}, api_key_env={self.api_key_env!r}, timeout_s={self.timeout_s}, "
+                f"max_retries={self.max_retries}, max_concurrency={self.max_concurrency})")
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def count(self, phase: str, **amounts) -> None:
+        """Add ``amounts`` to the usage of ``phase`` (thread-safe)."""
+        with self._lock:
+            usage = self.usage.phases[phase]
+            for name, value in amounts.items():
+                setattr(usage, name, getattr(usage, name) + value)
+
+    def request(self, method: str, path: str, body: dict | None = None, *, phase: str = "checks") -> dict:
+        """The JSON answer of ``method path``; retried as the module docstring says."""
+        url = self.root + path
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                with self._slots:
+                    request = urllib.request.Request(url, data=data, headers=self._headers(), method=method)
+                    with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                        answer = json.loads(response.read().decode("utf-8"))
+                self.count(phase, requests=1)
+                return answer
+            except urllib.error.HTTPError as err:
+                status, message = err.code, _error_message(err)
+                if not _is_transient(status, message):
+                    raise ApiRequestError(f"{method} {url} was rejected with HTTP {status}: "
+                                          f"{message or '(no message)'}", status) from None
+                failure = f"HTTP {status} {message or ''}".strip()
+                retry_after = _retry_after(err.headers.get("Retry-After"))
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+                reason = getattr(err, "reason", err)
+                failure = f"no answer ({type(reason).__name__}: {reason})"
+            if attempt == self.max_retries:
+                raise ApiUnavailable(
+                    f"{method} {url}: {failure}, after {self.max_retries + 1} attempt(s). Is the server running "
+                    f"and reachable at {self.root}? (time-out {self.timeout_s} s per request)") from None
+            self.count(phase, retries=1)
+            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt)
+            time.sleep(retry_after if retry_after is not None else delay * (0.5 + random.random() / 2))
+        raise AssertionError("unreachable")
+
+    def post(self, path: str, body: dict, *, phase: str = "checks") -> dict:
+        return self.request("POST", path, body, phase=phase)
+
+    def get(self, path: str, *, phase: str = "checks") -> dict:
+        return self.request("GET", path, phase=phase)
+
+
+def _error_message(err: urllib.error.HTTPError) -> str:
+    try:
+        raw = err.read().decode("utf-8", errors="replace")
+    except Exception:  # a body that cannot be read says nothing more than the status
+        return ""
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return raw.strip()[:500] if raw.strip() != "Internal Server Error" else ""
+    error = payload.get("error", payload.get("detail", "")) if isinstance(payload, dict) else payload
+    message = error.get("message", "") if isinstance(error, dict) else error
+    return str(message or "").strip()[:1000]
+
+
+def _is_transient(status: int, message: str) -> bool:
+    """Worth retrying: overload, rate limits, gateways; a 500 only without a message (with one,
+    it is llama-cpp-python rejecting the request, which a retry would not change)."""
+    return status in RETRY_STATUSES or (status == 500 and not message)
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------- token keys
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    """Character -> byte of byte-level BPE vocabularies (GPT-2's scheme): printable Latin-1
+    bytes stand for themselves, the other bytes for the characters from U+0100 on, in order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    for extra, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = chr(256 + extra)
+    return {c: b for b, c in chars.items()}
+
+
+def token_bytes(tokenizer: PreTrainedTokenizerBase) -> list[bytes | None]:
+    """Each id's bytes (None for special tokens). Exact for byte-level BPE vocabularies; for
+    others, the tokenizer's decoding of the id alone."""
+    size = len(tokenizer)
+    special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    special |= set(tokenizer.all_special_ids)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
+    decoder = _byte_level_decoder()
+    byte_level = all(c in decoder for i, t in enumerate(tokens) if i not in special and t for c in t)
+    out: list[bytes | None] = []
+    for i, token in enumerate(tokens):
+        if i in special:
+            out.append(None)
+        elif byte_level:
+            out.append(bytes(decoder[c] for c in token))
+        else:
+            out.append(tokenizer.decode([i], clean_up_tokenization_spaces=False).encode("utf-8"))
+    return out
+
+
+def token_keys(tokenizer: PreTrainedTokenizerBase, style: str, pieces: list[bytes | None] | None = None) -> list[str]:
+    """The key under which the server reports each id's log-probability (``KEY_STYLES``):
+
+    - ``"llama-cpp-python"``: the id's bytes decoded as UTF-8 dropping invalid bytes; special
+      tokens, and tokens longer than 32 bytes (its detokenize buffer), as ``""``;
+    - ``"decoded"``: the tokenizer's decoding of the id alone, special tokens as their text
+      (vLLM's default);
+    - ``"token-ids"``: ``"token_id:<id>"`` (vLLM's ``--return-tokens-as-token-ids``), exact.
+    """
+    if style not in KEY_STYLES:
+        raise ValueError(f"Unknown key style {style!r}; choose one of {KEY_STYLES}.")
+    size = len(tokenizer)
+    if style == "token-ids":
+        return [f"token_id:{i}" for i in range(size)]
+    if style == "decoded":
+        return [tokenizer.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+                for i in range(size)]
+    pieces = pieces if pieces is not None else token_bytes(tokenizer)
+    return ["" if b is None or len(b) > 32 else b.decode("utf-8", errors="ignore") for b in pieces]
+
+
+class KeyMap:
+    """Server keys back to token ids.
+
+    Where several ids share a key (llama-cpp-python renders every special token as ``""``, and
+    byte fragments of a character lose their incomplete bytes) the server keeps one value for
+    them all: llama-cpp-python the last one written, the least likely of them in its top k. It
+    goes to the end-of-sequence token when that shares the key (``""``: decoding must see when
+    to stop), otherwise to the one id whose text the key is exactly; where no single id is, the
+    key is ``ambiguous`` and its value is left to the completion rule, like an unreported
+    token's. So where the end-of-sequence token and another special token are both in the top
+    k, the end-of-sequence token gets the other's (lower) value: no request can tell them apart.
+    """
+
+    def __init__(self, keys: Sequence[str], eos_token_id: int | None, exact: Sequence[bool]):
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, key in enumerate(keys):
+            groups[key].append(i)
+        self.keys = list(keys)
+        self.ids: dict[str, int] = {}
+        self.ambiguous: set[str] = set()
+        for key, members in groups.items():
+            exact_members = [i for i in members if exact[i]]
+            if len(members) == 1:
+                self.ids[key] = members[0]
+            elif eos_token_id in members:
+                self.ids[key] = eos_token_id
+            elif len(exact_members) == 1:
+                self.ids[key] = exact_members[0]
+            else:
+                self.ambiguous.add(key)
+
+    def known(self, key: str) -> bool:
+        return key in self.ids or key in self.ambiguous
+
+    def to_ids(self, top: dict[str, float]) -> dict[int, float]:
+        """``{id: log-probability}`` of a server's ``{key: log-probability}``; unknown keys raise."""
+        unknown = [k for k in top if not self.known(k)]
+        if unknown:
+            raise TokenizerMismatch(
+                f"The server reported tokens the local tokenizer does not have: {unknown[:5]!r}. The tokenizer named "
+                "in the configuration is not the server's (or its keys have another style).")
+        return {self.ids[k]: float(v) for k, v in top.items() if k in self.ids and v is not None}
+
+
+# ---------------------------------------------------------------- echo alignment
+
+
+def echo_entries(ids: Sequence[int], alignment: str, bos_token_id: int | None) -> list[tuple[int, int | None]]:
+    """For each entry of an echoed answer to the text of ``ids`` (plus one generated token):
+    (L, token), meaning the entry holds the next-token distribution after ``ids[:L]`` and is
+    labelled with ``token`` (None: the generated one).
+
+    - ``"openai"``: entry i belongs to token i and holds the distribution it was drawn from
+      (after ``ids[:i]``); entry 0 is null; the generated token's entry comes last.
+    - ``"llama-cpp-python"``: score row i (the distribution after ``ids[:i+1]``) is paired with
+      token i of ``ids`` (of ``ids[1:]`` when ``ids[0]`` is the BOS id), then the generated token;
+      pairs whose token is the BOS id are dropped; the first entry kept is null. With a leading
+      BOS this is the OpenAI alignment minus BOS-id tokens; without one it is shifted by one.
+    """
+    n = len(ids)
+    if alignment == "openai":
+        return [(i, ids[i]) for i in range(n)] + [(n, None)]
+    if alignment != "llama-cpp-python":
+        raise ValueError(f"Unknown echo alignment {alignment!r}; choose one of {ECHO_ALIGNMENTS}.")
+    labels: list[int | None] = list(ids[1:] if n and ids[0] == bos_token_id else ids) + [None]
+    return [(i + 1, labels[i]) for i in range(n) if labels[i] is None or labels[i] != bos_token_id]
+
+
+# ---------------------------------------------------------------- the black box
+
+
+class ApiBlackBox(BlackBoxLM):
+    """A model behind an OpenAI-compatible completions endpoint, seen as a top-k view.
+
+    Args:
+        client: the HTTP client (URL, key variable, time-out, retries, concurrency).
+        tokenizer: the server's tokenizer, from a local copy (``check_tokenizer`` verifies it).
+        k: log-probabilities per position (``logprobs``); ``max_k`` is the server's largest.
+        rule: how the unreported tokens are filled in (``core.blackbox.RULES``).
+        teacher_forcing: ``"stepwise"`` or ``"echo"`` (module docstring).
+        model: the request's ``model`` field (None: the server's only model, from /v1/models).
+        bias_end_tokens: send ``logit_bias`` -100 on the special tokens. llama-cpp-python
+            returns no log-probabilities at all when its sampled token ends generation; the
+            bias changes only which token it samples, not the log-probabilities it reports.
+        check: run ``check_server`` and ``check_tokenizer`` now (a clear error before any work).
+    """
+
+    def __init__(self, client: CompletionsClient, tokenizer: PreTrainedTokenizerBase, k: int, *,
+                 rule: str = DEFAULT_RULE, name: str = "api", teacher_forcing: str = "stepwise",
+                 max_k: int | None = None, model: str | None = None, bias_end_tokens: bool = True,
+                 check: bool = True):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        if max_k is not None and k > max_k:
+            raise ValueError(f"k={k} is above this server's limit of {max_k} log-probabilities per position "
+                             "(max_k in its configuration): ask for at most that many.")
+        if rule not in RULES:
+            raise ValueError(f"Unknown top-k rule {rule!r}; choose one of {RULES}.")
+        if teacher_forcing not in TEACHER_FORCING:
+            raise ValueError(f"teacher_forcing must be one of {TEACHER_FORCING}, got {teacher_forcing!r}.")
+        self.client, self.tokenizer, self.name = client, tokenizer, name
+        self.k, self.rule, self.teacher_forcing, self.max_k, self.model = k, rule, teacher_forcing, max_k, model
+        self._vocab_size = len(tokenizer)
+        self._pieces = token_bytes(tokenizer)
+        self._exact = [b is not None and _strict_utf8(b) for b in self._pieces]
+        self.key_style: str | None = None
+        self.key_map: KeyMap | None = None
+        self.echo_alignment: str | None = None
+        special = sorted({i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+                         | set(tokenizer.all_special_ids))
+        self._logit_bias = {str(i): -100 for i in special} if bias_end_tokens else None
+        self._echo_lock = threading.Lock()
+        if check:
+            self.check_server()
+            self.check_tokenizer()
+
+    # -- the BlackBoxLM interface
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32
+
+    @property
+    def usage(self) -> Usage:
+        return self.client.usage
+
+    def __repr__(self) -> str:
+        return (f"ApiBlackBox({self.name!r}, {self.client.root!r}, k={self.k}, rule={self.rule!r}, "
+                f"teacher_forcing={self.teacher_forcing!r}, vocab_size={self.vocab_size})")
+
+    # -- checks
+
+    def check_server(self) -> None:
+        """The server answers (``/v1/models``), and the request's ``model`` is known."""
+        try:
+            answer = self.client.get("/v1/models")
+        except ApiRequestError as err:
+            if err.status != 404:
+                raise
+            return  # a server without the listing: the configured model (or none) is sent as is
+        served = [m.get("id") for m in answer.get("data", []) if isinstance(m, dict)]
+        if self.model is None:
+            if len(served) != 1:
+                raise ApiRequestError(f"The server serves {len(served)} models ({served[:5]}); name the one to use "
+                                      "(model: in the configuration).")
+            self.model = served[0]
+        elif served and self.model not in served:
+            raise ApiRequestError(f"The server does not serve model {self.model!r}; it serves {served[:5]}.")
+
+    def check_tokenizer(self, samples: Sequence[str] | None = None) -> None:
+        """``TokenizerMismatch`` unless the server tokenizes like the local tokenizer.
+
+        The samples (by default ``_tokenizer_samples``: prose, digits, whitespace, special tokens,
+        and the texts of the vocabulary's last ids, which a smaller or other vocabulary lacks)
+        go to the server's tokenize endpoint where it has one (llama-cpp-python's
+        ``/extras/tokenize``, vLLM's ``/tokenize``), and one completion request checks the
+        token count, that log-probabilities come back (k of them), and the style of their keys.
+        """
+        samples = list(samples) if samples is not None else self._tokenizer_samples()
+        remote = self._remote_tokenize(samples)
+        if remote is not None:
+            for text, server_ids in zip(samples, remote):
+                local = self._encode(text)
+                if server_ids != local:
+                    raise TokenizerMismatch(
+                        f"The server tokenizes {text[:60]!r} as {server_ids[:12]}..., the local tokenizer as "
+                        f"{local[:12]}...: the tokenizer in the configuration is not the server's. The "
+                        "reweighting model needs the server's vocabulary: point the configuration at a "
+                        "local copy of the served model's tokenizer.")
+        probe = "The capital of France is Paris, and the capital of Italy is"
+        answer = self._complete(probe, echo=False, phase="checks")
+        top = _single_top(answer, probe)
+        self._choose_key_style(top)
+        served = (answer.get("usage") or {}).get("prompt_tokens")
+        if served is not None and served != len(self._encode(probe)):
+            raise TokenizerMismatch(f"The server counts {served} tokens in {probe!r}, the local tokenizer "
+                                    f"{len(self._encode(probe))}: the tokenizers differ (or the server adds a BOS "
+                                    "token; only servers that take the text as it is are supported).")
+        # Keys of several tokens can coincide, so a few of the k may share a key; far fewer
+        # than k means the server caps k without saying so.
+        if len(top) < math.floor(0.9 * min(self.k, self.vocab_size)):
+            raise ApiRequestError(f"Asked for k={self.k} log-probabilities per position, the server returned "
+                                  f"{len(top)}: its limit is lower. Use k <= {len(top)}.")
+
+    def _tokenizer_samples(self) -> list[str]:
+        last = [self.tokenizer.decode([i]) for i in range(self.vocab_size - 1, self.vocab_size - 40, -1)
+                if self._exact[i]][:8]
+        specials = "".join(t for t in (self.tokenizer.bos_token, self.tokenizer.eos_token) if t)
+        return ["The quick brown fox jumps over the lazy dog.", "  Prices: £20-25, 3.14159 and 1,000,000!\n\tok",
+                f"{specials}user\nhello{specials}", "Ünïcödé ✓ 東京 naïve café", " ".join(last)]
+
+    def _remote_tokenize(self, samples: Sequence[str]) -> list[list[int]] | None:
+        attempts = [("/extras/tokenize", lambda t: {"input": t}, lambda a: a["tokens"]),
+                    ("/tokenize", lambda t: {"prompt": t, "model": self.model, "add_special_tokens": False},
+                     lambda a: a["tokens"])]
+        for path, body, tokens in attempts:
+            try:
+                return [list(tokens(self.client.post(path, body(text)))) for text in samples]
+            except ApiRequestError as err:
+                if err.status not in (404, 405):
+                    raise
+            except (KeyError, TypeError):
+                continue
+        return None
+
+    def _choose_key_style(self, top: dict[str, float]) -> None:
+        if self.key_map is not None:
+            return
+        for style in KEY_STYLES:
+            keys = token_keys(self.tokenizer, style, self._pieces)
+            key_map = KeyMap(keys, self.eos_token_id, self._exact)
+            if all(key_map.known(k) for k in top):
+                self.key_style, self.key_map = style, key_map
+                return
+        raise TokenizerMismatch(f"The server's token keys {list(top)[:8]!r} match no style of the local tokenizer "
+                                f"({', '.join(KEY_STYLES)}): the tokenizer in the configuration is not the server's.")
+
+    # -- requests
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _text(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def _complete(self, text: str, *, echo: bool, phase: str) -> dict:
+        body = {"prompt": text, "max_tokens": 1, "temperature": 0, "logprobs": self.k, "echo": echo}
+        if self.model is not None:
+            body["model"] = self.model
+        if self._logit_bias:
+            body["logit_bias"] = self._logit_bias
+        try:
+            answer = self.client.post("/v1/completions", body, phase=phase)
+        except ApiRequestError as err:
+            if err.status in (404, 405):
+                raise ApiRequestError(f"{err} The server has no completions endpoint. {CHAT_ONLY}", err.status) from None
+            if "logprobs" in str(err):
+                raise ApiRequestError(f"{err} (asked for logprobs={self.k}: a server's largest k may be lower, "
+                                      "e.g. vLLM's --max-logprobs, 20 by default; llama.cpp's server needs "
+                                      "--logits_all true)", err.status) from None
+            raise
+        usage = answer.get("usage") or {}
+        self.client.count(phase, prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                           completion_tokens=int(usage.get("completion_tokens") or 0))
+        return answer
+
+    def _distribution(self, top: dict[str, float]) -> torch.Tensor:
+        """A full-vocabulary log-probability vector from the server's ``{key: log-prob}``."""
+        values = self.key_map.to_ids(top)
+        if len(values) > self.k:  # an echoed entry also carries its own token's value
+            values = dict(sorted(values.items(), key=lambda kv: kv[1], reverse=True)[: self.k])
+        ids = torch.tensor(list(values), dtype=torch.long)
+        reported = torch.tensor(list(values.values()), dtype=torch.float32)
+        reported, fill = complete_top_k(reported, self.vocab_size, self.rule)
+        return torch.full((self.vocab_size,), fill.item()).index_copy_(0, ids, reported)
+
+    def next_token_log_probs(self, ids: Sequence[int], *, phase: str = "decoding") -> torch.Tensor:
+        """The completed next-token log-probabilities (V,) after ``ids``: one request."""
+        answer = self._complete(self._text(ids), echo=False, phase=phase)
+        top = _single_top(answer, self._text(ids)[-60:])
+        self._choose_key_style(top)
+        served = (answer.get("usage") or {}).get("prompt_tokens")
+        if served is not None and served != len(ids):
+            self.client.count(phase, retokenized=1)
+        return self._distribution(top)
+
+    def echo_log_probs(self, ids: Sequence[int], lengths: Sequence[int], *, phase: str = "teacher_forcing"
+                       ) -> dict[int, torch.Tensor]:
+        """{L: next-token log-probabilities after ``ids[:L]``} for the ``lengths`` one echo request
+        covers (the others are missing from the result)."""
+        alignment = self.detect_echo_alignment()
+        text = self._text(ids)
+        answer = self._complete(text, echo=True, phase=phase)
+        logprobs = _choice(answer).get("logprobs") or {}
+        tops, tokens = logprobs.get("top_logprobs"), logprobs.get("tokens")
+        if not tops:
+            raise NoLogProbs(f"The server echoed no log-probabilities for {text[-60:]!r}: it cannot teach-force "
+                             "by echo here; use teacher_forcing='stepwise'.")
+        entries = echo_entries(ids, alignment, self.tokenizer.bos_token_id)
+        if len(tops) not in (len(entries), len(entries) - 1):
+            raise TokenizerMismatch(f"The server echoed {len(tops)} positions for a text of {len(ids)} tokens "
+                                    f"(expected {len(entries)}): it tokenized the text differently.")
+        keys = self.key_map.keys if self.key_map is not None else None
+        wanted, out = set(lengths), {}
+        for j, ((length, token), top) in enumerate(zip(entries, tops)):
+            if token is not None and tokens is not None and keys is not None and tokens[j] != keys[token]:
+                raise TokenizerMismatch(f"Echoed token {j} is {tokens[j]!r}, the local tokenizer has "
+                                        f"{keys[token]!r}: the server tokenized the text differently.")
+            if length in wanted and top:
+                self._choose_key_style(top)
+                out[length] = self._distribution(top)
+        return out
+
+    def detect_echo_alignment(self) -> str:
+        """Which of ``ECHO_ALIGNMENTS`` this server's echo follows: measured once, on a text
+        with and one without a leading BOS token, against single-position requests."""
+        with self._echo_lock:
+            if self.echo_alignment is None:
+                self.echo_alignment = self._measure_echo_alignment()
+        return self.echo_alignment
+
+    def _measure_echo_alignment(self) -> str:
+        # The server's own numbers differ a little between one echo (all positions in one batch)
+        # and single requests (one new position on a reused cache): llama.cpp's quantised
+        # kernels depend on the batch size, by up to a few tenths of a nat on Q4 weights. The
+        # wrong alignment compares distributions of different positions: nats apart, and other
+        # tokens on top.
+        probes = ["The capital of France is Paris, and the capital of Italy is"]
+        if self.tokenizer.bos_token:
+            probes.append(f"{self.tokenizer.bos_token}user\nThe capital of France is")
+        distance = dict.fromkeys(ECHO_ALIGNMENTS, 0.0)
+        for text in probes:
+            ids = self._encode(text)
+            answer = self._complete(text, echo=True, phase="checks")
+            tops = (_choice(answer).get("logprobs") or {}).get("top_logprobs") or []
+            if not tops:
+                raise NoLogProbs("The server answers echo requests without log-probabilities: use "
+                                 "teacher_forcing='stepwise'.")
+            truth = {length: _single_top(self._complete(self._text(ids[:length]), echo=False, phase="checks"), text)
+                     for length in (len(ids) - 1, len(ids))}
+            for alignment in ECHO_ALIGNMENTS:
+                entries = echo_entries(ids, alignment, self.tokenizer.bos_token_id)
+                where = {length: j for j, (length, _) in enumerate(entries)}
+                if len(tops) != len(entries) or any(length not in where for length in truth):
+                    distance[alignment] = math.inf
+                    continue
+                for length, top in truth.items():
+                    distance[alignment] = max(distance[alignment], _top_distance(tops[where[length]], top))
+        matching = [a for a, d in distance.items() if d <= ECHO_TOLERANCE]
+        if len(matching) != 1:
+            raise ApiError(f"The server's echoed log-probabilities match {matching or 'none'} of the known "
+                           f"alignments {ECHO_ALIGNMENTS} (largest mean difference per alignment: {distance}): "
+                           "use teacher_forcing='stepwise'.")
+        return matching[0]
+
+    # -- teacher forcing
+
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Completed log-probabilities (N, V) at ``positions`` (row-major), requested from the server.
+
+        Row r's position c holds the distribution after its real tokens up to c (left padding
+        is dropped). ``"stepwise"`` asks one request per position; ``"echo"`` one per row, plus
+        single requests for the positions an echo does not cover (its first token's).
+        """
+        started = time.perf_counter()
+        rows = []
+        for r in range(input_ids.shape[0]):
+            real = attention_mask[r].bool()
+            start = int(real.nonzero()[0]) if real.any() else input_ids.shape[1]
+            ids = input_ids[r, start:].tolist()
+            if not bool(real[start:].all()):
+                raise ValueError("logits_at needs left-padded rows (padding first, then the tokens).")
+            wanted = [c - start + 1 for c in positions[r].nonzero().flatten().tolist()]
+            if any(length < 1 for length in wanted):
+                raise ValueError("A requested position lies in the padding.")
+            rows.append((ids, wanted))
+        with ThreadPoolExecutor(max_workers=self.client.max_concurrency) as pool:
+            results = list(pool.map(lambda row: self._row_log_probs(*row), rows))
+        out = [result[length] for (ids, wanted), result in zip(rows, results) for length in wanted]
+        self.client.count("teacher_forcing", items=sum(bool(w) for _, w in rows),
+                           positions=len(out), seconds=time.perf_counter() - started)
+        return torch.stack(out) if out else torch.empty(0, self.vocab_size)
+
+    def _row_log_probs(self, ids: list[int], lengths: list[int]) -> dict[int, torch.Tensor]:
+        if not lengths:
+            return {}
+        stepwise_ok = all(self._encode(self._text(ids[:length])) == ids[:length] for length in lengths)
+        if self.teacher_forcing == "stepwise" and stepwise_ok:
+            return {length: self.next_token_log_probs(ids[:length], phase="teacher_forcing") for length in lengths}
+        if self._encode(self._text(ids)) != ids:
+            raise TokenizerMismatch(f"The token ids of {self._text(ids)[-80:]!r} do not survive as text (the "
+                                    "tokenizer encodes their text differently), and the server takes text only.")
+        found = self.echo_log_probs(ids, lengths)
+        for length in (m for m in lengths if m not in found):
+            if self._encode(self._text(ids[:length])) != ids[:length]:
+                raise TokenizerMismatch(f"No echoed distribution after {self._text(ids[:length])[-60:]!r}, and that "
+                                        "prefix does not survive as text.")
+            found[length] = self.next_token_log_probs(ids[:length], phase="teacher_forcing")
+        return found
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Completed log-probabilities (B, T, V) at every real position (uniform on padding)."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        real = attention_mask.bool()
+        out = torch.full((*input_ids.shape, self.vocab_size), -math.log(self.vocab_size))
+        out[real] = self.logits_at(input_ids, attention_mask, real)
+        return out
+
+    # -- decoding
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                 logits_processor: Sequence[Callable] | None = None, max_new_tokens: int = 20,
+                 pad_token_id: int | None = None, eos_token_id: int | Sequence[int] | None = None,
+                 do_sample: bool = False, temperature: float | None = None, top_k: int | None = None,
+                 top_p: float | None = None, num_beams: int = 1, min_new_tokens: int = 0) -> torch.Tensor:
+        """Greedy decoding or sampling, one request per row and step (transformers' ``generate``
+        for what the package uses of it): ``logits_processor`` runs on the completed
+        log-probabilities; a finished row is padded. Beam search is not offered over an API."""
+        if num_beams != 1:
+            raise NotImplementedError("Beam search is not available over an API black box: decode greedily or sample.")
+        eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [self.eos_token_id])
+        pad = pad_token_id if pad_token_id is not None else self.tokenizer.pad_token_id
+        processors = LogitsProcessorList(list(logits_processor or []))
+        warpers = LogitsProcessorList()
+        if do_sample:
+            if temperature is not None and temperature != 1.0:
+                warpers.append(TemperatureLogitsWarper(temperature))
+            if top_k:
+                warpers.append(TopKLogitsWarper(top_k))
+            if top_p is not None and top_p < 1.0:
+                warpers.append(TopPLogitsWarper(top_p))
+        prompts = [input_ids[r][attention_mask[r].bool()].tolist() for r in range(input_ids.shape[0])]
+        sequences = input_ids.clone()
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        uniform = -math.log(self.vocab_size)
+        with ThreadPoolExecutor(max_workers=self.client.max_concurrency) as pool:
+            for step in range(max_new_tokens):
+                started = time.perf_counter()
+                live = [r for r in range(len(prompts)) if not done[r]]
+                generated = sequences[:, input_ids.shape[1]:]
+                asked = [prompts[r] + generated[r].tolist() for r in live]
+                scores = torch.full((len(prompts), self.vocab_size), uniform)
+                for r, row in zip(live, pool.map(self.next_token_log_probs, asked)):
+                    scores[r] = row
+                self.client.count("decoding", items=len(live), positions=len(live),
+                                   seconds=time.perf_counter() - started)
+                scores = processors(sequences, scores)
+                if step < min_new_tokens:
+                    scores[:, sorted(eos)] = -math.inf
+                if do_sample:
+                    probs = torch.softmax(warpers(sequences, scores), dim=-1)
+                    chosen = torch.multinomial(probs, 1).squeeze(1)
+                else:
+                    chosen = scores.argmax(-1)
+                chosen = chosen.masked_fill(done, pad)
+                sequences = torch.cat((sequences, chosen[:, None]), dim=1)
+                done |= torch.isin(chosen, torch.tensor(sorted(eos)))
+                if done.all():
+                    break
+        return sequences
+
+
+def _strict_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return len(raw) <= 32
+    except UnicodeDecodeError:
+        return False
+
+
+def _choice(answer: dict) -> dict:
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        raise NoLogProbs(f"The server's answer has no choices: {str(answer)[:200]}")
+    return choices[0]
+
+
+def _single_top(answer: dict, text: str) -> dict[str, float]:
+    """The next-token ``{key: log-prob}`` of a ``max_tokens: 1, echo: false`` answer."""
+    choice = _choice(answer)
+    tops = (choice.get("logprobs") or {}).get("top_logprobs")
+    if not tops or not tops[0]:
+        stopped = choice.get("finish_reason") == "stop"
+        raise NoLogProbs(
+            f"The server returned no log-probabilities after {text!r}"
+            + (" (it stopped at once: the most likely token ends generation, and the server ignored logit_bias)"
+               if stopped else "") + ". The Plugin needs the top-k log-probabilities of every step.")
+    return tops[0]
+
+
+def _top_distance(a: dict | None, b: dict | None) -> float:
+    """How far apart two ``{key: log-prob}`` answers are: the mean absolute difference on the
+    keys both report; infinite when they disagree on the most likely key or share under half."""
+    if not a or not b:
+        return math.inf
+    shared = set(a) & set(b)
+    if len(shared) < min(len(a), len(b)) / 2 or max(a, key=a.get) != max(b, key=b.get):
+        return math.inf
+    return sum(abs(a[key] - b[key]) for key in shared) / len(shared)

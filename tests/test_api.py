@@ -1,0 +1,494 @@
+"""The HTTP black box (``core.api``): against a fake OpenAI-compatible server serving the tiny
+in-process base (exact comparisons with the in-process top-k view, error handling), and
+against llama-cpp-python's real server on the offline GGUF (alignment with the in-process
+model, a stopped server, a tokenizer mismatch). The real-server tests skip where
+llama-cpp-python's server is not installed (``pip install -e ".[api]"``)."""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import LogitsProcessorList, PreTrainedTokenizerFast
+
+from plugin_lib.core.api import (ApiBlackBox, ApiRequestError, ApiUnavailable, CompletionsClient, KeyMap, NoLogProbs,
+                                 TokenizerMismatch, echo_entries, token_bytes, token_keys)
+from plugin_lib.core.blackbox import TopKBlackBox, restrict_log_probs
+from plugin_lib.core.decode import generate
+from plugin_lib.core.train import BaseOutputCache, collate, encode_pairs
+from plugin_lib.harness import api_server, models
+from plugin_lib.harness.api_server import LlamaCppServer
+
+K = 20
+PROMPTS = ["Hello, my name is", "The quick brown fox jumps over the lazy dog and then",
+           "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"]
+TARGETS = ["Ada and I write code.", "it sleeps.", "Blue is a colour."]
+
+
+@pytest.fixture(scope="module")
+def local_tokenizer():
+    """SmolLM2's tokenizer alone (the converted copy), as the API model's entry names it."""
+    return models.api_tokenizer(models.model_spec("smollm2-135m-instruct-api"))
+
+
+# ---------------------------------------------------------------- a fake server
+
+
+class FakeServer(ThreadingHTTPServer):
+    """An OpenAI-compatible completions server in a thread, backed by an in-process black box.
+
+    It tokenizes the text prompt, runs the base once, and answers with top-k keys in vLLM's
+    exact ``token_id:<id>`` style and OpenAI's echo alignment. ``script`` is a list of
+    (status, body, headers) answered first, whatever the request; ``cap_k`` returns at most
+    that many log-probabilities; ``no_logprobs`` leaves them out; ``delay`` waits per request.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, base, tokenizer, *, script=(), cap_k=None, no_logprobs=False, delay=0.0,
+                 tokenize=None, completions=True):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.base, self.tokenizer = base, tokenizer
+        self.script, self.cap_k, self.no_logprobs, self.delay = list(script), cap_k, no_logprobs, delay
+        self.tokenize = tokenize or (lambda text: tokenizer(text, add_special_tokens=False)["input_ids"])
+        self.completions = completions
+        self.requests, self.headers_seen = 0, []
+        self.in_flight = self.most_in_flight = 0
+        self.lock = threading.Lock()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def close(self):
+        self.shutdown()
+        self.server_close()
+
+    def top(self, row: torch.Tensor, k: int) -> dict[str, float]:
+        values, ids = row.topk(min(k, self.cap_k or k))
+        return {f"token_id:{i}": float(v) for v, i in zip(values.tolist(), ids.tolist())}
+
+    def complete(self, body: dict) -> dict:
+        ids = self.tokenize(body["prompt"])
+        log_p = F.log_softmax(self.base.logits(torch.tensor([ids]))[0].float(), dim=-1)  # row j: after ids[:j+1]
+        k = body.get("logprobs")
+        generated = int(log_p[-1].argmax())
+        choice = {"text": self.tokenizer.decode([generated]), "index": 0, "finish_reason": "length", "logprobs": None}
+        if k is not None and not self.no_logprobs:
+            if body.get("echo"):
+                # OpenAI: entry i is token i with the distribution it was drawn from; entry 0 null.
+                tops = [None] + [self.top(log_p[i - 1], k) for i in range(1, len(ids))] + [self.top(log_p[-1], k)]
+                tokens = [f"token_id:{i}" for i in ids + [generated]]
+            else:
+                tops, tokens = [self.top(log_p[-1], k)], [f"token_id:{generated}"]
+            choice["logprobs"] = {"tokens": tokens, "top_logprobs": tops}
+        return {"choices": [choice], "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, status: int, body, headers=()):
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(status)
+        for key, value in headers:
+            self.send_header(key, value)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _serve(self, body: dict | None):
+        server: FakeServer = self.server
+        with server.lock:
+            server.requests += 1
+            server.headers_seen.append(dict(self.headers))
+            server.in_flight += 1
+            server.most_in_flight = max(server.most_in_flight, server.in_flight)
+            scripted = server.script.pop(0) if server.script else None
+        try:
+            time.sleep(server.delay)
+            if scripted is not None:
+                return self._answer(*scripted)
+            if self.path == "/v1/models":
+                return self._answer(200, {"data": [{"id": "fake"}]})
+            if self.path == "/extras/tokenize":
+                return self._answer(200, {"tokens": server.tokenize(body["input"])})
+            if self.path == "/v1/completions" and server.completions:
+                return self._answer(200, server.complete(body))
+            return self._answer(404, {"detail": "Not Found"})
+        finally:
+            with server.lock:
+                server.in_flight -= 1
+
+    def do_GET(self):
+        self._serve(None)
+
+    def do_POST(self):
+        self._serve(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+
+@pytest.fixture
+def fake(tiny_base):
+    servers = []
+
+    def start(**kwargs):
+        server = FakeServer(tiny_base, tiny_base.tokenizer, **kwargs)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def _client(url, **kwargs):
+    kwargs.setdefault("max_retries", 2)
+    kwargs.setdefault("backoff_s", 0.01)
+    kwargs.setdefault("timeout_s", 10)
+    return CompletionsClient(url, **kwargs)
+
+
+def _pairs(tokenizer):
+    return encode_pairs(tokenizer, PROMPTS, TARGETS)
+
+
+# ---------------------------------------------------------------- the same numbers as the in-process view
+
+
+@pytest.mark.parametrize("teacher_forcing", ["stepwise", "echo"])
+def test_teacher_forcing_gives_the_in_process_views_rows(fake, tiny_base, teacher_forcing):
+    """Exact keys (token ids), so the completed rows are the top-k view's, both ways."""
+    server = fake()
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, teacher_forcing=teacher_forcing)
+    assert box.key_style == "token-ids"
+    view = TopKBlackBox(tiny_base, K)
+    pairs = _pairs(tiny_base.tokenizer)
+    api_cache = BaseOutputCache.build(box, pairs, progress=False)
+    view_cache = BaseOutputCache.build(view, pairs, progress=False)
+    torch.testing.assert_close(api_cache.get(range(3)), view_cache.get(range(3)), atol=2e-5, rtol=0)
+    if teacher_forcing == "echo":
+        assert box.detect_echo_alignment() == "openai"
+    spent = box.usage.phases["teacher_forcing"]
+    assert spent.items == 3 and spent.positions == sum(p.target_length for p in pairs)
+    expected = spent.positions if teacher_forcing == "stepwise" else 3
+    assert spent.requests == expected
+
+
+def test_plugin_decoding_through_the_api_equals_the_in_process_view(fake, tiny_base, small_reweighter):
+    server = fake()
+    box = ApiBlackBox(_client(server.url, max_concurrency=3), tiny_base.tokenizer, K)
+    view = TopKBlackBox(tiny_base, K)
+    reweighter = small_reweighter()
+    settings = dict(max_new_tokens=6, repetition_penalty=1.1, progress=False, batch_size=3)
+    assert generate(box, PROMPTS, reweighter, **settings) == generate(view, PROMPTS, reweighter, **settings)
+    assert generate(box, PROMPTS, None, **settings) == generate(view, PROMPTS, None, **settings)
+    decoding = box.usage.phases["decoding"]
+    assert decoding.requests == decoding.items > 0 and decoding.retokenized == 0
+    assert server.most_in_flight <= 3
+
+
+def test_logits_over_a_left_padded_batch_match_the_view(fake, tiny_base):
+    server = fake()
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+    batch = collate(_pairs(tiny_base.tokenizer), tiny_base.tokenizer.pad_token_id)
+    api, view = box.logits(batch["input_ids"], batch["attention_mask"]), TopKBlackBox(tiny_base, K).logits(
+        batch["input_ids"], batch["attention_mask"])
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(api[real], view[real], atol=2e-5, rtol=0)
+    assert torch.isfinite(api).all()  # padding positions hold a harmless uniform row
+
+
+def test_the_completion_rule_is_the_views(fake, tiny_base):
+    """renormalize as well: -inf outside the reported tokens, the reported ones renormalised."""
+    server = fake()
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, 5, rule="renormalize")
+    ids = tiny_base.tokenizer("Hello, my name is")["input_ids"]
+    expected = restrict_log_probs(tiny_base.logits(torch.tensor([ids]))[0, -1], 5, "renormalize")
+    got = box.next_token_log_probs(ids)
+    assert torch.isneginf(got).sum() == got.numel() - 5
+    torch.testing.assert_close(got, expected, atol=2e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- robustness
+
+
+def test_rate_limits_are_retried_with_backoff(fake, tiny_base):
+    server = fake(script=[(429, {"error": {"message": "slow down"}}, [("Retry-After", "0")]),
+                          (503, "", ())])
+    client = _client(server.url, max_retries=3)
+    assert client.get("/v1/models") == {"data": [{"id": "fake"}]}
+    assert server.requests == 3 and client.usage.phases["checks"].retries == 2
+
+
+def test_a_rejected_request_is_not_retried(fake, tiny_base):
+    """llama-cpp-python answers validation errors with HTTP 500 and a message: retrying cannot help."""
+    message = "1 validation error: logprobs Input should be greater than or equal to 0"
+    server = fake(script=[(500, {"error": {"message": message, "type": "internal_server_error"}}, ())])
+    client = _client(server.url, max_retries=5)
+    with pytest.raises(ApiRequestError, match="greater than or equal") as err:
+        client.post("/v1/completions", {"prompt": "x"})
+    assert err.value.status == 500 and server.requests == 1
+
+
+def test_persistent_server_errors_give_up_after_the_retries(fake, tiny_base):
+    server = fake(script=[(502, "", ())] * 10)
+    client = _client(server.url, max_retries=2)
+    with pytest.raises(ApiUnavailable, match="after 3 attempt"):
+        client.get("/v1/models")
+    assert server.requests == 3
+
+
+def test_no_server_is_a_clear_error():
+    client = _client(f"http://127.0.0.1:{api_server.free_port()}", max_retries=1)
+    started = time.perf_counter()
+    with pytest.raises(ApiUnavailable, match="Is the server running"):
+        client.get("/v1/models")
+    assert time.perf_counter() - started < 5
+
+
+def test_a_slow_server_times_out(fake, tiny_base):
+    server = fake(delay=1.0)
+    client = _client(server.url, timeout_s=0.2, max_retries=0)
+    with pytest.raises(ApiUnavailable, match="time-out 0.2 s"):
+        client.get("/v1/models")
+
+
+def test_concurrent_requests_are_capped(fake, tiny_base):
+    server = fake(delay=0.1)
+    client = _client(server.url, max_concurrency=2)
+    threads = [threading.Thread(target=client.get, args=("/v1/models",)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert server.requests == 8 and server.most_in_flight == 2
+
+
+def test_the_api_key_comes_from_the_environment_and_is_kept_nowhere(fake, tiny_base, monkeypatch):
+    secret = "sk-test-0123456789"
+    monkeypatch.setenv("PLUGIN_API_KEY", secret)
+    server = fake()
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+    assert server.headers_seen[-1]["Authorization"] == f"Bearer {secret}"
+    shown = repr(box) + repr(box.client) + json.dumps(box.usage.as_dict()) + str(vars(box.client)) + str(vars(box))
+    assert secret not in shown
+
+
+def test_k_above_the_configured_limit_is_refused_before_any_request(fake, tiny_base):
+    server = fake()
+    with pytest.raises(ValueError, match="above this server's limit of 5"):
+        ApiBlackBox(_client(server.url), tiny_base.tokenizer, 20, max_k=5)
+    assert server.requests == 0
+
+
+def test_a_server_that_caps_k_is_found_at_connection(fake, tiny_base):
+    server = fake(cap_k=5)
+    with pytest.raises(ApiRequestError, match="returned 5: its limit is lower"):
+        ApiBlackBox(_client(server.url), tiny_base.tokenizer, 20)
+
+
+def test_an_answer_without_log_probabilities_is_a_clear_error(fake, tiny_base):
+    server = fake(no_logprobs=True)
+    with pytest.raises(NoLogProbs, match="top-k log-probabilities of every step"):
+        ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+
+
+def test_a_chat_only_endpoint_says_it_cannot_train(fake, tiny_base):
+    server = fake(completions=False)
+    with pytest.raises(ApiRequestError, match="cannot be trained"):
+        ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+
+
+def test_a_different_tokenizer_on_the_server_is_found_at_connection(fake, tiny_base):
+    shifted = lambda text: [i + 1 for i in tiny_base.tokenizer(text, add_special_tokens=False)["input_ids"]]  # noqa: E731
+    server = fake(tokenize=shifted)
+    with pytest.raises(TokenizerMismatch, match="not the server's"):
+        ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+
+
+def test_load_api_model_needs_an_address_and_a_k(monkeypatch):
+    monkeypatch.delenv("PLUGIN_API_BASE_URL", raising=False)
+    with pytest.raises(ValueError, match="PLUGIN_API_BASE_URL"):
+        models.load_api_model("smollm2-135m-instruct-api@top20")
+    with pytest.raises(ValueError, match="@top<k>"):
+        models.load_api_model("smollm2-135m-instruct-api", base_url="http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="behind an HTTP API"):
+        models.load_causal_lm("smollm2-135m-instruct-api")
+
+
+# ---------------------------------------------------------------- keys and alignment
+
+
+def test_echo_alignments():
+    bos = 1
+    plain, chat = [5, 6, 7], [1, 5, 1, 6]
+    # OpenAI: entry i is token i, drawn after ids[:i]; the generated token last.
+    assert echo_entries(plain, "openai", bos) == [(0, 5), (1, 6), (2, 7), (3, None)]
+    # llama-cpp-python without a leading BOS: shifted by one, no entry for the generated token.
+    assert echo_entries(plain, "llama-cpp-python", bos) == [(1, 5), (2, 6), (3, 7)]
+    # With a leading BOS: OpenAI's alignment, every BOS-id token dropped, the generated token last.
+    assert echo_entries(chat, "llama-cpp-python", bos) == [(1, 5), (3, 6), (4, None)]
+
+
+def test_colliding_keys_go_to_the_end_of_sequence_token_or_the_exact_one(local_tokenizer):
+    pieces = token_bytes(local_tokenizer)
+    exact = [b is not None and len(b) <= 32 and b.decode("utf-8", "ignore").encode() == b for b in pieces]
+    key_map = KeyMap(token_keys(local_tokenizer, "llama-cpp-python", pieces), local_tokenizer.eos_token_id, exact)
+    space = local_tokenizer.convert_tokens_to_ids("Ġ")
+    assert key_map.ids[""] == local_tokenizer.eos_token_id  # every special token renders as ""
+    assert key_map.ids[" "] == space  # byte fragments after a space render as " " too
+    assert key_map.to_ids({"": -0.5, " ": -2.0, " the": -3.0}) == {
+        local_tokenizer.eos_token_id: -0.5, space: -2.0, local_tokenizer.convert_tokens_to_ids("Ġthe"): -3.0}
+    with pytest.raises(TokenizerMismatch):
+        key_map.to_ids({"no such token key \x00": -1.0})
+
+
+# ---------------------------------------------------------------- llama-cpp-python's real server
+
+needs_llama_cpp = pytest.mark.skipif(api_server.llama_cpp_missing() is not None,
+                                     reason=str(api_server.llama_cpp_missing()))
+
+
+@pytest.fixture(scope="module")
+def llama_server():
+    if api_server.llama_cpp_missing():
+        pytest.skip(api_server.llama_cpp_missing())
+    with LlamaCppServer(n_threads=1) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def live_box(llama_server, local_tokenizer):
+    return ApiBlackBox(_client(llama_server.base_url, max_concurrency=1, timeout_s=300), local_tokenizer, K)
+
+
+@needs_llama_cpp
+def test_keys_are_llama_cpp_pythons_for_every_id(local_tokenizer):
+    import llama_cpp
+
+    vocab = llama_cpp.Llama(model_path=str(models.gguf_path()), vocab_only=True, verbose=False)
+    keys = token_keys(local_tokenizer, "llama-cpp-python")
+    assert len(keys) == vocab.n_vocab() == len(local_tokenizer)
+    assert keys == [vocab.detokenize([i]).decode("utf-8", errors="ignore") for i in range(len(keys))]
+
+
+@needs_llama_cpp
+@pytest.mark.slow
+def test_live_server_alignment_matches_the_in_process_model(live_box, smollm2):
+    """Stepwise teacher forcing through llama.cpp (Q4_1) against the in-process model (the same
+    weights de-quantised to float32), at the target positions of a chat pair. Tolerance: the
+    same most likely token at 80% of the positions at least, and a mean |difference| of at most
+    0.2 nats over the top-k entries both report (quantisation: measured about 0.1); the echo
+    alignment is llama-cpp-python's and the echoed rows agree with the stepwise ones within the
+    server's own batch-size effect (mean 0.3 nats at most)."""
+    assert live_box.key_style == "llama-cpp-python"
+    assert live_box.detect_echo_alignment() == "llama-cpp-python"
+    pair = encode_pairs(live_box.tokenizer, [PROMPTS[2]], ["Blue. The sky is blue on a clear day."])[0]
+    ids, lengths = list(pair.input_ids), list(range(pair.prompt_length, len(pair.input_ids)))
+    stepwise = torch.stack([live_box.next_token_log_probs(ids[:n], phase="teacher_forcing") for n in lengths])
+    local = F.log_softmax(smollm2.logits(torch.tensor([ids]))[0].float(), dim=-1)
+    aligned, shifted = local[[n - 1 for n in lengths]], local[lengths[:-1]]
+
+    def closeness(api_rows, local_rows):
+        top_api, top_local = api_rows.topk(K).indices, local_rows.topk(K).indices
+        shared = (top_api[:, :, None] == top_local[:, None, :]).any(-1)
+        diff = (api_rows.gather(1, top_api) - local_rows.gather(1, top_api)).abs()[shared]
+        return (top_api[:, 0] == top_local[:, 0]).float().mean().item(), diff.mean().item()
+
+    same_top, mean_diff = closeness(stepwise, aligned)
+    assert same_top >= 0.8 and mean_diff <= 0.2
+    assert closeness(stepwise[:-1], shifted)[0] < 0.5  # one position off is far off: the test can tell
+    echoed = live_box.echo_log_probs(ids, lengths)
+    assert sorted(echoed) == lengths
+    assert closeness(torch.stack([echoed[n] for n in lengths]), stepwise)[1] <= 0.3
+
+
+@needs_llama_cpp
+def test_a_request_per_token_reproduces_the_servers_own_greedy_decoding(live_box):
+    prompt = "The three primary colours are"  # no end of text within 8 tokens
+    enc = live_box.tokenizer([prompt], return_tensors="pt")
+    out = live_box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=8,
+                            logits_processor=LogitsProcessorList(), eos_token_id=live_box.eos_token_id)
+    ours = live_box.tokenizer.decode(out[0, enc.input_ids.shape[1]:])
+    # repeat_penalty: llama-cpp-python's own sampling penalises repeats by default (1.1).
+    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "logit_bias": live_box._logit_bias,
+            "repeat_penalty": 1.0}
+    theirs = live_box.client.post("/v1/completions", body)["choices"][0]["text"]
+    assert ours == theirs
+
+
+@needs_llama_cpp
+def test_a_stopped_server_is_a_clear_error(local_tokenizer):
+    with LlamaCppServer(n_threads=1) as server:
+        box = ApiBlackBox(_client(server.base_url, max_retries=1, timeout_s=60), local_tokenizer, 5)
+    with pytest.raises(ApiUnavailable, match="Is the server running"):
+        box.next_token_log_probs(local_tokenizer("Hello")["input_ids"])
+
+
+@needs_llama_cpp
+def test_another_tokenizer_is_refused_by_the_live_server(llama_server, local_tokenizer, tmp_path):
+    """SmolLM2's tokenizer with two common tokens' ids swapped: a near miss is still found."""
+    spec = json.loads(local_tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    vocab["Ġthe"], vocab["Ġof"] = vocab["Ġof"], vocab["Ġthe"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    swapped = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"),
+                                      eos_token=local_tokenizer.eos_token, bos_token=local_tokenizer.bos_token)
+    with pytest.raises(TokenizerMismatch, match="not the server's"):
+        ApiBlackBox(_client(llama_server.base_url), swapped, K)
+
+
+@needs_llama_cpp
+def test_llama_cpp_has_no_k_limit_so_the_configuration_sets_one(llama_server, local_tokenizer):
+    """llama.cpp accepts any k (up to the whole vocabulary): max_k is where a limit comes from."""
+    box = ApiBlackBox(_client(llama_server.base_url), local_tokenizer, 1000)
+    assert (box.next_token_log_probs(local_tokenizer("Hello")["input_ids"]) > -math.inf).all()
+    with pytest.raises(ValueError, match="limit of 20"):
+        ApiBlackBox(_client(llama_server.base_url), local_tokenizer, 21, max_k=20)
+
+
+# ---------------------------------------------------------------- runs through the API
+
+
+def test_runs_record_what_they_asked_and_the_cache_is_asked_once(fake, tiny_base, tiny_profile, toy_example,
+                                                                tmp_path):
+    """The runner stores each run's requests; the base-output cache is built by the first
+    trained run and read from disk by every later one (grid, seeds): no further requests."""
+    from plugin_lib.harness import methods, runner
+
+    server = fake()
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, name="tiny-llama")
+    task = methods.Task(box, "e2e", "llama", train=[toy_example(i, "validation") for i in range(4)],
+                        hyper=[toy_example(i, "validation") for i in range(4, 6)],
+                        test=[toy_example(i, "test") for i in range(2)], cache_dir=tmp_path / "cache")
+    zeroshot = runner.run_experiment(task, "Zeroshot", 0, tiny_profile, progress=False)
+    first = runner.run_experiment(task, "Plugin", 0, tiny_profile, progress=False)
+    second = runner.run_experiment(task, "Plugin", 1, tiny_profile, progress=False)
+    pairs = len(task.encoded("train")) + len(task.encoded("hyper"))
+    assert zeroshot["api_usage"]["teacher_forcing"]["requests"] == 0
+    assert zeroshot["api_usage"]["decoding"]["requests"] == zeroshot["api_usage"]["decoding"]["items"] > 0
+    assert first["api_usage"]["teacher_forcing"]["items"] == pairs
+    assert first["api_usage"]["teacher_forcing"]["requests"] == first["api_usage"]["teacher_forcing"]["positions"]
+    assert second["api_usage"]["teacher_forcing"]["requests"] == 0  # the cache came from disk
+    assert second["api_usage"]["decoding"]["requests"] > 0
+
+
+def test_notebook_14_says_why_it_skips_without_a_server(monkeypatch, tmp_path):
+    from plugin_lib.experiments import api
+    from plugin_lib.harness.profile import load_profile
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(api_server, "llama_cpp_missing", lambda python=None: "llama-cpp-python is not installed")
+    study = api.run_study(load_profile("smoke"))
+    assert not study.ran and "not installed" in study.note
+    assert api.save_tables(study) == {} and api.plot_study(study) is None
+    assert api.summary_lines(study) == [study.note]
+    assert not (tmp_path / "smoke" / "tables").exists()
