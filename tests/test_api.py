@@ -173,7 +173,10 @@ def test_teacher_forcing_gives_the_in_process_views_rows(fake, tiny_base, teache
     pairs = _pairs(tiny_base.tokenizer)
     api_cache = BaseOutputCache.build(box, pairs, progress=False)
     view_cache = BaseOutputCache.build(view, pairs, progress=False)
-    torch.testing.assert_close(api_cache.get(range(3)), view_cache.get(range(3)), atol=2e-5, rtol=0)
+    # float32: the fake server runs one sequence per request, the view a padded batch, so the
+    # forwards round differently (up to 7e-5 nats seen under load); a row's residual mass, spread
+    # over every token outside the top k, carries that difference to the whole row.
+    torch.testing.assert_close(api_cache.get(range(3)), view_cache.get(range(3)), atol=2e-4, rtol=0)
     if teacher_forcing == "echo":
         assert box.detect_echo_alignment() == "openai"
     spent = box.usage.phases["teacher_forcing"]
