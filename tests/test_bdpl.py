@@ -27,6 +27,7 @@ from plugin_lib.harness.bdpl import (
     prefixed_prompts,
     step_sizes,
     train_bdpl,
+    words,
 )
 from plugin_lib.harness.profile import load_profile
 
@@ -305,6 +306,10 @@ def test_candidate_ngrams_by_hand():
     # count, then alphabet); york city = log 3.2.
     assert candidate_ngrams(texts, 4, min_count=1) == ["new york", "the city", "york pizza", "york city"]
     assert len(candidate_ngrams(texts, 100)) == 1 + 5  # every qualifying phrase and word, no more
+
+
+def test_words_keep_accented_letters_and_inner_apostrophes():
+    assert words("Café Brazil's 5-star, near_by") == ["café", "brazil's", "5", "star", "near", "by"]
 
 
 def test_candidate_ngrams_trigrams():

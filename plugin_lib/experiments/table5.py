@@ -49,6 +49,7 @@ from ..utils.io import atomic_write_json, read_json
 
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
 BDPL_REWARDS = ("loglik", "rougeL")  # harness.bdpl.train_bdpl
+REWARD_LABELS = {"loglik": "log-likelihood per token", "rougeL": "ROUGE-L F1 (rouge_score)"}
 # The claims' tests, fixed before any run: (key, claim, first, second); rule: ``pairwise_rule``.
 TABLE5_CLAIMS = (
     ("table5_bdpl_plugin", "BDPL + Plugin beats BDPL on most metrics", "BDPL+Plugin", "BDPL"),
@@ -239,7 +240,7 @@ def reward_per_call_figure(learned_prompts: list[dict]):
                 first = last + 1
         ax.set_title(f"{dataset} / {model}")
         ax.set_xlabel("black-box call")
-        ax.set_ylabel(f"reward ({ours[0]['reward']})")
+        ax.set_ylabel(REWARD_LABELS.get(ours[0]["reward"], ours[0]["reward"]))
         ax.legend(fontsize="small")
     fig.suptitle("BDPL: reward per call (points) and per step (lines)")
     fig.tight_layout()

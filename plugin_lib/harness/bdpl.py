@@ -91,7 +91,7 @@ from ..data import Example, training_pairs
 from .profile import Bdpl
 
 DEFAULT_BUDGET = 75
-WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")  # letters (any script, "café" whole) and digits
 NO_PREFIX = "no prefix"  # the origin of the empty prompt among the final candidates
 
 
