@@ -355,8 +355,8 @@ def test_rouge_reward_scores_the_prefixed_continuation(tiny_base):
 
 
 def _examples(start: int, count: int) -> list[Example]:
-    return [Example(f"e2e-validation-{i}", f"name[Place {i}], eatType[pub]", (f"Place {i} is a pub.", f"A pub, Place {i}."))
-            for i in range(start, start + count)]
+    return [Example(f"e2e-validation-{i}", f"name[Place {i}], eatType[pub]",
+                    (f"Place {i} is a pub.", f"A pub, Place {i}.")) for i in range(start, start + count)]
 
 
 @pytest.mark.parametrize("kind", ["loglik", "rougeL"])

@@ -11,9 +11,9 @@ BDPL and BDPL + Plugin, per (dataset, base model, seed):
    twice (outside the ``*-seed*.json`` pattern of run records), as long as its settings and its
    inputs (``runner.inputs_fingerprint``: the task's data and base) match.
    ``reward_per_call_figure`` plots the reward of every call.
-2. "BDPL" is Zeroshot on the prefixed task (Zeroshot itself when the empty prefix won); "BDPL+Plugin" is the Plugin trained and decoded
-   on the prefixed task. Both are ordinary runner records (labels "BDPL", "BDPL+Plugin"). The
-   base-output cache of the prefixed task is a different file from the unprefixed one:
+2. "BDPL" is Zeroshot on the prefixed task (Zeroshot itself when the empty prefix won);
+   "BDPL+Plugin" is the Plugin trained and decoded on the prefixed task. Both are ordinary
+   runner records (labels "BDPL", "BDPL+Plugin"). The base-output cache of the prefixed task is a different file from the unprefixed one:
    ``BaseOutputCache`` names it by a hash of the token ids, and the prefix changes them.
    BDPL+Plugin's hyperparameters are chosen on the first seed's prompt and reused by the later
    seeds (the same protocol as every method; ``runner.run_experiment(selection=...)``).

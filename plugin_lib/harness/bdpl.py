@@ -239,7 +239,8 @@ def step_sizes(budget: int, samples_per_step: int) -> list[int]:
 def check_settings(settings: Bdpl) -> None:
     """ValueError for settings BDPL cannot run with."""
     if settings.samples_per_step < 2:
-        raise ValueError(f"samples_per_step must be at least 2 (the estimator's baseline), got {settings.samples_per_step}.")
+        raise ValueError("samples_per_step must be at least 2 (the estimator's baseline), "
+                         f"got {settings.samples_per_step}.")
     for name in ("prompt_length", "num_candidates", "batch_size"):
         if getattr(settings, name) < 1:
             raise ValueError(f"BDPL's {name} must be positive, got {getattr(settings, name)}.")
