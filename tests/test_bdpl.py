@@ -27,6 +27,7 @@ from plugin_lib.harness.bdpl import (
     prefixed_prompts,
     step_sizes,
     train_bdpl,
+    words,
 )
 from plugin_lib.harness.profile import load_profile
 
@@ -307,6 +308,10 @@ def test_candidate_ngrams_by_hand():
     assert len(candidate_ngrams(texts, 100)) == 1 + 5  # every qualifying phrase and word, no more
 
 
+def test_words_keep_accented_letters_and_inner_apostrophes():
+    assert words("Café Brazil's 5-star, near_by") == ["café", "brazil's", "5", "star", "near", "by"]
+
+
 def test_candidate_ngrams_trigrams():
     texts = ["price range is high", "price range is low", "the price range"]
     assert candidate_ngrams(texts, 1, max_n=3, min_count=2)[0] == "price range is"
@@ -350,8 +355,8 @@ def test_rouge_reward_scores_the_prefixed_continuation(tiny_base):
 
 
 def _examples(start: int, count: int) -> list[Example]:
-    return [Example(f"e2e-validation-{i}", f"name[Place {i}], eatType[pub]", (f"Place {i} is a pub.", f"A pub, Place {i}."))
-            for i in range(start, start + count)]
+    return [Example(f"e2e-validation-{i}", f"name[Place {i}], eatType[pub]",
+                    (f"Place {i} is a pub.", f"A pub, Place {i}.")) for i in range(start, start + count)]
 
 
 @pytest.mark.parametrize("kind", ["loglik", "rougeL"])

@@ -11,9 +11,9 @@ BDPL and BDPL + Plugin, per (dataset, base model, seed):
    twice (outside the ``*-seed*.json`` pattern of run records), as long as its settings and its
    inputs (``runner.inputs_fingerprint``: the task's data and base) match.
    ``reward_per_call_figure`` plots the reward of every call.
-2. "BDPL" is Zeroshot on the prefixed task (Zeroshot itself when the empty prefix won); "BDPL+Plugin" is the Plugin trained and decoded
-   on the prefixed task. Both are ordinary runner records (labels "BDPL", "BDPL+Plugin"). The
-   base-output cache of the prefixed task is a different file from the unprefixed one:
+2. "BDPL" is Zeroshot on the prefixed task (Zeroshot itself when the empty prefix won);
+   "BDPL+Plugin" is the Plugin trained and decoded on the prefixed task. Both are ordinary
+   runner records (labels "BDPL", "BDPL+Plugin"). The base-output cache of the prefixed task is a different file from the unprefixed one:
    ``BaseOutputCache`` names it by a hash of the token ids, and the prefix changes them.
    BDPL+Plugin's hyperparameters are chosen on the first seed's prompt and reused by the later
    seeds (the same protocol as every method; ``runner.run_experiment(selection=...)``).
@@ -49,6 +49,7 @@ from ..utils.io import atomic_write_json, read_json
 
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
 BDPL_REWARDS = ("loglik", "rougeL")  # harness.bdpl.train_bdpl
+REWARD_LABELS = {"loglik": "log-likelihood per token", "rougeL": "ROUGE-L F1 (rouge_score)"}
 # The claims' tests, fixed before any run: (key, claim, first, second); rule: ``pairwise_rule``.
 TABLE5_CLAIMS = (
     ("table5_bdpl_plugin", "BDPL + Plugin beats BDPL on most metrics", "BDPL+Plugin", "BDPL"),
@@ -241,7 +242,7 @@ def reward_per_call_figure(learned_prompts: list[dict]):
                 first = last + 1
         ax.set_title(f"{dataset} / {model}")
         ax.set_xlabel("black-box call")
-        ax.set_ylabel(f"reward ({ours[0]['reward']})")
+        ax.set_ylabel(REWARD_LABELS.get(ours[0]["reward"], ours[0]["reward"]))
         ax.legend(fontsize="small")
     fig.suptitle("BDPL: reward per call (points) and per step (lines)")
     fig.tight_layout()

@@ -91,7 +91,7 @@ from ..data import Example, training_pairs
 from .profile import Bdpl
 
 DEFAULT_BUDGET = 75
-WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")  # letters (any script, "café" whole) and digits
 NO_PREFIX = "no prefix"  # the origin of the empty prompt among the final candidates
 
 
@@ -239,7 +239,8 @@ def step_sizes(budget: int, samples_per_step: int) -> list[int]:
 def check_settings(settings: Bdpl) -> None:
     """ValueError for settings BDPL cannot run with."""
     if settings.samples_per_step < 2:
-        raise ValueError(f"samples_per_step must be at least 2 (the estimator's baseline), got {settings.samples_per_step}.")
+        raise ValueError("samples_per_step must be at least 2 (the estimator's baseline), "
+                         f"got {settings.samples_per_step}.")
     for name in ("prompt_length", "num_candidates", "batch_size"):
         if getattr(settings, name) < 1:
             raise ValueError(f"BDPL's {name} must be positive, got {getattr(settings, name)}.")
