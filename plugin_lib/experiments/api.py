@@ -64,7 +64,8 @@ def endpoint(profile: Profile, base_url: str | None = None) -> Iterator[tuple[st
     if base_url is not None or not server.start:
         variable = models.model_spec(profile.api.model).get("base_url_env", "PLUGIN_API_BASE_URL")
         url = base_url or os.environ.get(variable)
-        yield (url, f"Endpoint {url} (given).") if url else (None, f"No endpoint: set {variable}.")
+        yield (url, f"Endpoint {url} (given).") if url else (
+            None, f"Skipped: this profile starts no server (api.server.start is false) and {variable} is not set.")
         return
     missing = api_server.llama_cpp_missing()
     if missing:
