@@ -158,3 +158,15 @@ def fake_run(monkeypatch):
                 "predictions": predictions, "metrics": dict.fromkeys(METRIC_NAMES, value), **extra}
 
     return make
+
+
+@pytest.fixture
+def profile(tiny_profile):
+    """The runner tests' profile: ``tiny_profile``."""
+    return tiny_profile
+
+
+@pytest.fixture
+def task(toy_task):
+    """The runner tests' task: ``toy_task``."""
+    return toy_task

@@ -24,16 +24,6 @@ from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.utils.io import CorruptFileError, read_json, remove_stale_temporaries
 
 
-@pytest.fixture
-def profile(tiny_profile):
-    return tiny_profile
-
-
-@pytest.fixture
-def task(toy_task):
-    return toy_task
-
-
 def must_not_decode(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("decoded again")

@@ -5,16 +5,6 @@ from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils.io import atomic_write_json
 
 
-@pytest.fixture
-def profile(tiny_profile):
-    return tiny_profile
-
-
-@pytest.fixture
-def task(toy_task):
-    return toy_task
-
-
 def test_finished_runs_are_not_redone_unless_settings_change(task, profile, monkeypatch):
     first = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
     path = runner.runs_dir(profile, "e2e", "tiny-llama") / "Zeroshot-seed0.json"

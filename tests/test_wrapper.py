@@ -22,16 +22,6 @@ from plugin_lib.report import comparison
 from conftest import SMALL_ARCH
 
 
-@pytest.fixture
-def profile(tiny_profile):
-    return tiny_profile
-
-
-@pytest.fixture
-def task(toy_task):
-    return toy_task
-
-
 def _count_calls(monkeypatch, base):
     """Count the black box's forward calls (BDPL's log-likelihood reward makes one per API call)."""
     calls = []
