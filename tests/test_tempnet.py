@@ -160,3 +160,13 @@ def test_tempnet_runs_through_the_runner_and_its_settings_make_runs_stale(tiny_p
     assert runner.settings_fingerprint(toy_task, tiny_profile, method="Zeroshot") == zeroshot
     with pytest.raises(ValueError, match="no TempNet settings"):
         methods.build_model(dataclasses.replace(toy_task, tempnet=None), "TempNet", {}, seed=0)
+
+
+def test_the_runner_reads_greedy_tempnet_from_the_zeroshot_run(tiny_profile, toy_task, monkeypatch):
+    monkeypatch.setattr(runner, "compute_metrics", lambda predictions, references: {})  # not under test here
+    zeroshot = runner.run_experiment(toy_task, "Zeroshot", 0, tiny_profile, progress=False)
+    decoded = []
+    monkeypatch.setattr(methods, "predict", lambda *args, **kwargs: decoded.append(args[1]) or [])
+    greedy = runner.run_experiment(toy_task, "TempNet-greedy", 0, tiny_profile, progress=False)
+    assert decoded == []  # nothing decoded again
+    assert greedy["predictions"] == zeroshot["predictions"] and greedy["method"] == "TempNet-greedy"

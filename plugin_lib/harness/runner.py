@@ -271,7 +271,12 @@ def run_experiment(
             model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress)
             training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
                         "epochs_run": result.epochs_run, "history": result.history}
-    predictions = methods.predict(task, method, model, seed, profile.decoding, hparams, progress=progress)
+    if method == "TempNet-greedy":
+        # Greedy decoding at any positive temperature picks the base's own tokens (tested), so the
+        # outputs are Zeroshot's: read from its stored run instead of decoding the test set again.
+        predictions = run_experiment(task, "Zeroshot", seed, profile, progress=progress)["predictions"]
+    else:
+        predictions = methods.predict(task, method, model, seed, profile.decoding, hparams, progress=progress)
     references = [list(ex.references) for ex in task.test]
     record = {
         "dataset": task.dataset,
