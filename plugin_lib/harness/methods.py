@@ -14,8 +14,8 @@
   profile's ``tempnet`` settings), as its authors decode it.
 - TempNet-greedy: greedy decoding at TempNet's temperature. A positive temperature never
   changes an argmax (the repetition penalty comes before it), so these are Zeroshot's outputs,
-  and it is decoded as Zeroshot, untrained: it is in the tables, labelled, beside the sampled
-  TempNet that the paper compares against.
+  and it is decoded as Zeroshot, untrained (the runner reads the stored Zeroshot run's outputs):
+  it is in the tables, labelled, beside the sampled TempNet that the paper compares against.
 - Plugin: the reweighting model trained through the product b * r.
 - LoRA (``EXTRA_METHODS``, Table 8 only): rank-8 adapters on the query and value projections
   of a private white-box copy of the base, trained on the same data, decoded like a base.
