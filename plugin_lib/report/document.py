@@ -117,8 +117,9 @@ def statistic_details(statistic: dict, prefix: str = "") -> list[str]:
 
 
 # A claim record without a rule predates the stated rules: its verdict was not given by a test
-# fixed in code, so it is shown as awaiting its notebook's rerun and left out of the tallies.
-NOT_RECHECKED = "not re-checked yet (recorded before its rule; rerun its notebook)"
+# fixed in code, so it is shown as awaiting its notebook's rerun (the tally line says why) and
+# left out of the tallies.
+NOT_RECHECKED = "not re-checked yet"
 
 
 def checked(claim: dict) -> bool:
