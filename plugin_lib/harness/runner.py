@@ -273,11 +273,12 @@ def run_experiment(
                         "epochs_run": result.epochs_run, "history": result.history}
     if method == "TempNet-greedy":
         # Greedy decoding at any positive temperature picks the base's own tokens (tested), so the
-        # outputs are Zeroshot's: read from its stored run instead of decoding the test set again.
-        predictions = run_experiment(task, "Zeroshot", seed, profile, progress=progress)["predictions"]
+        # outputs and their scores are Zeroshot's: read from its stored run, not decoded or scored again.
+        zeroshot = run_experiment(task, "Zeroshot", seed, profile, progress=progress)
+        predictions, metrics = zeroshot["predictions"], zeroshot["metrics"]
     else:
         predictions = methods.predict(task, method, model, seed, profile.decoding, hparams, progress=progress)
-    references = [list(ex.references) for ex in task.test]
+        metrics = compute_metrics(predictions, [list(ex.references) for ex in task.test])
     record = {
         "dataset": task.dataset,
         "model": task.base.name,
@@ -288,7 +289,7 @@ def run_experiment(
         "inputs": inputs,
         "hparams": hparams,
         "training": training,
-        "metrics": compute_metrics(predictions, references),
+        "metrics": metrics,
         "predictions": predictions,
         "test_ids": [ex.id for ex in task.test],
         "scale": {
