@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -222,6 +223,30 @@ def test_weights_are_saved_under_a_unique_name_and_never_half_written(tmp_path, 
     assert [p.name for p in tmp_path.iterdir()] == ["Plugin-best.pt"]
     assert path.stat().st_mode & 0o777 == 0o666 & ~runner.current_umask()
     assert torch.load(path)["weight"].shape == (2, 2)
+
+
+def test_a_full_disk_is_named_as_such_and_the_stored_weights_stay(tmp_path, monkeypatch):
+    """torch.save reports a full disk as "unexpected pos" (a failed CI run): the error says what
+    happened and what to do, and the weights stored before are untouched."""
+    model = torch.nn.Linear(2, 2)
+    path = tmp_path / "Plugin-best.pt"
+    runner._save_state(model, path)
+    before = path.read_bytes()
+
+    def full(obj, f, *args, **kwargs):
+        f.write(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 135534976 vs 135534864")
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr(runner.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9, 10))
+    with pytest.raises(OSError, match="is full .*PLUGIN_RESULTS_DIR") as info:
+        runner._save_state(model, path)
+    assert info.value.errno == errno.ENOSPC and "unexpected pos" in str(info.value.__cause__)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["Plugin-best.pt"]
+    # With room on the disk, another failure is reported as it is.
+    monkeypatch.setattr(runner.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**12, 0, 10**12))
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        runner._save_state(model, path)
 
 
 def test_orphaned_temporaries_are_removed_on_the_next_run(task, profile):

@@ -219,6 +219,9 @@ def test_preflight_plans_the_paper_profile_on_a_cpu():
     assert e2e.configs == 3 * (30 + 30 + 30 + 150)
     assert e2e.decode_tokens == 3 * (1 + 6 * 5) * 1847 * 64  # Zeroshot once (TempNet-greedy reuses it); six x 5 seeds
     assert plans["10_distribution_shift"].peak_gpu > 80 * GIB > plans["01_table1_e2e"].peak_gpu
+    # Each trained method's chosen weights stay on disk (<label>-best.pt, float32): four per base.
+    one_each = sum(4 * preflight.reweighter_params(m) for m in load_profile("paper").base_models)
+    assert e2e.weights_bytes == 4 * one_each and "reweighting weights" in text
 
 
 def test_preflight_stops_when_memory_or_disk_will_not_do():

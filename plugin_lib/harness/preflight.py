@@ -247,6 +247,7 @@ class Plan:
     decode_tokens: int = 0
     cache_bytes: int = 0
     model_bytes: int = 0  # fine-tuned checkpoints written to disk
+    weights_bytes: int = 0  # each trained method's chosen weights (``<label>-best.pt``, float32)
     peak_gpu: int = 0
     note: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -286,6 +287,7 @@ def _trainings(plan: Plan, model: str, counts: TaskCounts, profile: Profile, met
     plan.trainings += runs
     plan.seeds = max(plan.seeds, seeds)
     plan.epochs = profile.training.max_epochs
+    plan.weights_bytes += len(methods) * int(4 * reweighter_params(model) * scale)
     plan.add(model, pair_epochs=runs * profile.training.max_epochs * counts.pairs * scale)
 
 
@@ -674,11 +676,14 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
                         for i, (v, w) in enumerate(zip(row, widths))).rstrip(), file=out)
 
     caches = sum(plan.cache_bytes for plan in plans)
-    written = sum(plan.model_bytes for plan in plans)
-    print(f"\nDisk: base-output caches {_gib(caches)} GiB + fine-tuned models {_gib(written)} GiB = "
-          f"{_gib(caches + written)} GiB; {_gib(checks.disk_free)} GiB free.", file=out)
-    if caches + written > checks.disk_free:
-        checks.failures.append(f"The caches and fine-tuned models need {_gib(caches + written)} GiB of disk; "
+    finetuned = sum(plan.model_bytes for plan in plans)
+    weights = sum(plan.weights_bytes for plan in plans)
+    written = caches + finetuned + weights
+    print(f"\nDisk: base-output caches {_gib(caches)} GiB + fine-tuned models {_gib(finetuned)} GiB + "
+          f"reweighting weights {_gib(weights)} GiB = {_gib(written)} GiB; {_gib(checks.disk_free)} GiB free.",
+          file=out)
+    if written > checks.disk_free:
+        checks.failures.append(f"The caches, fine-tuned models and weights need {_gib(written)} GiB of disk; "
                                f"{_gib(checks.disk_free)} GiB are free under {config.results_dir()} and "
                                f"{config.cache_dir()} (PLUGIN_RESULTS_DIR, PLUGIN_CACHE_DIR move them).")
     if rates:

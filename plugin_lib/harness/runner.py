@@ -21,10 +21,12 @@ loss is recorded as it finishes, together with the weights of the best one so fa
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import itertools
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -151,8 +153,16 @@ def _save_state(model: torch.nn.Module, path: Path) -> None:
         with os.fdopen(fd, "wb") as f:
             torch.save(model.state_dict(), f)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        free = shutil.disk_usage(path.parent).free
+        if isinstance(err, (OSError, RuntimeError)) and free < 2 * needed:
+            # torch.save reports a full disk as "unexpected pos ...": say what it is and what to do.
+            raise OSError(errno.ENOSPC, f"the disk under {path.parent} is full ({free / 2**20:,.0f} MiB free; "
+                          f"these weights need {needed / 2**20:,.0f} MiB), so {path.name} was not written and no "
+                          "stored result was replaced. Free disk space, or point PLUGIN_RESULTS_DIR at a larger "
+                          "disk, and run again: finished runs are kept.") from err
         raise
 
 
