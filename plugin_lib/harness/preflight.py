@@ -247,7 +247,8 @@ class Plan:
     decode_tokens: int = 0
     cache_bytes: int = 0
     model_bytes: int = 0  # fine-tuned checkpoints written to disk
-    weights_bytes: int = 0  # each trained method's chosen weights (``<label>-best.pt``, float32)
+    # each trained method's chosen weights (``<label>-best.pt``, float32; TempNet's are smaller)
+    weights_bytes: int = 0
     peak_gpu: int = 0
     note: str = ""
     warnings: list[str] = field(default_factory=list)
