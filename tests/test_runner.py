@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from plugin_lib.harness import methods, runner
@@ -124,3 +126,45 @@ def test_an_interior_choice_extends_nothing(task, profile, monkeypatch):
 def test_extend_edges_zero_keeps_the_settings_hash_of_runs_made_before_the_option(task, profile):
     pushed = profile.replace(grid={**profile.section("grid"), "extend_edges": 2})
     assert runner.settings_fingerprint(task, profile) != runner.settings_fingerprint(task, pushed)
+
+
+# -- coordinate search (issue 25) -----------------------------------------------------------------
+
+def _fake_two_key_training(trained, best):
+    """train_method stand-in whose hyper-validation loss is smallest at ``best`` (log scale)."""
+    import math
+    import torch
+    from types import SimpleNamespace
+
+    def train(task_, method, arch, hparams, seed, training, progress=True):
+        trained.append((hparams["lr"], hparams["weight_decay"]))
+        loss = 1.0 + sum(abs(math.log(hparams[k] / v)) for k, v in best.items())
+        return torch.nn.Linear(1, 1), SimpleNamespace(best_val_loss=loss, best_epoch=1, epochs_run=1, seconds=0.0,
+                                                      history=[])
+    return train
+
+
+def test_coordinate_search_walks_one_hyperparameter_at_a_time_from_the_middle(task, profile, monkeypatch):
+    trained = []
+    monkeypatch.setattr(methods, "train_method", _fake_two_key_training(trained, {"lr": 1e-2, "weight_decay": 0.1}))
+    profile = profile.replace(grid={"lr": [1e-4, 1e-3, 1e-2], "weight_decay": [0.01, 0.1, 1.0], "alpha": [0.5],
+                                    "extend_edges": 1, "search": "coordinate"})
+    record = runner.select_hparams(task, "Plugin", profile, progress=False)
+    # lr from the middle with weight decay at its middle (0.1): 1e-2 wins at the edge, so lr is
+    # pushed once (1e-1); then weight decay at lr 1e-2 (0.1 already known): nothing to push.
+    assert [lr for lr, _ in trained] == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1, 1e-2, 1e-2])
+    assert [wd for _, wd in trained] == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.01, 1.0])
+    assert record["configs"][record["best"]]["hparams"] == pytest.approx({"lr": 1e-2, "weight_decay": 0.1})
+    assert record["grid"]["lr"] == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1])
+    trained.clear()
+    runner.select_hparams(task, "Plugin", profile, progress=False)  # resumes: nothing trained again
+    assert trained == []
+
+
+def test_the_search_and_tempnet_options_change_the_settings_hash_only_when_set(task, profile):
+    coordinate = profile.replace(grid={**profile.section("grid"), "search": "coordinate"})
+    assert runner.settings_fingerprint(task, profile) != runner.settings_fingerprint(task, coordinate)
+    tempnet = dataclasses.replace(task, tempnet=profile.tempnet)
+    per_token = dataclasses.replace(task, tempnet=dataclasses.replace(profile.tempnet, per="token"))
+    assert (runner.settings_fingerprint(tempnet, profile, method="TempNet")
+            != runner.settings_fingerprint(per_token, profile, method="TempNet"))

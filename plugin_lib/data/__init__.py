@@ -17,12 +17,13 @@ from .datasets import (
     describe_data_dir,
     load_dataset,
     split_hyper_validation,
+    subset,
     training_pairs,
     use_local_nltk_data,
 )
 
 __all__ = [
     "ADIDAS_FIELDS", "ADIDAS_TEST_ROWS", "ALL_SPLITS", "DATASETS", "DOWNLOADS", "HUB", "SPLIT_SEED", "SPLITS",
-    "DataError", "Example", "MissingDataError", "data_dir", "describe_data_dir", "load_dataset", "split_hyper_validation", "training_pairs",
+    "DataError", "Example", "MissingDataError", "data_dir", "describe_data_dir", "load_dataset", "split_hyper_validation", "subset", "training_pairs",
     "use_local_nltk_data",
 ]

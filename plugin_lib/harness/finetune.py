@@ -293,6 +293,10 @@ def finetune_pool(dataset: str, profile: Profile, max_pairs: int | None = None, 
     rows = profile.rows.validation
     plugin_inputs = {ex.source for ex in data.load_dataset(dataset, "validation", rows=rows)}
     test_inputs = {ex.source for ex in data.load_dataset(dataset, "test")}
+    if profile.test_inputs is not None:  # fresh test inputs may come from the validation split
+        from .methods import task_splits
+
+        test_inputs |= {ex.source for ex in task_splits(dataset, profile)[2]}
     candidates, name, origin = _pool_candidates(dataset, rows)
     pool = [ex for ex in candidates if ex.source not in plugin_inputs and ex.source not in test_inputs]
     pool = _cap_pairs(pool, max_pairs, seed)

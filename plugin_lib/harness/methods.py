@@ -132,12 +132,42 @@ class Task:
 def task_splits(dataset: str, profile: Profile, seed: int = 0
                 ) -> tuple[list[data.Example], list[data.Example], list[data.Example]]:
     """(train, hyper, test) at the profile's scale: the validation subset divided 60/40 by
-    unique input, and the test subset. Every task of ``dataset`` under ``profile`` has these."""
+    unique input, and the test subset (or fresh test inputs: :func:`fresh_test_inputs`). Every
+    task of ``dataset`` under ``profile`` has these."""
     rows = profile.rows
     validation = data.load_dataset(dataset, "validation", rows=rows.validation)
     train, hyper = data.split_hyper_validation(validation, frac=0.4, seed=seed)
-    test = data.load_dataset(dataset, "test", rows=rows.test)
-    return train, hyper, test
+    if profile.test_inputs is None:
+        return train, hyper, data.load_dataset(dataset, "test", rows=rows.test)
+    return train, hyper, fresh_test_inputs(dataset, profile, train + hyper)
+
+
+def fresh_test_inputs(dataset: str, profile: Profile, training: list[data.Example]) -> list[data.Example]:
+    """``rows.test`` test inputs that profile ``test_inputs.fresh_from`` never decodes, drawn
+    with ``test_inputs.seed`` (``profile.TestInputs``): first from the rest of the test split,
+    then, where that is too small and the profile allows it, from validation inputs that
+    neither profile trains on. A candidate whose reference is also a reference of
+    ``training`` (exact text) is left out when ``dedupe_references`` is set."""
+    from .profile import load_profile  # the other profile's scale, read from profiles.yaml
+
+    spec, wanted = profile.test_inputs, profile.rows.test
+    other = load_profile(spec.fresh_from)
+    if other.test_inputs is not None:
+        raise ValueError(f"test_inputs.fresh_from must name a profile with the default test inputs, not "
+                         f"{spec.fresh_from!r}.")
+    decoded = {ex.id for ex in data.load_dataset(dataset, "test", rows=other.rows.test)}
+    trained = ({ex.id for ex in data.load_dataset(dataset, "validation", rows=other.rows.validation)}
+               | {ex.id for ex in training})
+    seen = {" ".join(ref.split()) for ex in training for ref in ex.references} if spec.dedupe_references else set()
+
+    def fresh(examples: list[data.Example], excluded: set[str]) -> list[data.Example]:
+        return [ex for ex in examples if ex.id not in excluded
+                and not any(" ".join(ref.split()) in seen for ref in ex.references)]
+
+    chosen = data.subset(fresh(data.load_dataset(dataset, "test"), decoded), wanted, spec.seed)
+    if spec.fill_from_validation and wanted is not None and len(chosen) < wanted:
+        chosen += data.subset(fresh(data.load_dataset(dataset, "validation"), trained), wanted - len(chosen), spec.seed)
+    return chosen
 
 
 def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model: str | None = None,

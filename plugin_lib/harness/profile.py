@@ -45,6 +45,10 @@ class Grid:
     weight_decay: tuple[float, ...]
     alpha: tuple[float, ...]
     extend_edges: int
+    # "grid": every combination. "coordinate": one hyperparameter at a time (lr, then weight
+    # decay, then alpha), each searched from the middle of its list with the others at their
+    # current choice, and pushed past an edge as above (harness.runner.select_hparams).
+    search: Literal["grid", "coordinate"] = "grid"
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,11 @@ class TempNetSettings:
     hidden_size: int
     top_p: float
     top_k: int
+    # "input": one temperature per input (this package's first version); "token": one per
+    # position, as zhqiu/TempNet's LLaMA-2/megatron/model/tempnet.py. ``temperature``: the
+    # generation config's own temperature, applied on top (LLaMA-2-Chat's: 0.6).
+    per: Literal["input", "token"] = "input"
+    temperature: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,23 @@ class Wrapper:
     datasets: tuple[str, ...] | None
     bdpl_budget: int
     bdpl: Bdpl
+    # Larger call budgets tried in order, beside ``bdpl_budget``, to find one at which BDPL
+    # learns (its premise holds on hyper-validation); None: only ``bdpl_budget``.
+    bdpl_learning_budgets: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TestInputs:
+    """Fresh test inputs (``harness.methods.task_splits``): the test split less the inputs that
+    profile ``fresh_from`` decodes, then ``rows.test`` of them drawn with ``seed``. Where the
+    split has too few, ``fill_from_validation`` adds validation inputs that neither profile
+    trains on. ``dedupe_references``: a candidate whose reference equals a training or
+    hyper-validation reference is left out."""
+
+    fresh_from: str
+    seed: int
+    fill_from_validation: bool
+    dedupe_references: bool
 
 
 @dataclass(frozen=True)
@@ -224,6 +250,9 @@ class Profile:
     # The task prompts and ICL demonstrations (``data.prompts``): the authors' code's strings and
     # draw, or the paper's typeset appendix with a draw per input and seed.
     prompts: Literal["authors", "appendix"] = "authors"
+    # None: the test inputs are ``rows.test`` drawn from the test split (seed 42). Set: fresh
+    # ones, never decoded by another profile (the preregistered confirmation).
+    test_inputs: TestInputs | None = None
 
     def replace(self, **overrides: Any) -> Profile:
         """A copy with top-level fields replaced, each checked against its declared type."""

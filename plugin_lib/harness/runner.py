@@ -97,8 +97,14 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
     relevant = {k: profile.section(k) for k in ("rows", "tokens", "training", "grid", "decoding")}
     if not relevant["grid"]["extend_edges"]:
         del relevant["grid"]["extend_edges"]  # 0 is the grid as listed: runs made before the option stay current
+    if relevant["grid"]["search"] == "grid":
+        del relevant["grid"]["search"]  # likewise: the full grid is how every earlier run searched
     if method == "TempNet":
-        relevant["tempnet"] = dataclasses.asdict(methods.tempnet_settings(task))
+        tempnet = dataclasses.asdict(methods.tempnet_settings(task))
+        # Runs made before these options existed had one temperature per input and none on top.
+        if tempnet["per"] == "input" and tempnet["temperature"] == 1.0:
+            del tempnet["per"], tempnet["temperature"]
+        relevant["tempnet"] = tempnet
     relevant.update(dataset=task.dataset, model=models.model_spec(task.base.name),
                     chat_template=task.use_chat_template)
     if task.prompt_prefix:
@@ -170,7 +176,8 @@ def select_hparams(
     task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None, label: str | None = None,
     progress: bool = True,
 ) -> dict:
-    """Grid search on hyper-validation loss with the profile's first seed (resumable).
+    """Hyperparameter search on hyper-validation loss with the profile's first seed (resumable):
+    the whole grid, or one hyperparameter at a time (``grid.search``), edges pushed alike.
 
     Returns the selection record; the best configuration's weights are in ``<label>-best.pt``.
     ``arch`` overrides the model family's reweighting architecture (ablations); ``label``
@@ -188,12 +195,11 @@ def select_hparams(
               or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
     seed = profile.seeds[0]
     values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
-    extensions = {k: 0 for k in values}
-    while True:
-        for hparams in hparam_grid(profile, method, values):
-            tag = _tag(hparams)
-            if tag in record["configs"]:
-                continue
+
+    def evaluate(hparams: dict) -> float:
+        """The configuration's hyper-validation loss, trained now unless recorded."""
+        tag = _tag(hparams)
+        if tag not in record["configs"]:
             model, result = methods.train_method(task, method, arch, hparams, seed, profile.training,
                                                  progress=progress)
             best = record["best"]
@@ -209,14 +215,33 @@ def select_hparams(
                 "history": result.history,
             }
             atomic_write_json(record_path, record)
-        # The same rule for every method: a choice at an edge pushes that edge one step further.
-        chosen = record["configs"][record["best"]]["hparams"]
-        pushed = [k for k in grid_edges(values, chosen) if extensions[k] < profile.grid.extend_edges]
-        if not pushed:
-            break
-        for k in pushed:
-            values[k].append(beyond_edge(values[k], chosen[k], k))
-            extensions[k] += 1
+        return record["configs"][tag]["val_loss"]
+
+    # The same rule for every method: a choice at an edge pushes that edge one step further.
+    if profile.grid.search == "grid":
+        extensions = {k: 0 for k in values}
+        while True:
+            for hparams in hparam_grid(profile, method, values):
+                evaluate(hparams)
+            chosen = record["configs"][record["best"]]["hparams"]
+            pushed = [k for k in grid_edges(values, chosen) if extensions[k] < profile.grid.extend_edges]
+            if not pushed:
+                break
+            for k in pushed:
+                values[k].append(beyond_edge(values[k], chosen[k], k))
+                extensions[k] += 1
+    else:  # coordinate: one hyperparameter at a time, from the middle of each list
+        current = {k: sorted(v)[len(v) // 2] for k, v in values.items()}
+        for key in values:
+            extended = 0
+            while True:
+                losses = {v: evaluate({**current, key: v}) for v in values[key]}
+                current[key] = min(losses, key=losses.get)  # the first of equals, in list order
+                step = beyond_edge(values[key], current[key], key)
+                if step is None or extended >= profile.grid.extend_edges:
+                    break
+                values[key].append(step)
+                extended += 1
     if record.get("grid") != values:
         record["grid"] = values  # the values searched, extensions included
         atomic_write_json(record_path, record)

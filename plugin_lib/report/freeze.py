@@ -1,0 +1,93 @@
+"""Which commit froze the preregistered rules, and the check that git history bears it out.
+
+``FROZEN_AT`` is the commit that added the rules (``report.preregistered``), the frozen test
+inputs and the ``confirm`` profile; it is written in the commit after it (a commit cannot name
+itself). :func:`check` lists every way the history contradicts the preregistration:
+
+- a frozen file, or the ``confirm`` profile (with the models and reweighting architectures it
+  uses), differs from that commit;
+- a confirmatory result (a file under ``results/confirm`` now) entered git, at any time, in a
+  commit that does not descend from it, or in it;
+- while ``FROZEN_AT`` is unset, any confirmatory result is in git at all.
+
+``tests/test_preregistration.py`` runs it on the repository; the report quotes ``FROZEN_AT``.
+"""
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from ..harness.profile import PROFILES_FILE, REPO_ROOT
+
+FROZEN_FILES = ("plugin_lib/report/preregistered.py", "plugin_lib/report/preregistered_inputs.json")
+FROZEN_PROFILE = "confirm"
+CONFIRM_RESULTS = "results/confirm"
+FROZEN_AT: str | None = None
+
+
+class HistoryUnavailable(RuntimeError):
+    """No git history to check (not a git checkout, git missing, or a shallow clone)."""
+
+
+def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=check)
+    except FileNotFoundError as err:
+        raise HistoryUnavailable("git is not installed") from err
+
+
+def frozen_settings(profiles_text: str, name: str = FROZEN_PROFILE) -> dict:
+    """The profile ``name`` of a profiles.yaml text, with the model entries and the reweighting
+    architectures it uses: everything the confirmation's runs read from that file."""
+    settings = yaml.safe_load(profiles_text)
+    profile = settings["profiles"].get(name)
+    if profile is None:
+        return {}
+    names = set(profile["base_models"]) | {profile["ablations"]["model"], profile["api"]["model"],
+                                           profile["api"]["compare"]}
+    names |= {profile["shift"]["model"]} - {None}
+    models = {n: settings["models"][n] for n in sorted(names)}
+    families = {m["family"] for m in models.values()}
+    return {"profile": profile, "models": models,
+            "reweighters": {f: settings["reweighters"][f] for f in sorted(families)}}
+
+
+def check(repo: Path = REPO_ROOT, frozen_at: str | None = FROZEN_AT, files: Sequence[str] = FROZEN_FILES,
+          results: str = CONFIRM_RESULTS, profiles: str | None = None) -> list[str]:
+    """Every contradiction between the history of ``repo`` and the preregistration (empty: none).
+    Raises ``HistoryUnavailable`` when there is no history to read."""
+    repo = Path(repo)
+    if _git(repo, "rev-parse", "--git-dir", check=False).returncode != 0:
+        raise HistoryUnavailable(f"{repo} is not a git checkout")
+    if _git(repo, "rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        raise HistoryUnavailable(f"{repo} is a shallow clone: fetch its history (git fetch --unshallow)")
+    tracked = {line for line in _git(repo, "ls-files", "--", results).stdout.splitlines() if line}
+    if frozen_at is None:
+        return [f"{len(tracked)} confirmatory result file(s) are in git, but no commit froze the rules: "
+                f"{sorted(tracked)[:3]}"] if tracked else []
+    if _git(repo, "cat-file", "-e", f"{frozen_at}^{{commit}}", check=False).returncode != 0:
+        raise HistoryUnavailable(f"the freezing commit {frozen_at} is not in this clone's history")
+    problems = []
+    changed = [f for f in files if _git(repo, "diff", "--quiet", frozen_at, "--", f, check=False).returncode != 0]
+    problems += [f"{f} differs from the freezing commit {frozen_at[:10]}" for f in changed]
+    profiles_path = profiles or str(PROFILES_FILE.relative_to(REPO_ROOT))
+    then = _git(repo, "show", f"{frozen_at}:{profiles_path}", check=False)
+    now = (repo / profiles_path).read_text(encoding="utf-8") if (repo / profiles_path).exists() else ""
+    if then.returncode != 0 or frozen_settings(then.stdout) != frozen_settings(now) or not frozen_settings(now):
+        problems.append(f"the {FROZEN_PROFILE!r} profile (or a model or architecture it uses) in {profiles_path} "
+                        f"differs from the freezing commit {frozen_at[:10]}")
+    added = _git(repo, "log", "--format=commit %H", "--name-only", "--diff-filter=A", "--", results).stdout
+    commit = None
+    for line in added.splitlines():
+        if line.startswith("commit "):
+            commit = line.split()[1]
+        elif line.strip() in tracked:
+            after = commit != frozen_at and _git(repo, "merge-base", "--is-ancestor", frozen_at, commit,
+                                                 check=False).returncode == 0
+            if not after:
+                problems.append(f"{line} entered git in {commit[:10]}, which does not come after the freezing "
+                                f"commit {frozen_at[:10]}")
+    return problems
