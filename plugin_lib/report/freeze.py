@@ -25,7 +25,7 @@ from ..harness.profile import PROFILES_FILE, REPO_ROOT
 FROZEN_FILES = ("plugin_lib/report/preregistered.py", "plugin_lib/report/preregistered_inputs.json")
 FROZEN_PROFILE = "confirm"
 CONFIRM_RESULTS = "results/confirm"
-FROZEN_AT: str | None = None
+FROZEN_AT: str | None = "f13c0acf11332f46735cab4a4512b286554e2344"  # the commit "Preregistration (issue 25): ..."
 
 
 class HistoryUnavailable(RuntimeError):
