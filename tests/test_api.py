@@ -116,17 +116,21 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             time.sleep(server.delay)
             if scripted is not None:
-                return self._answer(*scripted)
-            if self.path == "/v1/models":
-                return self._answer(200, {"data": [{"id": "fake"}]})
-            if self.path == "/extras/tokenize":
-                return self._answer(200, {"tokens": server.tokenize(body["input"])})
-            if self.path == "/v1/completions" and server.completions:
-                return self._answer(200, server.complete(body))
-            return self._answer(404, {"detail": "Not Found"})
+                reply = scripted
+            elif self.path == "/v1/models":
+                reply = (200, {"data": [{"id": "fake"}]})
+            elif self.path == "/extras/tokenize":
+                reply = (200, {"tokens": server.tokenize(body["input"])})
+            elif self.path == "/v1/completions" and server.completions:
+                reply = (200, server.complete(body))
+            else:
+                reply = (404, {"detail": "Not Found"})
         finally:
+            # Out of flight before the reply is written: a client that has the reply may send
+            # its next request at once, and that one must not overlap this one in the count.
             with server.lock:
                 server.in_flight -= 1
+        return self._answer(*reply)
 
     def do_GET(self):
         self._serve(None)
