@@ -170,3 +170,48 @@ def test_the_runner_reads_greedy_tempnet_from_the_zeroshot_run(tiny_profile, toy
     greedy = runner.run_experiment(toy_task, "TempNet-greedy", 0, tiny_profile, progress=False)
     assert decoded == []  # nothing decoded again
     assert greedy["predictions"] == zeroshot["predictions"] and greedy["method"] == "TempNet-greedy"
+
+
+# ---------------------------------------------------------------- one temperature per token (issue 25)
+
+
+def test_per_token_training_scales_every_row_by_its_own_temperature():
+    torch.manual_seed(0)
+    pairs = [EncodedPair(input_ids=[1, 2, 3, 4, 5], prompt_length=2), EncodedPair(input_ids=[6, 7, 8], prompt_length=1)]
+    rows = torch.randn(5, VOCAB) * 2  # 3 target rows of the first pair, 2 of the second
+    cache = BaseOutputCache(rows, np.array([0, 3, 5]))
+    net = make_tempnet(VOCAB, TempNetSettings(rho=1.0, tau_min=0.1, tau_max=3.0, hidden_size=8, top_p=1.0, top_k=0),
+                       seed=0).eval()
+    targets = torch.tensor([3, 4, 5, 7, 8])
+    per_token = TempNetObjective(pairs, 0, cache=cache, rho=1.0, per_token=True).nll(net, [0, 1])[0]
+    expected = tempnet_loss(rows, targets, net(rows), 1.0).sum()
+    torch.testing.assert_close(per_token, expected)
+    per_input = TempNetObjective(pairs, 0, cache=cache, rho=1.0).nll(net, [0, 1])[0]
+    tau = net(rows[[0, 3]]).repeat_interleave(torch.tensor([3, 2]))
+    torch.testing.assert_close(per_input, tempnet_loss(rows, targets, tau, 1.0).sum())
+
+
+def test_per_token_decoding_reads_every_step_and_applies_the_generation_temperature(tiny_base):
+    from plugin_lib.core.combine import temperature_log_probs
+    from plugin_lib.harness.tempnet import TempNetLogitsProcessor
+
+    torch.manual_seed(1)
+    net = make_tempnet(tiny_base.vocab_size, TempNetSettings(rho=1.0, tau_min=0.1, tau_max=3.0, hidden_size=8,
+                                                             top_p=1.0, top_k=0), seed=3).eval()
+    ids = torch.tensor([[5, 6, 7]])
+    steps = [torch.randn(1, tiny_base.vocab_size) * s for s in (1.0, 4.0)]
+    per_token = TempNetLogitsProcessor(net, None, per_token=True, temperature=0.6)
+    per_input = TempNetLogitsProcessor(net, None, temperature=0.6)
+    for scores in steps:
+        torch.testing.assert_close(per_token(ids, scores), temperature_log_probs(scores, net(scores) * 0.6))
+        torch.testing.assert_close(per_input(ids, scores), temperature_log_probs(scores, net(steps[0]) * 0.6))
+    torch.testing.assert_close(per_token.temperatures, (net(steps[0]) + net(steps[1])) / 2)
+
+
+def test_greedy_per_token_tempnet_is_still_zeroshot(tiny_base, prompts):
+    net = make_tempnet(tiny_base.vocab_size, TempNetSettings(rho=1.0, tau_min=0.1, tau_max=3.0, hidden_size=8,
+                                                             top_p=1.0, top_k=0), seed=0)
+    settings = dict(max_new_tokens=8, repetition_penalty=1.1, batch_size=2, progress=False)
+    greedy, _ = tempnet_generate(tiny_base, prompts, net, seed=0, do_sample=False, per_token=True, temperature=0.6,
+                                 **settings)
+    assert greedy == generate(tiny_base, prompts, None, **settings)

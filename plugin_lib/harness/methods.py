@@ -265,7 +265,9 @@ def objective(task: Task, method: str, split: str, hparams: dict) -> TokenObject
     if method == "LoRA":
         return lora_objective(task.encoded(split), pad)
     if method == "TempNet":
-        return TempNetObjective(task.encoded(split), pad, cache=task.base_cache(split), rho=tempnet_settings(task).rho)
+        settings = tempnet_settings(task)
+        return TempNetObjective(task.encoded(split), pad, cache=task.base_cache(split), rho=settings.rho,
+                                per_token=settings.per == "token")
     log_probs = (
         # reachable_: on a top-k view that rules tokens out (renormalize), targets outside the
         # top k are left out of the loss instead of making it infinite; otherwise plugin_log_probs.
@@ -331,5 +333,6 @@ def predict(
     # TempNet: sampled at its temperature, seeded.
     sampling = tempnet_settings(task)
     texts, _ = tempnet_generate(task.base, test_prompts, model, seed=seed, top_p=sampling.top_p,
-                                top_k=sampling.top_k, **settings, **truncate)
+                                top_k=sampling.top_k, per_token=sampling.per == "token",
+                                temperature=sampling.temperature, **settings, **truncate)
     return texts

@@ -11,11 +11,13 @@ README's inference snippet (logits / tau inside ``generate``, then the chat mode
   weighs the hidden units, and Linear(h, 1) (initialised to weights 1, bias 0) reads the
   weighted deviation from uniform weights; tau = tau_min + (tau_max - tau_min) * sigmoid(.).
   The input is shift- and scale-free: the network sees the *shape* of the base's distribution.
-- **One temperature per input**, as the paper describes its TempNet (the published one predicts
-  one per token): the network reads the base's logits at the prompt's last position (the
-  distribution of the first output token). That row is the first of each pair in the
-  base-output cache, so training needs no base call; when decoding it is the first step's
-  scores, so the temperature is fixed before the first token and costs no extra call.
+- **One temperature per token** (``per: token``), as the published network
+  (``LLaMA-2/megatron/model/tempnet.py``) predicts it: each position's temperature comes from
+  the base's logits at that position, in training (every cache row) and in decoding (every
+  step's scores). **One per input** (``per: input``, as the paper describes its TempNet and this
+  package's first version did): the network reads the base's logits at the prompt's last
+  position only (the first row of each pair in the base-output cache; the first step's scores
+  when decoding), and that temperature holds for the whole output. Neither needs a base call.
 - **Loss** (:func:`tempnet_loss`), per target token with base logits z and label y:
   tau * CE(z / tau, y) + tau * (rho - log V), the KL-constrained DRO loss. With the base frozen,
   tau * CE(z / tau, y) = tau * logsumexp(z / tau) - z_y, so its derivative in tau is
@@ -30,8 +32,8 @@ README's inference snippet (logits / tau inside ``generate``, then the chat mode
   top-k and top-p, then a seeded sample. The published inference divides by tau and hands the
   result to ``generate`` with the released model's ``GenerationConfig``; that file is not public
   in the repository, so we use what the stock LLaMA-2-Chat config gives (sampling, top_p 0.9,
-  transformers' default top_k 50) without its temperature 0.6: the learned tau is the
-  temperature. Greedy decoding at any positive tau picks the same tokens as the base, so greedy
+  transformers' default top_k 50). Its temperature 0.6 is the profile's ``temperature``: the
+  logits are divided by tau times it (1: the learned tau alone, as the first version). Greedy decoding at any positive tau picks the same tokens as the base, so greedy
   TempNet is Zeroshot (``methods.predict`` decodes "TempNet-greedy" as Zeroshot;
   tests/test_tempnet.py checks the equality through this module's processor).
 """
@@ -122,6 +124,7 @@ class TempNetObjective(TokenObjective):
     temperature the network reads from its first cache row. ``rho`` as in ``tempnet_loss``."""
 
     rho: float | None = None
+    per_token: bool = False
 
     def __post_init__(self):
         if self.cache is None:
@@ -132,8 +135,11 @@ class TempNetObjective(TokenObjective):
         device = next(model.parameters()).device
         chosen = [self.pairs[i] for i in indices]
         base = self.cache.get(indices).to(device).float()
-        first, counts = first_rows([p.target_length for p in chosen], device)
-        tau = model(base[first]).repeat_interleave(counts)
+        if self.per_token:
+            tau = model(base)  # each target token at the temperature of the row before it
+        else:
+            first, counts = first_rows([p.target_length for p in chosen], device)
+            tau = model(base[first]).repeat_interleave(counts)
         # The row for target token t of a pair is the base's output just before it.
         targets = torch.tensor([t for p in chosen for t in p.input_ids[p.prompt_length :]], device=device)
         return tempnet_loss(base, targets, tau, self.rho).sum(), targets.numel()
@@ -155,24 +161,37 @@ def cache_temperatures(model: TempNet, cache: BaseOutputCache, batch_size: int =
 
 
 class TempNetLogitsProcessor(LogitsProcessor):
-    """Inside ``generate``: the first step's scores (the prompt's last position) give each row
-    its temperature; every step applies the repetition penalty, then divides by it."""
+    """Inside ``generate``: each row's temperature comes from the base's scores, at every step
+    (``per_token``) or at the first one (the prompt's last position) for the whole output; every
+    step applies the repetition penalty, then divides by that temperature times ``temperature``
+    (the generation config's own). ``temperatures``: per row, the mean of its steps'."""
 
-    def __init__(self, model: TempNet, repetition_penalty: float | None):
+    def __init__(self, model: TempNet, repetition_penalty: float | None, *, per_token: bool = False,
+                 temperature: float = 1.0):
+        if temperature <= 0:
+            raise ValueError(f"The generation temperature must be positive, got {temperature}.")
         self.model = model.eval()
         self.repetition_penalty = repetition_penalty
-        self.temperatures: torch.Tensor | None = None
+        self.per_token, self.temperature = per_token, temperature
+        self._tau: torch.Tensor | None = None
+        self._sum: torch.Tensor | None = None
+        self._steps = 0
         self._penalty = None
+
+    @property
+    def temperatures(self) -> torch.Tensor | None:
+        return None if self._sum is None else self._sum / self._steps
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.temperatures is None:
+        if self._tau is None or self.per_token:
             device = next(self.model.parameters()).device
-            self.temperatures = self.model(scores.to(device)).to(scores.device)
-            self._penalty = repetition_penalty_processor(self.repetition_penalty, input_ids.shape[1])
-        if self._penalty is not None:
-            scores = self._penalty(input_ids, scores)
-        return temperature_log_probs(scores, self.temperatures)
+            self._tau = self.model(scores.to(device)).to(scores.device)
+        if self._penalty is None:
+            self._penalty = repetition_penalty_processor(self.repetition_penalty, input_ids.shape[1]) or (lambda i, s: s)
+        self._sum = self._tau.float() if self._sum is None else self._sum + self._tau.float()
+        self._steps += 1
+        return temperature_log_probs(self._penalty(input_ids, scores), self._tau * self.temperature)
 
 
 def tempnet_generate(
@@ -188,10 +207,13 @@ def tempnet_generate(
     max_new_tokens: int = 64,
     repetition_penalty: float | None = None,
     max_prompt_tokens: int | None = None,
+    per_token: bool = False,
+    temperature: float = 1.0,
     progress: bool = True,
 ) -> tuple[list[str], list[float]]:
     """(texts, temperatures) for ``prompts``: each sampled from the base's penalised logits
-    divided by its input's temperature, after top-k and top-p (``do_sample`` False: greedy).
+    divided by TempNet's temperature (per token or per input) times ``temperature``, after
+    top-k and top-p (``do_sample`` False: greedy). Temperatures: each output's mean of TempNet's.
 
     Batch b (prompts ``b * batch_size`` on) samples with torch's generator seeded by
     ``seed`` and b, so a seed gives the same texts on every call.
@@ -208,7 +230,7 @@ def tempnet_generate(
             truncation=max_prompt_tokens is not None,
             max_length=max_prompt_tokens,
         )
-        processor = TempNetLogitsProcessor(model, repetition_penalty)
+        processor = TempNetLogitsProcessor(model, repetition_penalty, per_token=per_token, temperature=temperature)
         sampling = dict(do_sample=True, temperature=1.0, top_p=top_p, top_k=top_k) if do_sample else dict(do_sample=False)
         torch.manual_seed(seed * 1_000_003 + start)
         out = base.generate(
