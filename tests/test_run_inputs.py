@@ -133,7 +133,7 @@ def test_committed_local_finetuned_bases_keep_their_keys_and_bdpl_keys_follow_th
     authors = SimpleNamespace(**{**vars(fake), "prompt_style": "authors"})
     assert (table5._prompt_settings(fake, 0, 75, "loglik", local.wrapper.bdpl)
             != table5._prompt_settings(authors, 0, 75, "loglik", local.wrapper.bdpl))
-    cfg = finetune.FinetuneConfig(**dataclasses.asdict(local.ablations.finetune))
+    cfg = finetune.finetune_config(local.ablations, local.tokens)  # as notebooks 06 and 10 build it
     pools = {"e2e": finetune.finetune_pool("e2e", local, local.ablations.finetune_pool_pairs)}
     pools.update({dataset: finetune.finetune_pool(dataset, local, max_pairs=local.shift.pool_pairs)
                   for dataset in ("webnlg", "commongen")})
@@ -392,3 +392,14 @@ def test_orphaned_model_directories_are_removed_by_the_next_save(tmp_path):
     with pytest.raises(OSError, match="No space"):
         finetune.save_model_dir(tmp_path / "other", DiskFull(), Saveable())
     assert sorted(p.name for p in tmp_path.iterdir()) == [".tuned-def456", "tuned"]
+
+
+def test_finetuning_reads_the_profiles_token_limits_unless_its_section_sets_them():
+    from plugin_lib.harness import finetune
+
+    confirm, local = load_profile("confirm"), load_profile("local")
+    cfg = finetune.finetune_config(confirm.ablations, confirm.tokens)
+    assert (cfg.max_prompt_tokens, cfg.max_target_tokens) == (192, 127)
+    kept = finetune.finetune_config(local.ablations, local.tokens)  # the committed local fine-tunes' limits
+    assert (kept.max_prompt_tokens, kept.max_target_tokens) == (128, 127)
+    assert finetune.finetune_config(confirm.ablations).max_prompt_tokens == finetune.FinetuneConfig().max_prompt_tokens

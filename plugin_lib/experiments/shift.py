@@ -56,7 +56,7 @@ def shift_runs(dataset: str, profile: Profile, seeds: Sequence[int], *, progress
     setup = dataclasses.replace(profile.ablations, finetune_epochs=(profile.shift.epochs,))
     model_name = profile.shift.model or setup.model
     pool = finetune.finetune_pool(dataset, profile, max_pairs=profile.shift.pool_pairs)
-    (path,) = finetune.finetuned_bases(model_name, pool, setup, prompt_style=profile.prompts,
+    (path,) = finetune.finetuned_bases(model_name, pool, setup, prompt_style=profile.prompts, tokens=profile.tokens,
                                          progress=progress).values()
     original = runner.load_task(model_name, dataset, profile)
     tuned = runner.load_task(finetune.load_finetuned_base(path, profile.dtype), dataset, profile,

@@ -49,7 +49,7 @@ from ..data import Example, prompts, training_pairs
 from ..utils.io import read_json, remove_stale_temporaries
 from . import models
 from . import profile as config
-from .profile import Ablations, Profile
+from .profile import Ablations, Profile, Tokens
 
 INFO_FILE = "finetune.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -65,6 +65,19 @@ class FinetuneConfig:
     seed: int = 0
     max_prompt_tokens: int = 128
     max_target_tokens: int = 127
+
+
+def finetune_config(setup: Ablations, tokens: Tokens | None = None) -> FinetuneConfig:
+    """The profile's ``ablations.finetune`` as a ``FinetuneConfig``: token limits it leaves
+    unset are ``tokens``' (the profile's), else the config's defaults."""
+    fields = dataclasses.asdict(setup.finetune)
+    limits = {"max_prompt_tokens": tokens.max_prompt, "max_target_tokens": tokens.max_target} if tokens else {}
+    for key in ("max_prompt_tokens", "max_target_tokens"):
+        if fields[key] is None:
+            fields.pop(key)
+            if key in limits:
+                fields[key] = limits[key]
+    return FinetuneConfig(**fields)
 
 
 def model_prompt(model_name: str, dataset: str, source: str, tokenizer, style: str = "authors") -> str:
@@ -309,12 +322,13 @@ def finetune_pool(dataset: str, profile: Profile, max_pairs: int | None = None, 
 
 
 def finetuned_bases(model_name: str, pool: Pool, setup: Ablations, *, prompt_style: str,
-                    progress: bool = False) -> dict[int, str | Path]:
+                    tokens: Tokens | None = None, progress: bool = False) -> dict[int, str | Path]:
     """Per number of fine-tuning epochs, the base: the model name for 0, else its directory.
-    ``prompt_style``: the profile's ``prompts``, the prompts the tasks on these bases use.
+    ``prompt_style``: the profile's ``prompts``, the prompts the tasks on these bases use;
+    ``tokens``: the profile's token limits, for a ``finetune`` section that sets none.
 
     Ascending epochs, so each fine-tuning continues from the previous checkpoint."""
-    cfg = FinetuneConfig(**dataclasses.asdict(setup.finetune))
+    cfg = finetune_config(setup, tokens)
     return {
         epochs: model_name if epochs == 0 else finetune_base(model_name, pool.examples, epochs, pool=pool.name,
                                                               cfg=cfg, prompt_style=prompt_style, progress=progress)

@@ -138,8 +138,13 @@ class TestInputs:
 
 @dataclass(frozen=True)
 class Finetune:
+    """Fine-tuning a base (notebooks 06 and 10). Token limits None: the profile's ``tokens``
+    (a prompt cut to fewer tokens loses the start of its chat template)."""
+
     lr: float
     trainable_layers: int | None
+    max_prompt_tokens: int | None = None
+    max_target_tokens: int | None = None
 
 
 @dataclass(frozen=True)
