@@ -23,7 +23,7 @@ reweighting model) share its file instead of being redone.
 
 The sizes per profile are the profile's ``ablations`` section (profiles.yaml). The ``check_*``
 functions test the paper's claims on the stored runs of a notebook under the rules below (the
-``*_RULE`` constants, fixed before any number was seen) and return a check: the claim, the rule,
+``*_RULE`` constants; exploratory: written after the local numbers, see ``report.preregistered``) and return a check: the claim, the rule,
 the verdict (``report.verdicts``), our numbers in words and the statistic.
 """
 from __future__ import annotations

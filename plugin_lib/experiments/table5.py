@@ -50,7 +50,8 @@ from ..utils.io import atomic_write_json, read_json
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
 BDPL_REWARDS = ("loglik", "rougeL")  # harness.bdpl.train_bdpl
 REWARD_LABELS = {"loglik": "log-likelihood per token", "rougeL": "ROUGE-L F1 (rouge_score)"}
-# The claims' tests, fixed before any run: (key, claim, first, second); rule: ``pairwise_rule``.
+# The claims' tests (exploratory: written after the local runs; the preregistered ones are
+# ``report.preregistered``): (key, claim, first, second); rule: ``pairwise_rule``.
 TABLE5_CLAIMS = (
     ("table5_bdpl_plugin", "BDPL + Plugin beats BDPL on most metrics", "BDPL+Plugin", "BDPL"),
     ("table5_plugin_vs_bdpl", "Plugin (main tables) beats BDPL on most metrics", "Plugin", "BDPL"),

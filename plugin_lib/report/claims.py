@@ -1,8 +1,9 @@
 """Claims and verdicts: what the notebooks conclude about the paper's claims.
 
 Notebooks state the claims they test with :func:`record_claim`: the claim, the paper's number,
-ours, the ``rule`` (the test in words, a constant of the experiment module written before any
-number was seen), the ``statistic`` (effect sizes, p-values or intervals, and n) and the verdict
+ours, the ``rule`` (the test in words, a constant of the experiment module; for the local
+profile written after its numbers, so exploratory: ``report.preregistered`` holds the rules
+frozen before the confirmatory ones), the ``statistic`` (effect sizes, p-values or intervals, and n) and the verdict
 that rule gives (never typed in). They are stored as ``results/<profile>/claims/<key>.json`` and
 gathered into REPORT.md and the README by ``report.document``.
 

@@ -71,8 +71,14 @@ _BEYOND_PAPER_KEYS = ("topk_", "theorem1")
 SCOPE_TITLES = {"paper": "The paper's claims", "beyond": "Checks beyond the paper"}
 
 
+EXPLORATORY = (
+    "**Exploratory.** These rules were written in code on 2026-11-23 (commit 2ee9b82), after the local results "
+    "they judge were first committed (2026-11-22), and two verdicts moved with them; so they are not evidence "
+    "that a skeptic need accept. The preregistered confirmation re-tests every claim on fresh test inputs under "
+    "rules frozen in git before its numbers ([docs/preregistration.md](../../docs/preregistration.md))."
+)
 VERDICT_LEGEND = (
-    "Each verdict follows a rule stated in code before the numbers (printed with its statistic under "
+    "Each verdict follows a rule stated in code (printed with its statistic under "
     "*Rules and statistics*): **reproduced**: the paper's direction, and a test passes (p < 0.05 in most seeds, "
     "or a confidence interval over seeds that excludes no effect); **direction only**: the paper's direction, "
     "not significant at this scale; **not reproduced**: not the paper's direction; **not measurable at this "
@@ -193,6 +199,7 @@ def write_report(profile: Profile | str) -> Path:
         *_twin_note(prof),
         "## Claim-by-claim verdicts",
         "",
+        *([EXPLORATORY, ""] if prof.name == "local" else []),
         *claims_table(load_claims(prof)),
     ]
     for prefix, title, stems in SECTIONS:
@@ -225,8 +232,9 @@ def readme_block(profile: Profile | str) -> list[str]:
         lines.append(f"{SCOPE_TITLES[scope]} ({len(chosen)}): {tally(chosen)}." if chosen
                      else f"{SCOPE_TITLES[scope]}: none checked yet.")
         lines.append("")
-    return lines + ["Each claim's rule (the test, fixed in code before the numbers) and full statistic, and "
-                    "the checks beyond the paper, are in REPORT.md.", ""]
+    return lines + ["Each claim's rule and full statistic, and the checks beyond the paper, are in REPORT.md. "
+                    "**Exploratory**: the rules came after these numbers; the preregistered confirmation: "
+                    "[docs/preregistration.md](docs/preregistration.md).", ""]
 
 
 def update_readme(profile: Profile | str, readme: Path = config.REPO_ROOT / "README.md") -> Path:
