@@ -86,8 +86,17 @@ def check_bdpl_arguments(budget, reward) -> None:
 # ---------------------------------------------------------------- BDPL prompts
 
 
-def prompt_path(profile: Profile, dataset: str, model: str, seed: int) -> Path:
-    return runner.runs_dir(profile, dataset, model) / "bdpl-prompts" / f"seed{seed}.json"
+def prompt_path(profile: Profile, dataset: str, model: str, seed: int, budget: int | None = None) -> Path:
+    """The learned prompt's record; a budget other than the profile's has its own file."""
+    name = f"seed{seed}.json" if budget in (None, profile.wrapper.bdpl_budget) else f"calls{budget}-seed{seed}.json"
+    return runner.runs_dir(profile, dataset, model) / "bdpl-prompts" / name
+
+
+def labels(profile: Profile, budget: int) -> tuple[str, str]:
+    """The run labels of BDPL and BDPL + Plugin at ``budget`` calls ("BDPL@1200calls" when it is
+    not the profile's ``bdpl_budget``)."""
+    tag = "" if budget == profile.wrapper.bdpl_budget else f"@{budget}calls"
+    return f"BDPL{tag}", f"BDPL+Plugin{tag}"
 
 
 def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str, settings: Bdpl) -> str:
@@ -114,7 +123,7 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
     if task.prompt_prefix:
         raise ValueError("BDPL learns a prefix for an unprefixed task.")
     settings = profile.wrapper.bdpl
-    path = prompt_path(profile, task.dataset, task.base.name, seed)
+    path = prompt_path(profile, task.dataset, task.base.name, seed, budget)
     fingerprint = _prompt_settings(task, seed, budget, reward, settings)
     inputs = runner.inputs_fingerprint(task)
     if path.exists() and runner.is_current(stored := read_json(path), fingerprint, inputs):
@@ -178,17 +187,51 @@ def run_bdpl(task: methods.Task, profile: Profile, seed: int, *, budget: int = b
     prompt = learn_prompt(task, profile, seed, budget=budget, reward=reward)
     prefixed = prefixed_task(task, prompt["prefix"])
     first = profile.seeds[0]
+    alone, combined = labels(profile, budget)
     selection = None
     if seed != first:  # hyperparameters chosen on the first seed's prompt, as for every method
         first_prompt = learn_prompt(task, profile, first, budget=budget, reward=reward)
         selection = runner.select_hparams(prefixed_task(task, first_prompt["prefix"]), "Plugin", profile,
-                                          label="BDPL+Plugin", progress=progress)
+                                          label=combined, progress=progress)
     runs = [
-        runner.run_experiment(prefixed, "Zeroshot", seed, profile, label="BDPL", progress=progress),
-        runner.run_experiment(prefixed, "Plugin", seed, profile, label="BDPL+Plugin", selection=selection,
+        runner.run_experiment(prefixed, "Zeroshot", seed, profile, label=alone, progress=progress),
+        runner.run_experiment(prefixed, "Plugin", seed, profile, label=combined, selection=selection,
                               progress=progress),
     ]
     return prompt, runs
+
+
+def learning_budget(task: methods.Task, profile: Profile, reward: str = "loglik") -> int | None:
+    """The smallest of the profile's ``bdpl_learning_budgets`` at which the first seed's BDPL
+    learns (``report.preregistered.bdpl_learned``, on hyper-validation only), or None."""
+    from ..report.preregistered import bdpl_learned
+
+    for budget in profile.wrapper.bdpl_learning_budgets or ():
+        prompt = learn_prompt(task, profile, profile.seeds[0], budget=budget, reward=reward)
+        if bdpl_learned([prompt])["per seed"][0]["learned"]:
+            return budget
+    return None
+
+
+def run_learning_budget(datasets: list[str], profile: Profile, *, model_names: list[str] | None = None,
+                        reward: str = "loglik") -> tuple[int | None, list[dict], pd.DataFrame]:
+    """BDPL and BDPL + Plugin at the first budget where BDPL learns (``learning_budget``, per
+    dataset and model), beside the paper's 75 calls: (that budget, the runs, the prompts'
+    rows). Nothing runs when the profile lists no ``bdpl_learning_budgets``."""
+    found, records, rows = None, [], []
+    if not profile.wrapper.bdpl_learning_budgets:
+        return None, records, pd.DataFrame(rows)
+    for model_name in model_names or table_models(profile, paper_rows()):
+        for dataset in datasets:
+            task = runner.load_task(model_name, dataset, profile)
+            found = learning_budget(task, profile, reward)
+            if found is None:
+                continue
+            for seed in tqdm(profile.seeds, desc=f"BDPL at {found} calls, {dataset} / {model_name}"):
+                prompt, runs = run_bdpl(task, profile, seed, budget=found, reward=reward)
+                records += runs
+                rows.append(prompt_row(prompt, task, prefixed_task(task, prompt["prefix"])))
+    return found, records, pd.DataFrame(rows)
 
 
 def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot", "Plugin")) -> list[dict]:

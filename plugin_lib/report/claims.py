@@ -18,14 +18,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..harness.profile import Profile, results_dir
+from ..harness.profile import Profile, load_profile, profile_names, results_dir
 from ..utils.io import atomic_write_json, read_json
 from .verdicts import NOT_MEASURABLE, VERDICTS  # noqa: F401  (VERDICTS: the vocabulary, re-exported)
 
 SCOPES = ("paper", "beyond")
 # The profiles whose numbers can support or refute a claim. Every other profile (smoke, and
 # paper-twin, whose bases have random weights) only checks that code paths run.
-MEASURING_PROFILES = ("local", "paper")
+MEASURING_PROFILES = ("local", "paper", "confirm")
 RULE_NOT_RECORDED = "rule not recorded: rerun the notebook"
 STATISTIC_NOT_RECORDED = "not recorded: rerun the notebook"
 
@@ -47,11 +47,14 @@ def plain(value):
 
 
 def record_claim(profile: Profile | str, key: str, claim: str, paper: str, ours: str, verdict: str, *,
-                 rule: str, statistic: Mapping, scope: str = "paper") -> dict:
+                 rule: str, statistic: Mapping, scope: str = "paper", preregistered: bool = False) -> dict:
     """Store one claim's verdict (``results/<profile>/claims/<key>.json``) and return it.
 
     ``statistic`` needs a ``summary`` (one short line, shown in the README) and ``n`` (test
-    inputs and seeds). Profiles outside ``MEASURING_PROFILES`` (smoke: a handful of rows, one
+    inputs and seeds). In a preregistered profile (one with fresh ``test_inputs``: ``confirm``)
+    ``claims/`` holds only the frozen rules' verdicts (``preregistered``, from
+    ``experiments.confirmation``); a notebook's own rule goes to ``notebook-claims/``.
+    Profiles outside ``MEASURING_PROFILES`` (smoke: a handful of rows, one
     epoch; paper-twin: random-weight twins of the paper's bases) only check that code paths
     run, so their verdicts are always "not measurable at this scale", whatever the numbers
     say; the rule's own verdict is kept as ``rule_verdict``.
@@ -70,7 +73,11 @@ def record_claim(profile: Profile | str, key: str, claim: str, paper: str, ours:
              "statistic": plain(statistic), "scope": scope}
     if name not in MEASURING_PROFILES:
         entry.update(verdict=NOT_MEASURABLE, rule_verdict=verdict)
-    atomic_write_json(results_dir(profile) / "claims" / f"{key}.json", entry)
+    prof = profile if isinstance(profile, Profile) else (load_profile(name) if name in profile_names() else None)
+    folder = "claims" if preregistered or prof is None or prof.test_inputs is None else "notebook-claims"
+    if preregistered:
+        entry["preregistered"] = True
+    atomic_write_json(results_dir(profile) / folder / f"{key}.json", entry)
     return entry
 
 

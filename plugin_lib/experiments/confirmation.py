@@ -1,0 +1,360 @@
+"""The preregistered confirmation, judged: the stored runs of the ``confirm`` profile under the
+rules frozen in ``report.preregistered`` (docs/preregistration.md).
+
+This module only finds, for each claim, the runs that play its roles (A, B, premises) and the
+numbers its frozen test reads; it changes no rule. A claim whose runs are not all stored yet is
+reported as waiting, with what is missing, and gets no verdict.
+
+    python -m plugin_lib.experiments.confirmation status   # which claims can be judged, what is missing
+    python -m plugin_lib.experiments.confirmation judge    # record the verdicts (results/confirm/claims)
+
+The notebooks run under ``--profile confirm`` make the runs (their own, exploratory rules go to
+``results/confirm/notebook-claims``); this module records the confirmatory claims.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from .. import analysis, data
+from ..analysis import judge as shift_judge
+from ..harness import finetune, runner
+from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
+from ..report import freeze
+from ..report import preregistered as pre
+from ..report.claims import record_claim
+from ..utils.io import read_json
+from . import adidas
+
+PROFILE = freeze.FROZEN_PROFILE
+FROZEN_INPUTS = REPO_ROOT / "plugin_lib" / "report" / "preregistered_inputs.json"
+
+
+class Missing(LookupError):
+    """A run, prompt or table that a claim needs is not stored yet."""
+
+
+@functools.lru_cache(maxsize=1)
+def frozen_inputs() -> dict:
+    return json.loads(FROZEN_INPUTS.read_text(encoding="utf-8"))["datasets"]
+
+
+@functools.lru_cache(maxsize=8)
+def _examples(dataset: str) -> dict[str, data.Example]:
+    return {ex.id: ex for split in ("validation", "test") for ex in data.load_dataset(dataset, split)}
+
+
+def references(dataset: str, ids: Sequence[str]) -> list[list[str]]:
+    examples = _examples(dataset)
+    return [list(examples[i].references) for i in ids]
+
+
+def stored_runs(profile: Profile, dataset: str, model: str, label: str, check_inputs: bool = True) -> list[dict]:
+    """The stored runs of ``label`` (one per seed), refusing any not on the frozen test inputs."""
+    folder = runner.runs_dir(profile, dataset, model)
+    runs = [read_json(p) for p in sorted(folder.glob(f"{label}-seed*.json"))
+            if re.fullmatch(rf"{re.escape(label)}-seed\d+\.json", p.name)]
+    if not runs:
+        raise Missing(f"{dataset}/{model}: no {label} run")
+    if check_inputs:
+        frozen = frozen_inputs()[dataset]["ids"]
+        for run in runs:
+            if list(run["test_ids"]) != frozen:
+                raise ValueError(f"{folder}/{label}-seed{run['seed']}.json is not on the frozen test inputs of {dataset}.")
+    return runs
+
+
+def _seeded(profile: Profile, runs: list[dict], label: str) -> list[dict]:
+    """All the profile's seeds, or Missing (a deterministic method has one run)."""
+    seeds = {r["seed"] for r in runs}
+    if len(runs) > 1 and seeds != set(profile.seeds):
+        raise Missing(f"{label}: seeds {sorted(seeds)} of {list(profile.seeds)}")
+    return runs
+
+
+class Roles:
+    """Where each role of ``report.preregistered.CLAIMS`` finds its runs."""
+
+    def __init__(self, profile: Profile, check_inputs: bool = True):
+        self.profile, self.check_inputs = profile, check_inputs
+        self.base = profile.base_models[0]
+
+    def runs(self, dataset: str, label: str, model: str | None = None) -> list[dict]:
+        runs = stored_runs(self.profile, dataset, model or self.base, label, self.check_inputs)
+        return _seeded(self.profile, runs, label)
+
+    def finetuned_folder(self, dataset: str, epochs: int, *, shift: bool = False) -> str:
+        """The run folder's model name of the base fine-tuned for ``epochs`` (notebooks 06 and 10)."""
+        setup = self.profile.ablations
+        if shift:
+            pool = finetune.finetune_pool(dataset, self.profile, max_pairs=self.profile.shift.pool_pairs)
+        else:
+            pool = finetune.finetune_pool(dataset, self.profile, setup.finetune_pool_pairs)
+        model = (self.profile.shift.model or setup.model) if shift else setup.model
+        cfg = finetune.finetune_config(setup, self.profile.tokens)
+        prefix = finetune.run_prefix(model, pool.examples, pool.name, cfg, self.profile.prompts)
+        return f"finetuned/{prefix}-{epochs}ep"
+
+    def bdpl_prompts(self, budget: int | None = None) -> list[dict]:
+        folder = runner.runs_dir(self.profile, "e2e", self.base) / "bdpl-prompts"
+        name = "seed{seed}.json" if budget in (None, self.profile.wrapper.bdpl_budget) else f"calls{budget}-seed{{seed}}.json"
+        paths = [folder / name.format(seed=s) for s in self.profile.seeds]
+        missing = [p.name for p in paths if not p.exists()]
+        if missing:
+            raise Missing(f"BDPL prompts {missing}")
+        return [read_json(p) for p in paths]
+
+    def learning_budget(self) -> int | None:
+        """The smallest of ``bdpl_learning_budgets`` at which seed 0's BDPL learned (hyper-validation)."""
+        for budget in self.profile.wrapper.bdpl_learning_budgets or ():
+            folder = runner.runs_dir(self.profile, "e2e", self.base) / "bdpl-prompts"
+            path = folder / f"calls{budget}-seed{self.profile.seeds[0]}.json"
+            if not path.exists():
+                raise Missing(f"BDPL prompt at {budget} calls (seed {self.profile.seeds[0]})")
+            if pre.bdpl_learned([read_json(path)])["per seed"][0]["learned"]:
+                return budget
+        return None
+
+    def role(self, dataset: str, name: str) -> list[dict]:
+        """The runs of a plain role: a method label, optionally ``@learning`` (BDPL's budget)."""
+        if name.endswith("@learning"):
+            budget = self.learning_budget()
+            if budget is None:
+                raise Missing("BDPL learned at none of the learning budgets")
+            return self.runs(dataset, name.replace("@learning", f"@{budget}calls"))
+        return self.runs(dataset, name)
+
+
+def comparisons(roles: Roles, c: pre.Claim) -> list[tuple[list[dict], list[dict]]]:
+    """(A's runs, B's runs) per comparison of a superiority, non-superiority or equivalence claim."""
+    d = c.dataset
+    if c.a == "Plugin@every-base":
+        bases = [roles.base] + [roles.finetuned_folder(d, k) for k in roles.profile.ablations.finetune_epochs if k]
+        return [(roles.runs(d, "Plugin", b), roles.runs(d, "Zeroshot", b)) for b in bases]
+    if c.a == "Plugin@longest-finetuned":
+        longest = roles.finetuned_folder(d, max(roles.profile.ablations.finetune_epochs))
+        return [(roles.runs(d, "Plugin", longest), roles.runs(d, "Plugin"))]
+    if c.a == "Plugin-deeper":
+        deeper = [k for k in roles.profile.ablations.layers if k != 1]
+        return [(roles.runs(d, f"Plugin-{k}L"), roles.runs(d, "Plugin")) for k in deeper]
+    if c.b == ("Plugin-same-depth",):
+        depth = roles.profile.ablations.pretrained_layers or 1
+        return [(roles.runs(d, "Plugin-pretrained"), roles.runs(d, "Plugin" if depth == 1 else f"Plugin-{depth}L"))]
+    if c.key.startswith("topk_"):
+        k = int(c.key.rsplit("top-", 1)[1])
+        view = f"{roles.base}@top{k}-residual"
+        return [(roles.runs(d, "Plugin", view), roles.runs(d, "Zeroshot", view))]
+    return [(roles.role(d, c.a), roles.role(d, b)) for b in c.b]
+
+
+def premise(roles: Roles, c: pre.Claim) -> dict | None:
+    """The premise's result (``holds`` and its numbers), or None for a claim without one."""
+    if c.premise is None:
+        return None
+    if c.premise == "bdpl learned":
+        return pre.bdpl_learned(roles.bdpl_prompts())
+    if c.premise == "bdpl learned at the learning budget":
+        budget = roles.learning_budget()
+        if budget is None:
+            return {"holds": False, "why": "BDPL learned at none of the budgets "
+                                           f"{list(roles.profile.wrapper.bdpl_learning_budgets or ())}"}
+        return {"budget": budget, **pre.bdpl_learned(roles.bdpl_prompts(budget))}
+    if c.premise == "fine-tuning improves the base":
+        longest = roles.finetuned_folder(c.dataset, max(roles.profile.ablations.finetune_epochs))
+        tuned, original = roles.runs(c.dataset, "Zeroshot", longest), roles.runs(c.dataset, "Zeroshot")
+        return pre.improves_base(pre.compare(tuned, original, references(c.dataset, tuned[0]["test_ids"])))
+    if c.premise == "shift base biased":
+        base = shift_counts(roles.runs(c.dataset, "Zeroshot", roles.finetuned_folder(c.dataset, roles.profile.shift.epochs,
+                                                                                      shift=True)), c.dataset)[0]
+        refs = [r for refs in references(c.dataset, frozen_inputs()[c.dataset]["ids"]) for r in refs]
+        ref_target, ref_counted = (sum(x) for x in _shift_indicators(refs, c.dataset))
+        return pre.biased_against_target(int(sum(base[0])), int(sum(base[1])), ref_target, ref_counted)
+    raise ValueError(f"Unknown premise {c.premise!r}")
+
+
+def _shift_indicators(texts: Sequence[str], dataset: str) -> tuple[list[int], list[int]]:
+    """Per text: (target, counted). WebNLG: Person-related among all; CommonGen: woman-related
+    (a woman word, mixed texts included) among gendered texts."""
+    if dataset == "webnlg":
+        return [int(shift_judge.is_person_related(t)) for t in texts], [1] * len(texts)
+    genders = [shift_judge.gender_of(t) for t in texts]
+    return [int(g in ("woman", "both")) for g in genders], [int(g is not None) for g in genders]
+
+
+def shift_counts(runs: Sequence[dict], dataset: str) -> list[tuple[list[int], list[int]]]:
+    return [_shift_indicators(run["predictions"], dataset) for run in sorted(runs, key=lambda r: r["seed"])]
+
+
+def judge_claim(roles: Roles, c: pre.Claim) -> dict:
+    """The frozen rule's result for one claim: ``verdict`` and its statistic."""
+    found = premise(roles, c)
+    if found is not None and not found["holds"]:
+        return {"verdict": pre.NOT_MEASURABLE, "premise": found}
+    result: dict
+    if c.test in ("superiority", "non-superiority", "equivalence"):
+        pairs = comparisons(roles, c)
+        result = pre.judge_comparisons(c, [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in pairs])
+    elif c.test == "ratio" and c.key.startswith("shift_"):
+        folder = roles.finetuned_folder(c.dataset, roles.profile.shift.epochs, shift=True)
+        result = pre.ratio_compare(shift_counts(roles.runs(c.dataset, "Plugin", folder), c.dataset),
+                                   shift_counts(roles.runs(c.dataset, "Zeroshot", folder), c.dataset))
+    elif c.test == "ratio":
+        words = training_domain_words(roles.profile)
+        plugin, base = roles.runs("adidas", "Plugin"), roles.runs("adidas", "Zeroshot")
+        result = pre.ratio_compare([adidas.coverage_counts(r["predictions"], words) for r in plugin],
+                                   [adidas.coverage_counts(r["predictions"], words) for r in base])
+        result["domain words"] = list(words["word"])
+    elif c.test == "sign":
+        plugin, rival = roles.runs("adidas", "Plugin"), roles.runs("adidas", c.b[0])
+        refs = references("adidas", plugin[0]["test_ids"])
+        by_seed = {r["seed"]: r for r in rival}
+        outcomes = []
+        for run in plugin:
+            other = rival[0] if len(rival) == 1 else by_seed[run["seed"]]
+            won = analysis.preference_outcomes(analysis.embedding_similarity(run["predictions"], refs),
+                                               analysis.embedding_similarity(other["predictions"], refs))
+            outcomes.append([{1.0: 1, 0.0: -1}.get(float(w), 0) for w in won])
+        result = pre.sign_test_over_inputs(outcomes)
+    elif c.test == "spread":
+        labels = ["Plugin", *c.b]
+        result = pre.narrower_spread({label: {m: [r["metrics"][m] for r in roles.runs(c.dataset, label)]
+                                              for m in pre.METRIC_NAMES} for label in labels}, "Plugin")
+    elif c.test == "flops":
+        from ..harness import flops
+
+        counts = flops.gpt2_xl_comparison(new_tokens=64)
+        result = {"verdict": pre.flops_verdict(counts["plugin_flops"], counts["lora_flops"]),
+                  "plugin_flops": int(counts["plugin_flops"]), "lora_flops": int(counts["lora_flops"]),
+                  "n": {"inputs": None, "seeds": None}}
+    elif c.test == "rate":
+        path = results_dir(roles.profile) / "tables" / "theorem1_slopes.csv"
+        if not path.exists():
+            raise Missing("tables/theorem1_slopes.csv (notebook 13)")
+        slopes = pd.read_csv(path)
+        row = slopes[(slopes.metric == "excess_loss") & (slopes.fit_from_tokens == roles.profile.theorem1.fit_from)].iloc[0]
+        result = {"verdict": pre.rate_verdict(float(row.ci95_low), float(row.ci95_high)), "slope": float(row.slope),
+                  "ci95": [float(row.ci95_low), float(row.ci95_high)],
+                  "n": {"inputs": None, "seeds": len(roles.profile.theorem1.seeds)}}
+    else:
+        raise ValueError(f"Unknown test {c.test!r}")
+    if found is not None:
+        result["premise"] = found
+    return result
+
+
+def training_domain_words(profile: Profile) -> pd.DataFrame:
+    """The top-50 domain words of the Adidas descriptions the Plugin trains and stops on (the
+    task's training and hyper-validation references), never a test reference."""
+    from ..harness import methods
+
+    train, hyper, _ = methods.task_splits("adidas", profile)
+    return analysis.style_words([r for ex in train + hyper for r in ex.references])
+
+
+def summary(c: pre.Claim, result: dict) -> str:
+    """One line: the effect, its p-value or interval, and n."""
+    n = result.get("n") or (result.get("comparisons") or [{}])[0].get("n") or {}
+    scale = f"{n.get('inputs')} inputs, {n.get('seeds')} seeds" if n else ""
+    if result["verdict"] == pre.NOT_MEASURABLE and "premise" in result:
+        return f"premise fails: {_premise_line(result['premise'])}"
+    if "comparisons" in result:
+        parts = []
+        for r in result["comparisons"]:
+            key = "p (Holm)"
+            parts.append(f"BLEU {r['difference']['BLEU']:+.4f} (Holm p {r[key]['BLEU']:.3f})")
+        return "; ".join(parts) + f"; {scale}"
+    if "difference" in result:
+        return f"share {result['difference']:+.3f} (p {result['p']:.3f}, 95% CI {result['ci95'][0]:+.3f}..{result['ci95'][1]:+.3f}); {scale}"
+    if "inputs favouring A" in result:
+        return f"{result['inputs favouring A']} vs {result['inputs favouring B']} inputs (sign test p {result['p']:.3f}); {scale}"
+    if "plugin_flops" in result:
+        return f"{result['plugin_flops'] / 1e9:.1f} / {result['lora_flops'] / 1e9:.1f} GFLOPs (exact)"
+    if "slope" in result:
+        return f"slope {result['slope']:.3f} (95% CI {result['ci95'][0]:.3f}..{result['ci95'][1]:.3f}); {scale}"
+    return f"narrowest std on {len(result.get('narrowest on', []))}/7 metrics; {scale}"
+
+
+def _premise_line(found: dict) -> str:
+    if "per seed" in found:
+        return "; ".join(f"seed {s['seed']}: gain {s['gain']:+.3f}, top probability x C {s['concentration']:.2f}"
+                         for s in found["per seed"])
+    if "reference share" in found and found.get("share") is not None:
+        return f"target share {found['share']:.1%} vs references {found['reference share']:.1%} (p {found['p']:.3f})"
+    return found.get("why") or f"verdict {found.get('verdict')}"
+
+
+def gather(roles: Roles, c: pre.Claim) -> None:
+    """Raise Missing when anything the claim's test reads is not stored (computes nothing)."""
+    if c.test in ("superiority", "non-superiority", "equivalence"):
+        comparisons(roles, c)
+    elif c.test == "ratio" and c.key.startswith("shift_"):
+        folder = roles.finetuned_folder(c.dataset, roles.profile.shift.epochs, shift=True)
+        roles.runs(c.dataset, "Plugin", folder), roles.runs(c.dataset, "Zeroshot", folder)
+    elif c.test in ("ratio", "sign", "spread"):
+        for label in ("Plugin", *c.b):
+            roles.runs(c.dataset, label)
+    elif c.test == "rate" and not (results_dir(roles.profile) / "tables" / "theorem1_slopes.csv").exists():
+        raise Missing("tables/theorem1_slopes.csv (notebook 13)")
+    if c.premise:
+        premise(roles, c)
+
+
+def status(profile: Profile | None = None, check_inputs: bool = True) -> pd.DataFrame:
+    """Per preregistered claim: ready to judge, or what is missing."""
+    roles = Roles(profile or load_profile(PROFILE), check_inputs)
+    rows = []
+    for c in pre.CLAIMS:
+        try:
+            gather(roles, c)
+            state = "ready"
+        except Missing as why:
+            state = f"waiting: {why}"
+        rows.append({"claim": c.key, "notebook": c.notebook, "state": state})
+    return pd.DataFrame(rows)
+
+
+def judge(profile: Profile | None = None, keys: Sequence[str] | None = None, check_inputs: bool = True) -> list[dict]:
+    """Record the verdict of every preregistered claim whose runs are stored (or of ``keys``)."""
+    profile = profile or load_profile(PROFILE)
+    roles = Roles(profile, check_inputs)
+    recorded = []
+    for c in pre.CLAIMS:
+        if keys and c.key not in keys:
+            continue
+        try:
+            result = judge_claim(roles, c)
+        except Missing as why:
+            print(f"{c.key}: waiting ({why})")
+            continue
+        exploratory = results_dir("local") / "claims" / f"{c.key}.json"
+        paper = read_json(exploratory).get("paper", "") if exploratory.exists() else ""
+        n = result.get("n") or (result.get("comparisons") or [{}])[0].get("n") or {"inputs": None, "seeds": None}
+        recorded.append(record_claim(
+            profile, c.key, f"{c.claim} (notebook {c.notebook})", paper, summary(c, result), result["verdict"],
+            rule=pre.rule_text(c), scope=c.scope, preregistered=True,
+            statistic={"summary": summary(c, result), "n": n, "result": result, "frozen_at": freeze.FROZEN_AT,
+                       "test inputs": f"{profile.rows.test} fresh per dataset "
+                                      f"(docs/preregistration.md; seed {profile.test_inputs.seed})"}))
+    return recorded
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The preregistered confirmation: status or judge.")
+    parser.add_argument("command", choices=("status", "judge"))
+    parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        print(status().to_string(index=False))
+    else:
+        for claim in judge(keys=args.claims):
+            print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")
+
+
+if __name__ == "__main__":
+    main()

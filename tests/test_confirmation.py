@@ -1,0 +1,104 @@
+"""experiments.confirmation: the frozen rules applied to a confirm store (made-up runs)."""
+import json
+
+import pytest
+
+from plugin_lib.experiments import confirmation
+from plugin_lib.harness import runner
+from plugin_lib.harness.profile import load_profile, results_dir
+from plugin_lib.metrics import METRIC_NAMES
+from plugin_lib.report import freeze
+from plugin_lib.report.claims import record_claim
+
+from conftest import FAKE_REFERENCES
+
+IDS = list(FAKE_REFERENCES)
+BASE = "smollm2-135m-instruct"
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """The confirm profile with its results in tmp_path and the made-up inputs' references; a
+    helper that stores a method's runs (``good``: inputs answered with their reference)."""
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(confirmation, "references", lambda dataset, ids: [FAKE_REFERENCES[i] for i in ids])
+    profile = load_profile("confirm")
+
+    def put(label, good, seeds=(0, 1, 2), dataset="e2e", model=BASE, score=None):
+        folder = runner.runs_dir(profile, dataset, model)
+        folder.mkdir(parents=True, exist_ok=True)
+        for seed in seeds:
+            predictions = [FAKE_REFERENCES[i][0] if n < good else "completely unrelated words here"
+                           for n, i in enumerate(IDS)]
+            value = good / len(IDS) if score is None else score
+            record = {"dataset": dataset, "model": model, "method": label, "seed": seed, "test_ids": IDS,
+                      "predictions": predictions, "metrics": dict.fromkeys(METRIC_NAMES, value)}
+            (folder / f"{label}-seed{seed}.json").write_text(json.dumps(record))
+
+    return profile, put
+
+
+def test_a_claim_waits_for_its_runs_then_is_judged_and_recorded(store):
+    profile, put = store
+    put("Plugin", 12)
+    put("Zeroshot", 2, seeds=(0,))
+    state = confirmation.status(profile, check_inputs=False).set_index("claim")
+    assert state.loc["main_e2e", "state"].startswith("waiting: e2e/smollm2-135m-instruct: no ICL-1 run")
+    assert state.loc["complexity_e2e_0", "state"] == "ready"
+    for label in ("ICL-1", "ICL-3", "NewModel", "WeightedComb", "TempNet"):
+        put(label, 3)
+    recorded = {c["key"]: c for c in confirmation.judge(profile, keys=["main_e2e", "complexity_e2e_0"],
+                                                        check_inputs=False)}
+    assert recorded["main_e2e"]["verdict"] == "reproduced"
+    stored = json.loads((results_dir(profile) / "claims" / "main_e2e.json").read_text())
+    assert stored["preregistered"] and stored["statistic"]["frozen_at"] == freeze.FROZEN_AT
+    assert "two-level paired bootstrap" in stored["rule"]
+    assert len(stored["statistic"]["result"]["comparisons"]) == 6  # one per baseline
+
+
+def test_a_partial_seed_set_waits(store):
+    profile, put = store
+    put("Plugin", 12, seeds=(0, 1))
+    put("Zeroshot", 2, seeds=(0,))
+    state = confirmation.status(profile, check_inputs=False).set_index("claim")
+    assert "seeds [0, 1] of [0, 1, 2]" in state.loc["complexity_e2e_0", "state"]
+
+
+def test_more_layers_compares_every_deeper_model_with_one_layer(store):
+    profile, put = store
+    put("Plugin", 8)
+    for k in (2, 4, 8, 12):
+        put(f"Plugin-{k}L", 8)
+    (claim,) = confirmation.judge(profile, keys=["complexity_e2e_1"], check_inputs=False)
+    assert claim["verdict"] == "reproduced"  # equal to one layer: within every margin
+    assert len(claim["statistic"]["result"]["comparisons"]) == 4
+
+
+def test_runs_on_other_test_inputs_are_refused(store):
+    profile, put = store
+    put("Plugin", 8)
+    with pytest.raises(ValueError, match="not on the frozen test inputs"):
+        confirmation.stored_runs(profile, "e2e", BASE, "Plugin")
+
+
+def test_bdpl_without_learning_is_not_measurable(store):
+    profile, put = store
+    folder = runner.runs_dir(profile, "e2e", BASE) / "bdpl-prompts"
+    folder.mkdir(parents=True)
+    for seed in profile.seeds:
+        (folder / f"seed{seed}.json").write_text(json.dumps({
+            "seed": seed, "prefix": "a b", "hyper_reward": -2.18, "hyper_reward_no_prefix": -2.2,
+            "top_probs": [0.0203] * 6, "bdpl": {"num_candidates": 50}}))
+    put("Plugin", 10)
+    put("BDPL", 2)
+    (claim,) = confirmation.judge(profile, keys=["table5_plugin_vs_bdpl"], check_inputs=False)
+    assert claim["verdict"] == "not measurable at this scale"
+    assert claim["statistic"]["summary"].startswith("premise fails: seed 0: gain +0.020")
+
+
+def test_a_notebooks_own_rule_never_lands_among_the_preregistered_claims(store):
+    profile, _ = store
+    record_claim(profile, "main_e2e", "c", "p", "o", "reproduced", rule="a notebook's rule",
+                 statistic={"summary": "s", "n": {}})
+    assert (results_dir(profile) / "notebook-claims" / "main_e2e.json").exists()
+    assert not (results_dir(profile) / "claims" / "main_e2e.json").exists()
