@@ -30,7 +30,7 @@ from ..report import freeze
 from ..report import preregistered as pre
 from ..report.claims import record_claim
 from ..utils.io import read_json
-from . import adidas
+from . import adidas, table5
 
 PROFILE = freeze.FROZEN_PROFILE
 FROZEN_INPUTS = REPO_ROOT / "plugin_lib" / "report" / "preregistered_inputs.json"
@@ -102,9 +102,7 @@ class Roles:
         return f"finetuned/{prefix}-{epochs}ep"
 
     def bdpl_prompts(self, budget: int | None = None) -> list[dict]:
-        folder = runner.runs_dir(self.profile, "e2e", self.base) / "bdpl-prompts"
-        name = "seed{seed}.json" if budget in (None, self.profile.wrapper.bdpl_budget) else f"calls{budget}-seed{{seed}}.json"
-        paths = [folder / name.format(seed=s) for s in self.profile.seeds]
+        paths = [table5.prompt_path(self.profile, "e2e", self.base, s, budget) for s in self.profile.seeds]
         missing = [p.name for p in paths if not p.exists()]
         if missing:
             raise Missing(f"BDPL prompts {missing}")
@@ -113,8 +111,7 @@ class Roles:
     def learning_budget(self) -> int | None:
         """The smallest of ``bdpl_learning_budgets`` at which seed 0's BDPL learned (hyper-validation)."""
         for budget in self.profile.wrapper.bdpl_learning_budgets or ():
-            folder = runner.runs_dir(self.profile, "e2e", self.base) / "bdpl-prompts"
-            path = folder / f"calls{budget}-seed{self.profile.seeds[0]}.json"
+            path = table5.prompt_path(self.profile, "e2e", self.base, self.profile.seeds[0], budget)
             if not path.exists():
                 raise Missing(f"BDPL prompt at {budget} calls (seed {self.profile.seeds[0]})")
             if pre.bdpl_learned([read_json(path)])["per seed"][0]["learned"]:

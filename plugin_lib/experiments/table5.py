@@ -86,16 +86,22 @@ def check_bdpl_arguments(budget, reward) -> None:
 # ---------------------------------------------------------------- BDPL prompts
 
 
+def is_learning_budget(profile: Profile, budget: int | None) -> bool:
+    """One of the profile's ``bdpl_learning_budgets`` (other than its ``bdpl_budget``): its
+    prompts and runs are stored beside the main budget's, under their own names."""
+    return budget in (profile.wrapper.bdpl_learning_budgets or ()) and budget != profile.wrapper.bdpl_budget
+
+
 def prompt_path(profile: Profile, dataset: str, model: str, seed: int, budget: int | None = None) -> Path:
-    """The learned prompt's record; a budget other than the profile's has its own file."""
-    name = f"seed{seed}.json" if budget in (None, profile.wrapper.bdpl_budget) else f"calls{budget}-seed{seed}.json"
+    """The learned prompt's record (``calls<budget>-seed<k>.json`` at a learning budget)."""
+    name = f"calls{budget}-seed{seed}.json" if is_learning_budget(profile, budget) else f"seed{seed}.json"
     return runner.runs_dir(profile, dataset, model) / "bdpl-prompts" / name
 
 
 def labels(profile: Profile, budget: int) -> tuple[str, str]:
-    """The run labels of BDPL and BDPL + Plugin at ``budget`` calls ("BDPL@1200calls" when it is
-    not the profile's ``bdpl_budget``)."""
-    tag = "" if budget == profile.wrapper.bdpl_budget else f"@{budget}calls"
+    """The run labels of BDPL and BDPL + Plugin at ``budget`` calls ("BDPL@1200calls" at a
+    learning budget)."""
+    tag = f"@{budget}calls" if is_learning_budget(profile, budget) else ""
     return f"BDPL{tag}", f"BDPL+Plugin{tag}"
 
 
