@@ -216,4 +216,9 @@ if [ "$profile" = local ] && [ -z "$only" ] && [ "$results_root" = "$root/result
 elif [ "$profile" = local ]; then
   echo "[run_all] README.md not refreshed: it shows a complete 'local' run of every notebook into results/."
 fi
+# A preregistered profile (confirm): its claims are judged by the frozen rules, from the stored runs.
+if [ -z "$only" ] && "$py" -c "import sys; from plugin_lib.harness.profile import load_profile
+sys.exit(load_profile(sys.argv[1]).test_inputs is None)" "$profile"; then
+  "$py" -m plugin_lib.experiments.confirmation judge
+fi
 "$py" -m plugin_lib.report --profile "$profile" $readme

@@ -77,6 +77,17 @@ EXPLORATORY = (
     "that a skeptic need accept. The preregistered confirmation re-tests every claim on fresh test inputs under "
     "rules frozen in git before its numbers ([docs/preregistration.md](../../docs/preregistration.md))."
 )
+def preregistered_note(prof: Profile) -> str:
+    """What makes a preregistered profile's verdicts confirmatory, with the freezing commit."""
+    from . import freeze
+
+    return (f"**Preregistered.** Every verdict below follows a rule of `plugin_lib/report/preregistered.py`, frozen in "
+            f"git with this profile's settings and its fresh test inputs ({prof.rows.test} per dataset, never decoded "
+            f"by the local profile) in commit `{(freeze.FROZEN_AT or 'not yet frozen')[:10]}`, before any of these "
+            "numbers existed; `tests/test_preregistration.py` checks that history "
+            "([docs/preregistration.md](../../docs/preregistration.md)).")
+
+
 VERDICT_LEGEND = (
     "Each verdict follows a rule stated in code (printed with its statistic under "
     "*Rules and statistics*): **reproduced**: the paper's direction, and a test passes (p < 0.05 in most seeds, "
@@ -200,6 +211,7 @@ def write_report(profile: Profile | str) -> Path:
         "## Claim-by-claim verdicts",
         "",
         *([EXPLORATORY, ""] if prof.name == "local" else []),
+        *([preregistered_note(prof), ""] if prof.test_inputs is not None else []),
         *claims_table(load_claims(prof)),
     ]
     for prefix, title, stems in SECTIONS:
