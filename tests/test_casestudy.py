@@ -1,6 +1,7 @@
 import pandas as pd
 import pytest
 
+from plugin_lib import analysis
 from plugin_lib.experiments import adidas
 
 
@@ -26,7 +27,7 @@ def test_coverage_table_and_claims(tmp_path, monkeypatch, nltk_ready):
     coverage = adidas.coverage_table(records, words)
     assert coverage.loc["Zeroshot", "token_share"] == 0.0
     assert coverage.loc["Plugin", "token_share"] == pytest.approx((3 / 4 + 1 / 3) / 2)
-    assert adidas.coverage_counts(records[1]["predictions"], words) == ([2, 1], [3, 1])
+    assert analysis.coverage_counts(records[1]["predictions"], words) == ([2, 1], [3, 1])
     preference = pd.DataFrame({"seed": [0, 1, 0, 1], "judge": ["embedding"] * 2 + ["rouge_l"] * 2,
                                "share_a": [0.8, 0.6, 0.9, 0.9], "wins_a": [80, 60, 90, 90], "wins_b": [20, 40, 10, 10],
                                "ties": [0] * 4, "n_items": [100] * 4, "p_value": [1e-9, 0.057, 1e-12, 1e-12]})

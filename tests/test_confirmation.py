@@ -105,20 +105,20 @@ def test_a_notebooks_own_rule_never_lands_among_the_preregistered_claims(store):
 
 
 def test_the_learning_budget_is_the_first_at_which_seed_0_learns(store):
-    from plugin_lib.experiments import table5
+    from plugin_lib.harness import bdpl
 
     profile, put = store
     for budget, top in ((300, 0.0203), (1200, 0.2)):
         for seed in profile.seeds:
-            path = table5.prompt_path(profile, "e2e", BASE, seed, budget)
+            path = bdpl.prompt_path(profile, "e2e", BASE, seed, budget)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"seed": seed, "prefix": "a b", "hyper_reward": -2.1,
                                         "hyper_reward_no_prefix": -2.2, "top_probs": [top] * 6,
                                         "bdpl": {"num_candidates": 50}}))
-    assert table5.prompt_path(profile, "e2e", BASE, 0, 1200).name == "calls1200-seed0.json"
-    assert table5.prompt_path(profile, "e2e", BASE, 0, 75).name == "seed0.json"  # the paper's budget
+    assert bdpl.prompt_path(profile, "e2e", BASE, 0, 1200).name == "calls1200-seed0.json"
+    assert bdpl.prompt_path(profile, "e2e", BASE, 0, 75).name == "seed0.json"  # the paper's budget
     assert confirmation.Roles(profile, check_inputs=False).learning_budget() == 1200
-    assert table5.labels(profile, 1200) == ("BDPL@1200calls", "BDPL+Plugin@1200calls")
+    assert bdpl.run_labels(profile, 1200) == ("BDPL@1200calls", "BDPL+Plugin@1200calls")
     put("BDPL@1200calls", 4)
     put("BDPL+Plugin@1200calls", 11)
     (claim,) = confirmation.judge(profile, keys=["table5_bdpl_plugin_learning"], check_inputs=False)

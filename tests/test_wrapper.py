@@ -54,7 +54,7 @@ def test_prompt_is_learned_once_within_the_budget_and_reused(task, profile, monk
         assert len(first["prefix"].split()) >= profile.wrapper.bdpl.prompt_length  # a phrase per position
     assert first["hyper_reward"] >= first["hyper_reward_no_prefix"]  # never worse than no prefix
     assert len(first["top_probs"]) == profile.wrapper.bdpl.prompt_length
-    assert table5.prompt_path(profile, "e2e", "tiny-llama", 0).exists()
+    assert bdpl.prompt_path(profile, "e2e", "tiny-llama", 0).exists()
 
     calls.clear()
     assert table5.learn_prompt(task, profile, seed=0) == first

@@ -25,6 +25,7 @@ from .style import (
     COVERAGE_READINGS,
     adidas_descriptions,
     content_words,
+    coverage_counts,
     coverage_readings,
     domain_word_coverage,
     style_words,
@@ -32,7 +33,7 @@ from .style import (
 from .trace import trace_token_probabilities, word_first_token
 
 __all__ = [
-    "COVERAGE_READINGS", "Embedder", "SheetItem", "adidas_descriptions", "content_words",
+    "COVERAGE_READINGS", "Embedder", "SheetItem", "adidas_descriptions", "content_words", "coverage_counts",
     "coverage_readings", "domain_word_coverage", "embedding_similarity",
     "export_preference_sheet", "preference_outcomes", "preference_proxy", "preference_summary",
     "rouge_l_similarity", "sheet_items", "style_words", "tally_preference_sheet",

@@ -112,3 +112,11 @@ def coverage_readings(outputs: Sequence[str], domain_words: pd.DataFrame | Itera
     """:func:`domain_word_coverage` under every reading, keyed by reading."""
     return {reading: domain_word_coverage(outputs, domain_words, reading, separator)
             for reading in COVERAGE_READINGS}
+
+
+def coverage_counts(outputs: Sequence[str], words: pd.DataFrame | Iterable[str]) -> tuple[list[int], list[int]]:
+    """Per output: domain-word occurrences and content words (``domain_word_coverage``'s token
+    share is their pooled ratio)."""
+    vocabulary = _word_set(words)
+    tokens = [content_words(text) for text in outputs]
+    return [sum(w in vocabulary for w in t) for t in tokens], [len(t) for t in tokens]

@@ -94,21 +94,13 @@ def preference_table(records: Sequence[dict], references: Sequence[Sequence[str]
     return pd.DataFrame(rows)
 
 
-def coverage_counts(outputs: Sequence[str], words: pd.DataFrame) -> tuple[list[int], list[int]]:
-    """Per output: domain-word occurrences and content words (``analysis.domain_word_coverage``'s
-    token share is their pooled ratio)."""
-    vocabulary = frozenset(words["word"])
-    tokens = [analysis.content_words(text) for text in outputs]
-    return [sum(w in vocabulary for w in t) for t in tokens], [len(t) for t in tokens]
-
-
 def check_coverage(records: Sequence[dict], words: pd.DataFrame, n_resamples: int) -> tuple[str, str, dict]:
     """(verdict, ours, statistic) of the coverage claim under ``COVERAGE_RULE``."""
     runs = by_method(records)
     per_seed = {}
     for plugin, base in pair_by_seed(runs["Plugin"], runs["Zeroshot"]):
-        hits_a, total_a = coverage_counts(plugin["predictions"], words)
-        hits_b, total_b = coverage_counts(base["predictions"], words)
+        hits_a, total_a = analysis.coverage_counts(plugin["predictions"], words)
+        hits_b, total_b = analysis.coverage_counts(base["predictions"], words)
         per_seed[int(plugin["seed"])] = {
             "Plugin": f"{sum(hits_a)}/{sum(total_a)}", "Zeroshot": f"{sum(hits_b)}/{sum(total_b)}",
             "Plugin share": sum(hits_a) / sum(total_a) if sum(total_a) else 0.0,

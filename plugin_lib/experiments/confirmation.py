@@ -24,13 +24,12 @@ import pandas as pd
 
 from .. import analysis, data
 from ..analysis import judge as shift_judge
-from ..harness import finetune, runner
+from ..harness import bdpl, finetune, runner
 from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
 from ..report import freeze
 from ..report import preregistered as pre
 from ..report.claims import record_claim
 from ..utils.io import read_json
-from . import adidas, table5
 
 PROFILE = freeze.FROZEN_PROFILE
 FROZEN_INPUTS = REPO_ROOT / "plugin_lib" / "report" / "preregistered_inputs.json"
@@ -102,7 +101,7 @@ class Roles:
         return f"finetuned/{prefix}-{epochs}ep"
 
     def bdpl_prompts(self, budget: int | None = None) -> list[dict]:
-        paths = [table5.prompt_path(self.profile, "e2e", self.base, s, budget) for s in self.profile.seeds]
+        paths = [bdpl.prompt_path(self.profile, "e2e", self.base, s, budget) for s in self.profile.seeds]
         missing = [p.name for p in paths if not p.exists()]
         if missing:
             raise Missing(f"BDPL prompts {missing}")
@@ -111,7 +110,7 @@ class Roles:
     def learning_budget(self) -> int | None:
         """The smallest of ``bdpl_learning_budgets`` at which seed 0's BDPL learned (hyper-validation)."""
         for budget in self.profile.wrapper.bdpl_learning_budgets or ():
-            path = table5.prompt_path(self.profile, "e2e", self.base, self.profile.seeds[0], budget)
+            path = bdpl.prompt_path(self.profile, "e2e", self.base, self.profile.seeds[0], budget)
             if not path.exists():
                 raise Missing(f"BDPL prompt at {budget} calls (seed {self.profile.seeds[0]})")
             if pre.bdpl_learned([read_json(path)])["per seed"][0]["learned"]:
@@ -204,8 +203,8 @@ def judge_claim(roles: Roles, c: pre.Claim) -> dict:
     elif c.test == "ratio":
         words = training_domain_words(roles.profile)
         plugin, base = roles.runs("adidas", "Plugin"), roles.runs("adidas", "Zeroshot")
-        result = pre.ratio_compare([adidas.coverage_counts(r["predictions"], words) for r in plugin],
-                                   [adidas.coverage_counts(r["predictions"], words) for r in base])
+        result = pre.ratio_compare([analysis.coverage_counts(r["predictions"], words) for r in plugin],
+                                   [analysis.coverage_counts(r["predictions"], words) for r in base])
         result["domain words"] = list(words["word"])
     elif c.test == "sign":
         plugin, rival = roles.runs("adidas", "Plugin"), roles.runs("adidas", c.b[0])

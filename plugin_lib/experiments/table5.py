@@ -32,7 +32,6 @@ import functools
 import hashlib
 import json
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -86,25 +85,6 @@ def check_bdpl_arguments(budget, reward) -> None:
 # ---------------------------------------------------------------- BDPL prompts
 
 
-def is_learning_budget(profile: Profile, budget: int | None) -> bool:
-    """One of the profile's ``bdpl_learning_budgets`` (other than its ``bdpl_budget``): its
-    prompts and runs are stored beside the main budget's, under their own names."""
-    return budget in (profile.wrapper.bdpl_learning_budgets or ()) and budget != profile.wrapper.bdpl_budget
-
-
-def prompt_path(profile: Profile, dataset: str, model: str, seed: int, budget: int | None = None) -> Path:
-    """The learned prompt's record (``calls<budget>-seed<k>.json`` at a learning budget)."""
-    name = f"calls{budget}-seed{seed}.json" if is_learning_budget(profile, budget) else f"seed{seed}.json"
-    return runner.runs_dir(profile, dataset, model) / "bdpl-prompts" / name
-
-
-def labels(profile: Profile, budget: int) -> tuple[str, str]:
-    """The run labels of BDPL and BDPL + Plugin at ``budget`` calls ("BDPL@1200calls" at a
-    learning budget)."""
-    tag = f"@{budget}calls" if is_learning_budget(profile, budget) else ""
-    return f"BDPL{tag}", f"BDPL+Plugin{tag}"
-
-
 def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str, settings: Bdpl) -> str:
     """Everything a learned prompt depends on; a prompt learned under other settings is relearned."""
     relevant = {"dataset": task.dataset, "model": task.base.name, "family": task.family,
@@ -129,7 +109,7 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
     if task.prompt_prefix:
         raise ValueError("BDPL learns a prefix for an unprefixed task.")
     settings = profile.wrapper.bdpl
-    path = prompt_path(profile, task.dataset, task.base.name, seed, budget)
+    path = bdpl.prompt_path(profile, task.dataset, task.base.name, seed, budget)
     fingerprint = _prompt_settings(task, seed, budget, reward, settings)
     inputs = runner.inputs_fingerprint(task)
     if path.exists() and runner.is_current(stored := read_json(path), fingerprint, inputs):
@@ -193,7 +173,7 @@ def run_bdpl(task: methods.Task, profile: Profile, seed: int, *, budget: int = b
     prompt = learn_prompt(task, profile, seed, budget=budget, reward=reward)
     prefixed = prefixed_task(task, prompt["prefix"])
     first = profile.seeds[0]
-    alone, combined = labels(profile, budget)
+    alone, combined = bdpl.run_labels(profile, budget)
     selection = None
     if seed != first:  # hyperparameters chosen on the first seed's prompt, as for every method
         first_prompt = learn_prompt(task, profile, first, budget=budget, reward=reward)

@@ -76,6 +76,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -88,7 +89,7 @@ from ..core.decode import generate
 from ..core.loss import shift_labels, target_positions
 from ..core.train import collate, encode_pairs
 from ..data import Example, training_pairs
-from .profile import Bdpl
+from .profile import Bdpl, Profile
 
 DEFAULT_BUDGET = 75
 WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")  # letters (any script, "café" whole) and digits
@@ -524,3 +525,27 @@ def train_bdpl(
     prefix, origin, selection, calls = choose_prefix(
         trajectory.step_prefixes(), lambda text: on_hyper.score_all(text, settings.batch_size))
     return BDPLResult(prefix, origin, trajectory, selection, calls)
+
+
+# ---------------------------------------------------------------- where prompts and runs are stored
+
+
+def is_learning_budget(profile: Profile, budget: int | None) -> bool:
+    """One of the profile's ``bdpl_learning_budgets`` (other than its ``bdpl_budget``): its
+    prompts and runs are stored beside the main budget's, under their own names."""
+    return budget in (profile.wrapper.bdpl_learning_budgets or ()) and budget != profile.wrapper.bdpl_budget
+
+
+def prompt_path(profile: Profile, dataset: str, model: str, seed: int, budget: int | None = None) -> Path:
+    """The learned prompt's record (``calls<budget>-seed<k>.json`` at a learning budget)."""
+    from .runner import runs_dir
+
+    name = f"calls{budget}-seed{seed}.json" if is_learning_budget(profile, budget) else f"seed{seed}.json"
+    return runs_dir(profile, dataset, model) / "bdpl-prompts" / name
+
+
+def run_labels(profile: Profile, budget: int) -> tuple[str, str]:
+    """The run labels of BDPL and BDPL + Plugin at ``budget`` calls ("BDPL@1200calls" at a
+    learning budget)."""
+    tag = f"@{budget}calls" if is_learning_budget(profile, budget) else ""
+    return f"BDPL{tag}", f"BDPL+Plugin{tag}"
