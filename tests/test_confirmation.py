@@ -123,3 +123,23 @@ def test_the_learning_budget_is_the_first_at_which_seed_0_learns(store):
     put("BDPL+Plugin@1200calls", 11)
     (claim,) = confirmation.judge(profile, keys=["table5_bdpl_plugin_learning"], check_inputs=False)
     assert claim["verdict"] == "reproduced" and claim["statistic"]["result"]["premise"]["budget"] == 1200
+
+
+@pytest.mark.parametrize("dataset", ["e2e", "webnlg", "commongen", "adidas"])
+def test_the_fresh_test_inputs_are_the_frozen_ones_and_were_never_decoded(dataset):
+    from plugin_lib import data
+    from plugin_lib.harness import methods
+    from plugin_lib.report import stats
+
+    try:
+        confirm, local = load_profile("confirm"), load_profile("local")
+        train, hyper, test = methods.task_splits(dataset, confirm)
+        decoded = {ex.id for ex in methods.task_splits(dataset, local)[2]}
+    except data.MissingDataError as why:
+        pytest.skip(f"no {dataset} data: {why}")
+    ids = [ex.id for ex in test]
+    assert ids == confirmation.frozen_inputs()[dataset]["ids"] and len(ids) == 200
+    assert not decoded & set(ids)
+    seen = {" ".join(r.split()) for ex in train + hyper for r in ex.references}
+    assert not any(" ".join(r.split()) in seen for ex in test for r in ex.references)
+    assert stats._references(dataset, tuple(ids[:3])) == [list(ex.references) for ex in test[:3]]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from .. import paper as published
 from ..analysis import judge
-from ..harness import finetune, runner
+from ..harness import finetune, methods, runner
 from ..harness.profile import Profile
 from ..report import verdicts
 from ..report.claims import record_claim
@@ -45,6 +45,11 @@ SHIFT_RULE = (
     f"p < {verdicts.ALPHA} with more targets from the Plugin in most seeds; direction only: the mean share rises; "
     "not reproduced: it does not."
 )
+
+
+def test_references(dataset: str, profile: Profile) -> list[str]:
+    """The first reference of each of the profile's test inputs (fresh ones included)."""
+    return [ex.references[0] for ex in methods.task_splits(dataset, profile)[2]]
 
 
 def shift_runs(dataset: str, profile: Profile, seeds: Sequence[int], *, progress: bool = False) -> list[dict]:

@@ -126,7 +126,9 @@ def comparison_summary(comparison: dict, metric: str = "BLEU") -> str:
 
 @functools.lru_cache(maxsize=8)
 def _references(dataset: str, test_ids: tuple[str, ...]) -> list[list[str]]:
-    examples = {ex.id: ex for ex in data.load_dataset(dataset, "test")}
+    # Test inputs come from the test split, or (fresh inputs of a preregistered profile) also
+    # from validation inputs that no profile trains on.
+    examples = {ex.id: ex for split in ("validation", "test") for ex in data.load_dataset(dataset, split)}
     return [list(examples[i].references) for i in test_ids]
 
 
