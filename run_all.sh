@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
 # Reproduces everything: runs every numbered notebook in notebooks/ in order with papermill.
 #   bash run_all.sh                  # profile chosen automatically: paper (CUDA GPU + Hub) or local
-#   bash run_all.sh --profile smoke  # paper | local | smoke
+#   bash run_all.sh --profile smoke  # one of the profiles below
 #   bash run_all.sh --force          # re-run notebooks that already finished
 #   bash run_all.sh --only 01        # only notebooks whose name starts with 01
+#   bash run_all.sh --no-fetch       # do not download missing data; stop instead
+# Profiles (plugin_lib/harness/profiles.yaml; disk and time as measured, docs/profiles.md):
+#   local       the committed CPU-scale results (SmolLM2-135M); current ones are skipped in seconds
+#   smoke       every code path in minutes on a CPU (about 5 GiB of disk)
+#   paper-twin  the paper profile's code path on small random twins of its bases (CPU, ~15 GiB)
+#   confirm     the preregistered confirmation on fresh test inputs (docs/preregistration.md)
+#   paper       the paper's scale: a CUDA GPU, the Hugging Face Hub and hundreds of GiB (the
+#               preflight prints the plan and stops on a machine that cannot run it)
 # Executed notebooks, stamps and logs go to results/<profile>/executed and .../logs
 # (PLUGIN_RESULTS_DIR/<profile>/... when PLUGIN_RESULTS_DIR is set).
-# - The profile's data are checked first (python -m plugin_lib.data.check): missing or
-#   incomplete data stop the call before anything runs or is written.
+# - The data come first: missing files are downloaded into the data folder (data/, or
+#   PLUGIN_DATA_DIR; python -m plugin_lib.data.fetch, with a progress bar), then everything is
+#   checked (python -m plugin_lib.data.check). Data that cannot be fetched (offline; Adidas needs a
+#   Kaggle account) stop the call, saying what to do, before anything runs or is written.
 # - A notebook is skipped when its stamp matches: the notebook, its parameters, the profile's
 #   settings and the code version (scripts/run_stamp.py). Inside a notebook finished runs are
 #   skipped too, so an interrupted call resumes.
 # - papermill writes to a temporary file, moved into place only on success: a failed notebook
-#   leaves the last executed notebook as it was, clears its stamp and leaves
-#   <name>.failed.ipynb beside it; the report is written only when every notebook finished,
-#   and the README's results block only by a complete `--profile local` run.
+#   leaves the last executed notebook and its stamp as they were (a stale stamp still does not
+#   match, so the notebook runs again next time) and leaves <name>.failed.ipynb beside it;
+#   the report is written only when every notebook finished, and the README's results block
+#   only by a complete `--profile local` run.
 # - A paper run prints its preflight plan first (work, memory, disk, hours) and stops when the
-#   GPU memory or the disk will not do.
+#   GPU memory or the disk will not do, or when the machine has no CUDA GPU.
 # - One call per profile at a time: a second call refuses at once.
 # - Notebooks import this checkout's plugin_lib (PYTHONPATH), even with a PLUGIN_VENV shared
 #   with another checkout. PLUGIN_SKIP_BOOTSTRAP=1 uses that environment as it is.
@@ -31,7 +42,7 @@ value_of() {  # value_of OPTION [VALUE]: the option's value, or a clear error wh
     die "$1 needs a value, e.g. '$1 $([ "$1" = --profile ] && echo smoke || echo 01)' (see --help)" 2
   fi
 }
-profile="" force=0 only=""
+profile="" force=0 only="" fetch=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --profile) value_of "$@"; profile="$2"; shift 2 ;;
@@ -39,6 +50,7 @@ while [ $# -gt 0 ]; do
     --only) value_of "$@"; only="$2"; shift 2 ;;
     --only=*) value_of --only "${1#*=}"; only="${1#*=}"; shift ;;
     --force) force=1; shift ;;
+    --no-fetch) fetch=0; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" 2 ;;
   esac
@@ -102,7 +114,14 @@ fi
   || die "this checkout has no plugin_lib/data/check.py, so the data cannot be checked before the notebooks run. Update the checkout."
 echo "[run_all] checking the data of profile '$profile'"
 if ! "$py" -m plugin_lib.data.check --profile "$profile"; then
-  die "the data of profile '$profile' are not ready (see above); nothing was run or written."
+  if [ "$fetch" = 1 ] && [ "${PLUGIN_DATA_DIR:-}" != hub ]; then
+    echo "[run_all] fetching the missing data (python -m plugin_lib.data.fetch; --no-fetch skips this)"
+    "$py" -m plugin_lib.data.fetch || true  # says what it could not get; the check below decides
+    "$py" -m plugin_lib.data.check --profile "$profile" \
+      || die "the data of profile '$profile' are still not ready (see above); nothing was run."
+  else
+    die "the data of profile '$profile' are not ready (see above); nothing was run or written."
+  fi
 fi
 
 # The paper profile's plan before GPU-days are spent: work, cache and disk, peak GPU memory and
@@ -189,8 +208,7 @@ for nb in "${notebooks[@]}"; do
     echo "[run_all] ($i/$total) $name: done in $((SECONDS - t0)) s"
     continue
   fi
-  # Failure: the last executed notebook stays; this attempt is kept as <name>.failed.ipynb.
-  rm -f "$stamp"
+  # Failure: the last executed notebook and its stamp stay; this attempt is kept as <name>.failed.ipynb.
   if [ -s "$tmp" ]; then
     "$py" "$root/scripts/strip_notebook.py" "$tmp" >/dev/null 2>&1 || true
     chmod "$mode" "$tmp"

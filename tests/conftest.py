@@ -123,7 +123,9 @@ def nltk_ready():
     try:
         content_words("check")
     except LookupError:
-        pytest.skip("NLTK stopwords/punkt_tab not found: set PLUGIN_DATA_DIR (or NLTK_DATA)")
+        from real_data import FETCH
+
+        pytest.skip(f"needs NLTK's stopwords and punkt_tab, which NLTK does not find: {FETCH}")
 
 
 @pytest.fixture

@@ -1,6 +1,5 @@
 """Ablations: the fine-tuning pool, the reweighting-model variants, and the claim checks."""
 import math
-import os
 
 import pandas as pd
 import pytest
@@ -16,11 +15,12 @@ from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import tables
 from plugin_lib.utils.io import read_json
 
+import real_data
+
 
 @pytest.fixture
 def data_dir():
-    if not os.environ.get("PLUGIN_DATA_DIR"):
-        pytest.skip("PLUGIN_DATA_DIR is unset: the pool is checked on the real offline data.")
+    return real_data.require("e2e", "webnlg", "commongen", "adidas")
 
 
 # ---------------------------------------------------------------- fine-tuning pool

@@ -1,6 +1,5 @@
 """Dataset loaders: the paper's counts on the real offline data, splits, determinism, errors,
 and the conversion of Hub-shaped rows (hand-made here, since the Hub is not reachable)."""
-import os
 import re
 from pathlib import Path
 
@@ -10,13 +9,12 @@ from plugin_lib.data import Example
 from plugin_lib.data import datasets as data
 from plugin_lib.experiments.dataset_statistics import dataset_statistics
 
+import real_data
+
 
 @pytest.fixture
 def data_dir() -> Path:
-    if not os.environ.get("PLUGIN_DATA_DIR"):
-        pytest.skip("PLUGIN_DATA_DIR is unset: point it at shared/data to check the counts "
-                    "on the real offline data.")
-    return Path(os.environ["PLUGIN_DATA_DIR"])
+    return real_data.require()
 
 
 def counts(name: str, split: str) -> tuple[int, int]:

@@ -17,6 +17,8 @@ from plugin_lib.data import check as check_cli
 from plugin_lib.data import datasets as data
 from plugin_lib.data import fetch, integrity, sources
 
+import real_data
+
 REPO = Path(__file__).resolve().parents[1]
 E2E_TEST = "e2e_cleaned/test-fixed.csv"
 E2E_VAL = "e2e_cleaned/devel-fixed.no-ol.csv"
@@ -25,9 +27,8 @@ ADIDAS = "adidas/adidas_usa.csv"
 
 @pytest.fixture
 def shared() -> Path:
-    if not os.environ.get("PLUGIN_DATA_DIR") or os.environ["PLUGIN_DATA_DIR"] == "hub":
-        pytest.skip("PLUGIN_DATA_DIR is unset: these tests copy files of the real data (shared/data)")
-    return Path(os.environ["PLUGIN_DATA_DIR"])
+    """The real data folder, whose files these tests copy and damage."""
+    return real_data.require()
 
 
 def copy(shared: Path, folder: Path, *relpaths: str) -> Path:
@@ -302,6 +303,9 @@ def test_fetch_gives_up_on_an_unreachable_host_at_once(tmp_path):
     assert time.perf_counter() - started < 10
     assert [o.status for o in outcomes] == ["failed", "failed"]
     assert "not tried, 127.0.0.1:9 was unreachable" in outcomes[1].detail
+    lines: list[str] = []
+    assert all(o.offline for o in outcomes) and fetch.report(outcomes, say=lines.append) == 1
+    assert any(line.startswith("[fetch] no network") and "--mirror" in line for line in lines)
 
 
 def test_fetch_cli_rejects_unknown_names_and_hub(tmp_path, monkeypatch, capsys):

@@ -3,15 +3,17 @@ references with known labels, and the GPT-4o judge's skip path and parsing (no n
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 
 import pytest
 
 from plugin_lib.analysis import judge
 
-needs_data = pytest.mark.skipif(not os.environ.get("PLUGIN_DATA_DIR"),
-                                reason="PLUGIN_DATA_DIR is unset: point it at shared/data")
+import real_data
+
+@pytest.fixture
+def needs_data():
+    real_data.require("webnlg", "commongen")
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -51,8 +53,7 @@ def test_shares_and_counts():
     assert judge.woman_judge(["Trees grow."]).share is None
 
 
-@needs_data
-def test_person_judge_on_webnlg_references():
+def test_person_judge_on_webnlg_references(needs_data):
     scores, by_category = judge.validate_person_judge()
     assert scores["n"] > 3000 and scores["n_positive"] > 900
     assert scores["accuracy"] > 0.9 and scores["precision"] > 0.85 and scores["recall"] > 0.75
@@ -61,9 +62,8 @@ def test_person_judge_on_webnlg_references():
     assert (infrastructure["judged_person"] < 0.1).all()
 
 
-@needs_data
 @pytest.mark.filterwarnings("ignore:CommonGen train")
-def test_gender_judge_on_commongen_references():
+def test_gender_judge_on_commongen_references(needs_data):
     scores = judge.validate_gender_judge()
     assert scores["n"] >= 40 and scores["accuracy"] > 0.9 and scores["gendered_recall"] > 0.9
     train = judge.man_train_check()  # every train reference says "man"

@@ -1,18 +1,14 @@
 """The dataset-statistics notebook runs top to bottom under papermill (smoke profile) and is
 stored commit-ready."""
-import os
-
-import pytest
-
 from plugin_lib.harness.profile import REPO_ROOT
+
+import real_data
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "00_dataset_statistics.ipynb"
 
 
-
 def test_notebook_runs_in_the_smoke_profile(tmp_path, monkeypatch):
-    if not os.environ.get("PLUGIN_DATA_DIR"):
-        pytest.skip("PLUGIN_DATA_DIR is unset: the notebook needs the offline data.")
+    real_data.require()
     import papermill
 
     # The kernel inherits os.environ, so its results go to tmp_path, not the repository.

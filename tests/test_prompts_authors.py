@@ -1,7 +1,6 @@
 """Prompts in the ``authors`` style: the strings of the authors' code (stair-lab/plugin-llm,
 utils/data_preprocess.py and src/evaluate_models.py get_ic_prompt), per dataset and family, on
 real examples; their ICL context and demonstration draw; the profile setting that picks them."""
-import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,6 +10,8 @@ from plugin_lib import data
 from plugin_lib.data import Example, prompts
 from plugin_lib.harness import methods
 from plugin_lib.harness.profile import load_profile, profile_names
+
+import real_data
 
 # Sources of real validation examples (checked against the data below when it is there).
 REAL = {
@@ -60,8 +61,7 @@ def test_authors_prompt_of_a_real_example(dataset, family):
 
 
 def test_the_literal_sources_are_the_real_examples():
-    if not os.environ.get("PLUGIN_DATA_DIR"):
-        pytest.skip("PLUGIN_DATA_DIR is unset: point it at shared/data to read the real examples")
+    real_data.require("e2e", "webnlg", "commongen", "adidas")
     for dataset, (example_id, source) in REAL.items():
         (example,) = [ex for ex in data.load_dataset(dataset, "validation") if ex.id == example_id]
         assert example.source == source

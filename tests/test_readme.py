@@ -1,17 +1,13 @@
 """The README's example is executed, so it cannot go stale (x-transformers' habit)."""
 import re
 
-import pytest
-
-from plugin_lib.data import load_dataset
 from plugin_lib.harness.profile import REPO_ROOT
+
+import real_data
 
 
 def test_readme_example_runs(capsys):
-    try:
-        load_dataset("e2e", "validation", rows=1)
-    except FileNotFoundError:
-        pytest.skip("no E2E data (data/ is empty, PLUGIN_DATA_DIR unset): the README example reads it")
+    real_data.require("e2e")  # the example reads E2E
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert blocks, "the README lost its Python example"

@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +13,8 @@ from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.metrics import compute_metrics
 from plugin_lib.metrics.mteval import corpus_nist_per_input_average
 from plugin_lib.utils.io import atomic_write_json, read_json
+
+import real_data
 
 RECORDS = ("e2e/smollm2-135m-instruct/Zeroshot-seed0.json", "e2e/smollm2-135m-instruct/Plugin-seed1.json",
            "webnlg/smollm2-135m-instruct/Plugin-seed0.json")
@@ -37,8 +37,7 @@ def _script():
 def runs(tmp_path):
     """Copies of committed local records whose NIST is set to the old per-input-average
     definition (as records made before the fix hold), plus a selection record."""
-    if not os.environ.get("PLUGIN_DATA_DIR") or os.environ["PLUGIN_DATA_DIR"] == "hub":
-        pytest.skip("PLUGIN_DATA_DIR is unset: the script reads the real test references")
+    real_data.require()  # the script reads the real test references
     source = REPO_ROOT / "results" / "local" / "runs"
     for name in RECORDS + ("e2e/smollm2-135m-instruct/Plugin-selection.json",):
         record = read_json(source / name)

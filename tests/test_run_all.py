@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+import real_data
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.prefix)
 pytestmark = pytest.mark.skipif(
@@ -188,6 +190,7 @@ def test_failure_keeps_the_executed_notebook_and_prints_the_package_message(fini
     smoke = repo / "results" / "smoke"
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in
               (smoke / "executed" / "00_ok.ipynb", smoke / "REPORT.md", smoke / "marker.txt")}
+    stamp_before = (smoke / "executed" / "00_ok.done").read_bytes()
     (repo / "notebooks" / "00_ok.ipynb").write_text(notebook(FAIL))
     result = run_all(repo, "--profile", "smoke")
     assert result.returncode == 1
@@ -197,11 +200,11 @@ def test_failure_keeps_the_executed_notebook_and_prints_the_package_message(fini
     assert "unchanged" in result.stderr
     for path, (content, mtime) in before.items():
         assert path.read_bytes() == content and path.stat().st_mtime_ns == mtime, path
-    assert not (smoke / "executed" / "00_ok.done").exists()
+    assert stamp_before == (smoke / "executed" / "00_ok.done").read_bytes()  # kept; it no longer matches
     failed = json.loads((smoke / "executed" / "00_ok.failed.ipynb").read_text())
     assert any(o.get("ename") == "MissingDataError" for c in failed["cells"] for o in c.get("outputs", []))
     assert leftovers(smoke / "executed") == []
-    # no stamp any more: the next call runs it again (and fails again), never "already finished"
+    # the stale stamp does not match: the next call runs it again (and fails again), never "already finished"
     again = run_all(repo, "--profile", "smoke", "--only", "00")
     assert again.returncode == 1 and "already finished" not in again.stdout
 
@@ -307,8 +310,25 @@ def test_without_data_it_stops_fast_and_the_checkout_stays_clean(tmp_path):
     assert result.returncode != 0
     assert "profile: local" in result.stdout
     assert time.monotonic() - start < 30
+    assert "fetching the missing data" in result.stdout and "[fetch] no network" in result.stdout
+    assert "still not ready" in result.stderr
     assert "00_ok: running" not in result.stdout
     assert git(repo, "status", "--porcelain", "--ignored") == ""
+    no_fetch = run_all(repo, "--no-fetch", timeout=60)
+    assert no_fetch.returncode != 0 and "fetching" not in no_fetch.stdout
+
+
+def test_missing_data_is_fetched_first_then_the_notebooks_run(tmp_path):
+    """A fresh clone whose data/ is empty, with a mirror of the data (a folder laid out like
+    data/, as PLUGIN_DATA_MIRROR): run_all.sh fetches every file, checks it and goes on."""
+    mirror = real_data.require()
+    repo = make_repo(tmp_path, {"00_ok": OK}, real_check=True)
+    result = run_all(repo, "--profile", "smoke", PLUGIN_DATA_MIRROR=str(mirror), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fetching the missing data" in result.stdout and "00_ok: done" in result.stdout
+    assert (repo / "data" / "e2e_cleaned" / "test-fixed.csv").read_bytes() == \
+        (mirror / "e2e_cleaned" / "test-fixed.csv").read_bytes()
+    assert git(repo, "status", "--porcelain") == ""  # data/ and results/smoke are ignored
 
 
 def test_a_failing_data_check_writes_nothing(idle_repo):
@@ -373,6 +393,13 @@ def test_stamp_depends_on_inputs_not_on_the_environment(tmp_path, monkeypatch):
     assert rs.stamp(nb, "smoke", {"seeds": "[1]"}) != first
     nb.write_text(notebook("print(2)"))
     assert rs.stamp(nb, "smoke") != first
+    # An optional data file changes splits: present, it changes the stamp.
+    data = tmp_path / "data"
+    monkeypatch.setenv("PLUGIN_DATA_DIR", str(data))
+    (data / "commongen" / "hf_format").mkdir(parents=True)
+    without = rs.stamp(nb, "smoke")
+    (data / "commongen" / "hf_format" / "commongen.train.jsonl").write_text("{}\n")
+    assert rs.stamp(nb, "smoke") != without
 
 
 def test_code_version_is_the_package_content(tmp_path):
@@ -388,6 +415,8 @@ def test_code_version_is_the_package_content(tmp_path):
     (tmp_path / "plugin_lib" / "notes.md").write_text("not code\n")
     assert rs.code_version(tmp_path) == first
     code.write_text("x = 1\r\n")  # a Windows checkout
+    assert rs.code_version(tmp_path) == first
+    code.write_text('"""A docstring."""\n# a comment\nx = (\n    1)\n')  # no change to what runs
     assert rs.code_version(tmp_path) == first
     code.write_text("x = 2\n")
     assert rs.code_version(tmp_path) != first

@@ -24,6 +24,8 @@ from plugin_lib.harness import methods, runner
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.utils.io import CorruptFileError, read_json, remove_stale_temporaries
 
+import real_data
+
 
 def must_not_decode(monkeypatch):
     def fail(*args, **kwargs):
@@ -122,8 +124,7 @@ def test_committed_local_finetuned_bases_keep_their_keys_and_bdpl_keys_follow_th
     runs' folders) as committed; a BDPL prompt's key changes with the prompt style. (The committed
     BDPL prompts predate the optimiser of Diao et al.'s code and are stale: notebook 05 relearns
     them.)"""
-    if not os.environ.get("PLUGIN_DATA_DIR") or os.environ["PLUGIN_DATA_DIR"] == "hub":
-        pytest.skip("PLUGIN_DATA_DIR is unset: the keys are computed from the real data")
+    real_data.require()  # the keys are computed from the real data
     from plugin_lib.harness import finetune
 
     local = load_profile("local")
@@ -144,8 +145,7 @@ def test_committed_local_finetuned_bases_keep_their_keys_and_bdpl_keys_follow_th
 
 
 def test_committed_local_runs_carry_the_inputs_of_the_current_data():
-    if not os.environ.get("PLUGIN_DATA_DIR") or os.environ["PLUGIN_DATA_DIR"] == "hub":
-        pytest.skip("PLUGIN_DATA_DIR is unset: the inputs are computed from the real data")
+    real_data.require()  # the inputs are computed from the real data
     local = load_profile("local")
     splits = {}
     records = sorted((REPO_ROOT / "results/local/runs").rglob("*.json"))
@@ -328,8 +328,7 @@ def _stamp_script():
 
 
 def test_stamp_script_checks_data_and_test_ids_before_writing(tmp_path, monkeypatch, capsys):
-    if not os.environ.get("PLUGIN_DATA_DIR") or os.environ["PLUGIN_DATA_DIR"] == "hub":
-        pytest.skip("PLUGIN_DATA_DIR is unset: the script checks the real data")
+    real_data.require()  # the script checks the real data
     shared = Path(os.environ["PLUGIN_DATA_DIR"])
     source = REPO_ROOT / "results/local/runs/e2e/smollm2-135m-instruct"
     target = tmp_path / "results/local/runs/e2e/smollm2-135m-instruct"

@@ -21,6 +21,8 @@ from plugin_lib.harness import methods, models, preflight
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.report import claims, comparison
 
+import real_data
+
 PAPER_SHAPES = {
     "gpt2-medium-twin": {"n_layer": 24, "n_embd": 1024, "n_head": 16, "n_positions": 1024, "vocab_size": 50257},
     "gpt2-xl-twin": {"n_layer": 48, "n_embd": 1600, "n_head": 25, "n_positions": 1024, "vocab_size": 50257},
@@ -187,10 +189,15 @@ def test_placed_caches_hold_the_same_rows(tiny_base, tokenizer, tmp_path):
         BaseOutputCache.build(tiny_base, pairs, placement="mmap", progress=False)
 
 
-# ---------------------------------------------------------------- the preflight
+# ---------------------------------------------------------------- the preflight (counts need the data)
 
 
-def test_preflight_counts_what_the_runner_encodes(smollm2):
+@pytest.fixture
+def paper_data():
+    real_data.require("e2e", "webnlg", "commongen", "adidas")
+
+
+def test_preflight_counts_what_the_runner_encodes(smollm2, paper_data):
     profile = load_profile("smoke")
     counts = preflight.count_task("e2e", "smollm2-135m-instruct", profile)
     task = methods.make_task(smollm2, "e2e", profile)
@@ -201,15 +208,16 @@ def test_preflight_counts_what_the_runner_encodes(smollm2):
     assert counts.test_inputs == len(task.test)
 
 
-def test_preflight_plans_the_paper_profile_on_a_cpu():
+def test_preflight_plans_the_paper_profile_on_a_cpu(paper_data):
     if torch.cuda.is_available():
         pytest.skip("checks the plan of a machine without a GPU")
     out = io.StringIO()
-    assert preflight.run("paper", measure=False, out=out) == 0  # the checks are for the GPU machine
+    assert preflight.run("paper", measure=False, plan_only=True, out=out) == 0  # the plan, stopping nothing
     text = out.getvalue()
     for notebook in preflight.NOTEBOOKS:
         assert notebook in text
-    assert "needs GPU" in text and "the hours need the GPU" in text and "issue 17" in text
+    assert "needs GPU" in text and "the hours need the GPU" in text and "earlier probe" in text
+    assert "WARNING: profile 'paper' needs a CUDA GPU" in text and "issue" not in text
     assert "10_distribution_shift needs about" in text  # LLaMA-3.1-8B fine-tuned in float32
     plans = {p.notebook: p for p in preflight.plan_notebooks(load_profile("paper"), gpu=True)}
     e2e = plans["01_table1_e2e"]
@@ -224,7 +232,16 @@ def test_preflight_plans_the_paper_profile_on_a_cpu():
     assert e2e.weights_bytes == 4 * one_each and "reweighting weights" in text
 
 
-def test_preflight_stops_when_memory_or_disk_will_not_do():
+def test_preflight_stops_a_gpu_profile_on_a_machine_without_a_gpu(paper_data):
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without a GPU")
+    out = io.StringIO()
+    assert preflight.run("paper", measure=False, out=out) == 1
+    assert "WILL NOT FIT: profile 'paper' needs a CUDA GPU and this machine has none" in out.getvalue()
+    assert "--plan-only" in out.getvalue()
+
+
+def test_preflight_stops_when_memory_or_disk_will_not_do(paper_data):
     out = io.StringIO()
     assert preflight.run("paper", measure=False, gpu_memory_gb=24, disk_free_gb=1e6, out=out) == 1
     assert "WILL NOT FIT: 10_distribution_shift" in out.getvalue()

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from ..utils.io import current_umask
 from . import integrity, sources
 from .datasets import data_dir, describe_data_dir
@@ -44,6 +46,7 @@ class Outcome:
     status: str  # "present", "downloaded", "missing", "failed"
     detail: str = ""
     optional: bool = False
+    offline: bool = False  # failed only because no host could be reached
 
 
 def mirror_url(mirror: str) -> str:
@@ -74,14 +77,28 @@ def _normal_mode(fd: int) -> None:
         os.fchmod(fd, 0o666 & ~current_umask())
 
 
+class _Counted:
+    """A file whose writes are counted (the download's progress bar)."""
+
+    def __init__(self, file, count: Callable[[int], object]):
+        self.file, self.count = file, count
+
+    def write(self, data: bytes) -> int:
+        self.count(len(data))
+        return self.file.write(data)
+
+
 def download_to(url: str, folder: Path, name: str) -> Path:
-    """``url`` into a new temporary file in ``folder`` (removed again on any failure)."""
+    """``url`` into a new temporary file in ``folder`` (removed again on any failure), with a
+    progress bar in bytes."""
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".download")
     try:
         _normal_mode(fd)
         with os.fdopen(fd, "wb") as out, _urlopen(url) as response:
-            shutil.copyfileobj(response, out, 1 << 20)
+            size = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=name, leave=False) as bar:
+                shutil.copyfileobj(response, _Counted(out, bar.update), 1 << 20)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -203,6 +220,7 @@ def fetch_one(item: sources.Download, dest: Path, mirror: str | None, archives: 
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
     outcome.status, outcome.detail = "failed", "; ".join(reasons)
+    outcome.offline = all(urllib.parse.urlsplit(s.url).netloc in archives.unreachable for s in options)
     return outcome
 
 
@@ -235,6 +253,11 @@ def report(outcomes: list[Outcome], say: Callable[[str], None] = print) -> int:
     if not missing:
         say("[fetch] everything asked for is there and verified.")
         return 0
+    offline = [o for o in missing if o.status == "failed" and o.offline]
+    if offline and len(offline) == sum(o.status == "failed" for o in missing):
+        say(f"[fetch] no network: no source of {len(offline)} file(s) could be reached. On a machine without "
+            "internet, copy a data folder here (data/README.md lists every file) or fetch from a copy: "
+            f"--mirror URL_OR_FOLDER (or {MIRROR_ENV}).")
     say("[fetch] still missing:")
     for group in dict.fromkeys(o.group for o in missing):
         mine = [o for o in missing if o.group == group]

@@ -11,12 +11,13 @@
 - hours: an upper bound (every training runs all its epochs) from rates measured for a few
   seconds on this machine: on a GPU with the full-size shape twins of the profile's bases, on
   a CPU with the profile's own (CPU) bases. A GPU profile on a machine without a GPU gets the
-  work counts, and the times are left to the GPU (with, for scale, what the H100 rates quoted
-  in issue 17 give for building caches and training).
+  work counts, and the times are left to the GPU (with, for scale, what H100 rates measured
+  in an earlier probe of the paper's shapes give for building caches and training).
 
-It exits 1, before anything runs, when a notebook's peak GPU memory exceeds the GPU's (a
-measured or a ``--gpu-memory-gb`` one) or the caches and fine-tuned models exceed the free
-disk. Counting needs the data (``PLUGIN_DATA_DIR``) and a tokenizer: the base's own where it is
+It exits 1, before anything runs, when a GPU profile meets a machine without a CUDA GPU, when a
+notebook's peak GPU memory exceeds the GPU's (a measured or a ``--gpu-memory-gb`` one) or when
+the caches and fine-tuned models exceed the free disk. ``--plan-only`` prints the plan and
+checks nothing (e.g. to read a GPU profile's plan on a laptop). Counting needs the data (``PLUGIN_DATA_DIR``) and a tokenizer: the base's own where it is
 available offline, otherwise SmolLM2's stands in (the counts are then approximate; GPT-2's
 and LLaMA-3's tokenizers give counts within about 15% of it on this English text).
 """
@@ -50,9 +51,9 @@ from .profile import Profile
 
 GIB = 2**30
 GPU_PROFILES = ("paper",)  # profiles meant for a GPU; the others are planned on any machine
-# The only absolute H100 rates issue 17 quotes (a previous session, shape twins, batch 8,
-# cache held on the GPU): base-output cache build and Plugin training, pairs per second.
-ISSUE17_H100 = {"gpt2-xl": {"cache": 198.0, "train": 1167.0}, "llama-3.1-8b": {"cache": 43.0, "train": 570.0}}
+# H100 rates measured in an earlier probe of the paper's shapes (shape twins, batch 8, cache held
+# on the GPU): base-output cache build and Plugin training, pairs per second. For scale only.
+PROBED_H100 = {"gpt2-xl": {"cache": 198.0, "train": 1167.0}, "llama-3.1-8b": {"cache": 43.0, "train": 570.0}}
 TRAINED = ("NewModel", "WeightedComb", "TempNet", "Plugin")
 NOTEBOOKS = (
     "00_dataset_statistics", "01_table1_e2e", "02_table2_webnlg", "03_table3_commongen", "04_table4_adidas",
@@ -613,8 +614,9 @@ def _disk_free() -> int:
 
 
 def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: float | None = None,
-        measure: bool = True, out=sys.stdout) -> int:
-    """Print the plan of ``profile_name``; the exit status (0 fine, 1 will not fit)."""
+        measure: bool = True, plan_only: bool = False, out=sys.stdout) -> int:
+    """Print the plan of ``profile_name``; the exit status (0 fine, 1 will not fit on this machine).
+    ``plan_only``: the plan, with what would stop a run as warnings."""
     profile = config.load_profile(profile_name)
     has_gpu = torch.cuda.is_available()
     gpu_profile = profile.name in GPU_PROFILES
@@ -702,10 +704,13 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
               "command there (it measures the full-size shape twins for a few seconds).", file=out)
         print(_reference_estimate(plans, profile), file=out)
     checks.warnings[:0] = [w for plan in plans for w in plan.warnings]
-    if gpu_profile and not has_gpu and gpu_memory_gb is None and disk_free_gb is None:
-        # This machine will not run the profile: what would stop the GPU machine is a warning here.
-        checks.warnings += [f"{line} (checked against this machine; on the GPU machine this stops the run)"
-                            for line in checks.failures]
+    if gpu_profile and not has_gpu and gpu_memory_gb is None:
+        checks.failures.insert(0, f"profile '{profile.name}' needs a CUDA GPU and this machine has none. Here, "
+                                  "run --profile local (the CPU-scale results) or paper-twin (this code path on "
+                                  "small random twins); `python -m plugin_lib.harness.preflight --profile "
+                                  f"{profile.name} --plan-only` prints the plan without stopping.")
+    if plan_only:
+        checks.warnings += [f"{line} (this would stop a run on this machine)" for line in checks.failures]
         checks.failures = []
     for line in checks.warnings:
         print(f"WARNING: {line}", file=out)
@@ -716,7 +721,7 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
 
 
 def _reference_estimate(plans: list[Plan], profile: Profile) -> str:
-    """Cache building and training at the H100 rates quoted in issue 17 (not measured here)."""
+    """Cache building and training at the probed H100 rates (not measured here)."""
     build = train = 0.0
     for plan in plans:
         for work in plan.work:
@@ -726,7 +731,7 @@ def _reference_estimate(plans: list[Plan], profile: Profile) -> str:
             pair_tokens = count_task("e2e", work["model"], profile).pair_tokens
             build += work.get("forward_tokens", 0.0) / pair_tokens / ref["cache"]
             train += work.get("pair_epochs", 0.0) / ref["train"]
-    return (f"For scale only, at the H100 rates quoted in issue 17 (a previous session; GPT2-M at GPT2-XL's): "
+    return (f"For scale only, at H100 rates from an earlier probe of the paper's shapes (GPT2-M at GPT2-XL's): "
             f"building the caches {build / 3600:,.1f} h and training at most {train / 3600:,.0f} h "
             f"({train / 3600 / profile.training.max_epochs:,.1f} h per epoch of every training); "
             "decoding, BDPL, LoRA and fine-tuning are not included.")
@@ -736,7 +741,7 @@ def _reference_rates(model: str) -> dict | None:
     spec = models.model_spec(model)
     name = {"GPT2-M": "gpt2-xl", "GPT2-XL": "gpt2-xl", "LLaMA-3.1-8B": "llama-3.1-8b"}.get(
         spec.get("paper_model", spec["display"]))
-    return ISSUE17_H100.get(name)
+    return PROBED_H100.get(name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -746,9 +751,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gpu-memory-gb", type=float, help="check against this much GPU memory instead of the GPU's")
     parser.add_argument("--disk-free-gb", type=float, help="check against this much free disk instead of the disk's")
     parser.add_argument("--no-measure", action="store_true", help="counts only: measure no rates")
+    parser.add_argument("--plan-only", action="store_true",
+                        help="print the plan and stop nothing (what would stop a run becomes a warning)")
     args = parser.parse_args(argv)
     return run(args.profile, gpu_memory_gb=args.gpu_memory_gb, disk_free_gb=args.disk_free_gb,
-               measure=not args.no_measure)
+               measure=not args.no_measure, plan_only=args.plan_only)
 
 
 if __name__ == "__main__":
