@@ -4,7 +4,7 @@ from transformers import LogitsProcessor
 
 from plugin_lib.core.combine import combine_log_probs
 from plugin_lib.core.decode import PluginLogitsProcessor, generate, greedy_decode_uncached
-from plugin_lib.core.reweighter import ContextFreeReweighter, reweighter_logits
+from plugin_lib.core.reweighter import ContextFreeReweighter, make_reweighter, reweighter_logits
 
 
 class UncachedPluginProcessor(LogitsProcessor):
@@ -97,3 +97,17 @@ def test_processor_misuse_is_a_clear_error(tiny_base, small_reweighter, prompts)
     with pytest.raises(ValueError, match="attention mask"):
         tiny_base.generate(enc.input_ids, enc.attention_mask, max_new_tokens=3,
                            logits_processor=[PluginLogitsProcessor(rw, enc.attention_mask[:, 1:])])
+
+
+def test_a_reweighter_over_fewer_tokens_than_the_ids_is_a_clear_error(tiny_base, prompts):
+    small = make_reweighter("linear", 64, hidden_size=8)  # the prompts' ids run into the thousands
+    advice = (rf"Vocabulary mismatch: the base model scores {tiny_base.vocab_size} tokens, the reweighting "
+              r"model 64\..*plugin_lib\.make_reweighter")
+    with pytest.raises(ValueError, match=advice):
+        generate(tiny_base, prompts, small, max_new_tokens=3, progress=False)
+    enc = _encode(tiny_base, prompts)
+    with pytest.raises(ValueError, match=advice):
+        tiny_base.generate(enc.input_ids, enc.attention_mask, max_new_tokens=3,
+                           logits_processor=[PluginLogitsProcessor(small, enc.attention_mask)])
+    with pytest.raises(ValueError, match=advice):
+        greedy_decode_uncached(tiny_base, enc.input_ids, enc.attention_mask, small, max_new_tokens=3)

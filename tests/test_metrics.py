@@ -19,10 +19,9 @@ from plugin_lib.metrics import METRIC_NAMES, coco, compute_metrics, sentence_rou
 from plugin_lib.metrics.mteval import corpus_nist_per_input_average, mteval_tokens, nist_brevity_penalty
 from plugin_lib.metrics.resample import InputStatistics, resample_counts
 
+import real_data
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TEST_CSV = Path(
-    os.environ.get("PLUGIN_DATA_DIR", REPO_ROOT.parent / "shared" / "data")
-) / "e2e_cleaned" / "test-fixed.csv"
 
 LOG2_3 = math.log2(3)
 # Outputs of the official E2E scorer (scripts/make_mteval_fixtures.py says how they were made).
@@ -35,10 +34,9 @@ def score(metric, predictions, references):
 
 def e2e_test_groups() -> list[list[str]]:
     """References of the real E2E test set grouped by MR, in file order."""
-    if not TEST_CSV.is_file():
-        pytest.skip(f"E2E test data not found at {TEST_CSV} (set PLUGIN_DATA_DIR)")
+    test_csv = real_data.require("e2e") / "e2e_cleaned" / "test-fixed.csv"
     groups: OrderedDict[str, list[str]] = OrderedDict()
-    with open(TEST_CSV, encoding="utf-8", newline="") as f:
+    with open(test_csv, encoding="utf-8", newline="") as f:
         for row in csv.DictReader(f):
             groups.setdefault(row["mr"], []).append(row["ref"])
     return list(groups.values())
@@ -409,6 +407,29 @@ def test_bad_arguments_raise():
 def test_subset_without_java_keeps_canonical_order():
     scores = compute_metrics(["a b"], [["a b"]], metrics=("NIST", "ROUGE-1", "BLEU"))
     assert list(scores) == ["BLEU", "ROUGE-1", "NIST"]
+
+
+@pytest.fixture
+def fake_java(tmp_path, monkeypatch):
+    """A ``java`` first on PATH that prints to stderr and exits 1, as a broken install does."""
+    java = tmp_path / "java"
+    java.write_text("#!/bin/sh\necho 'Error: could not open lib/jvm.cfg' >&2\nexit 1\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    coco._java_problem.cache_clear()
+    yield java
+    coco._java_problem.cache_clear()
+
+
+def test_a_broken_java_is_named_before_any_metric_runs(fake_java):
+    advice = (rf"The java at {fake_java} does not work: `java -version` exited with status 1: Error: could not "
+              r"open lib/jvm.cfg\..*Install Java 17 or fix PATH")
+    with pytest.raises(RuntimeError, match=advice):
+        compute_metrics(["a b"], [["a b"]], metrics=("METEOR",))
+    fake_java.write_text("#!/bin/sh\nexit 0\n")  # checked once per process: the answer is kept
+    with pytest.raises(RuntimeError, match=advice):
+        coco.require_java()
+    assert list(compute_metrics(["a b"], [["a b"]], metrics=("BLEU",))) == ["BLEU"]  # no Java needed
 
 
 # ---------------------------------------------------------------- real data

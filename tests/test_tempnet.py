@@ -107,6 +107,14 @@ def test_the_network_recovers_the_optimal_temperature_of_each_kind_of_input(rho)
         assert best_constant_tau(pairs, cache, kinds, 0, None) > 1.25 * best_constant_tau(pairs, cache, kinds, 0, rho)
 
 
+def test_fit_refuses_a_network_over_another_vocabulary():
+    pairs, cache, _ = synthetic(4, seed=3)
+    objective = TempNetObjective(pairs, 0, cache=cache)
+    with pytest.raises(ValueError, match=rf"TempNet reads {VOCAB + 1} logits .* scores {VOCAB} tokens.*make_tempnet"):
+        fit(TempNet(VOCAB + 1, hidden_size=4, tau_min=0.5, tau_max=2.0), objective, objective,
+            TrainConfig(max_epochs=1), progress=False)
+
+
 # ---------------------------------------------------------------- settings and decoding
 
 

@@ -1,11 +1,14 @@
+import errno
 import math
+import os
+import shutil
 
 import numpy as np
 import pytest
 import torch
 
 from plugin_lib.core.loss import plugin_loss
-from plugin_lib.core.reweighter import reweighter_logits
+from plugin_lib.core.reweighter import make_reweighter, reweighter_logits
 from plugin_lib.core.train import (
     BaseOutputCache,
     TokenObjective,
@@ -81,6 +84,44 @@ def test_disk_cache_is_reused_and_memory_is_bounded(tiny_base, pairs, tmp_path, 
         BaseOutputCache.build(tiny_base, pairs, max_memory_gb=1e-6, progress=False)
 
 
+
+def _no_base_calls(*args, **kwargs):
+    raise AssertionError("the base ran although the cache could not be stored")
+
+
+def test_a_full_disk_fails_before_the_cache_is_written_and_leaves_nothing(tiny_base, pairs, tmp_path, monkeypatch):
+    # On a full disk, writes into the memory-mapped file would kill the process (SIGBUS).
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    monkeypatch.setattr(tiny_base, "logits", _no_base_calls)
+    advice = rf"(?s)MiB on disk in {tmp_path} .*No space left.*MiB free.*PLUGIN_RESULTS_DIR"
+    with pytest.raises(OSError, match=advice) as info:
+        BaseOutputCache.build(tiny_base, pairs, directory=tmp_path, progress=False)
+    assert info.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []  # no .partial orphan, no final file
+
+
+@pytest.mark.parametrize("fallocate", ["unsupported", "absent"])
+def test_without_fallocate_the_free_space_is_checked(tiny_base, pairs, tmp_path, monkeypatch, fallocate):
+    if fallocate == "absent":
+        monkeypatch.delattr(os, "posix_fallocate", raising=False)
+    else:
+        def unsupported(fd, offset, length):
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+        monkeypatch.setattr(os, "posix_fallocate", unsupported, raising=False)
+    reference = BaseOutputCache.build(tiny_base, pairs, progress=False)
+    built = BaseOutputCache.build(tiny_base, pairs, directory=tmp_path / "roomy", progress=False)
+    torch.testing.assert_close(built.get([0, 3]), reference.get([0, 3]))
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    monkeypatch.setattr(tiny_base, "logits", _no_base_calls)
+    with pytest.raises(OSError, match=r"not enough free space; 0\.0 MiB free"):
+        BaseOutputCache.build(tiny_base, pairs, directory=tmp_path / "full", progress=False)
+    assert list((tmp_path / "full").iterdir()) == []
+
 def _objectives(tiny_base, tokenizer, pairs):
     train, val = pairs[:8], pairs[8:]
     return tuple(
@@ -137,3 +178,16 @@ def test_new_model_objective_needs_no_base(small_reweighter, tokenizer, pairs):
     objective = TokenObjective(pairs, tokenizer.pad_token_id, log_probs=small_model_log_probs)
     loss, n = objective.nll(small_reweighter("llama"), [0, 1])
     assert torch.isfinite(loss) and n == pairs[0].target_length + pairs[1].target_length
+
+
+def test_fit_checks_the_vocabulary_before_training(tiny_base, tokenizer, pairs):
+    train, val = _objectives(tiny_base, tokenizer, pairs)
+    cfg = TrainConfig(max_epochs=1)
+    with pytest.raises(ValueError, match=r"Vocabulary mismatch.*plugin_lib\.make_reweighter"):
+        fit(make_reweighter("linear", 64, hidden_size=8), train, val, cfg, progress=False)
+    # Without a base (NewModel), the model must still cover every token id of the pairs.
+    alone = [TokenObjective(part, tokenizer.pad_token_id, log_probs=small_model_log_probs)
+             for part in (pairs[:8], pairs[8:])]
+    largest = max(max(p.input_ids) for p in pairs)
+    with pytest.raises(ValueError, match=rf"Token id {largest} is outside .* 64 tokens.*plugin_lib\.make_reweighter"):
+        fit(make_reweighter("linear", 64, hidden_size=8), *alone, cfg, progress=False)

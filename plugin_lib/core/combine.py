@@ -27,7 +27,8 @@ def combine_log_probs(base_logits: torch.Tensor, reweight_logits: torch.Tensor) 
         raise ValueError(
             f"Vocabulary mismatch: base gives {base_logits.shape[-1]} logits per token, the "
             f"reweighting model {reweight_logits.shape[-1]}. Build the reweighting model with the "
-            "base tokenizer's vocabulary (plugin_lib.models.make_reweighter(vocab_size=...))."
+            "base's vocabulary: plugin_lib.make_reweighter(arch, vocab_size=base.vocab_size) "
+            "(plugin_lib.core.reweighter)."
         )
     return F.log_softmax(_log_probs(base_logits) + _log_probs(reweight_logits), dim=-1)
 

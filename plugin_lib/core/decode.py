@@ -18,7 +18,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, RepetitionPenalty
 
 from .blackbox import BlackBoxLM
 from .combine import combine_log_probs
-from .reweighter import position_ids_from_mask, reweighter_logits
+from .reweighter import check_vocabulary, position_ids_from_mask, reweighter_logits
 
 Combine = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -68,6 +68,8 @@ class PluginLogitsProcessor(LogitsProcessor):
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._seen is None:  # the first step: before the reweighting model meets these ids
+            check_vocabulary(scores.shape[-1], self.reweighter)
         r = self._reweighter_step(input_ids).to(scores.device)
         if self._penalty is not None:
             scores, r = self._penalty(input_ids, scores), self._penalty(input_ids, r)
@@ -146,6 +148,8 @@ def generate(
     outputs come back in the order of ``prompts``. Greedy unless ``generate_kwargs`` say
     otherwise (``do_sample=True, top_p=0.9``, ``num_beams=4``, ...).
     """
+    if reweighter is not None:
+        check_vocabulary(base.vocab_size, reweighter)
     tokenizer = base.tokenizer
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)
     texts: list[str] = [""] * len(prompts)
@@ -200,6 +204,8 @@ def greedy_decode_uncached(
     Returns prompt + generated ids, padded after EOS with the pad token, as ``generate`` does.
     EOS is not allowed before ``min_new_tokens`` (as ``generate(min_new_tokens=...)``).
     """
+    if reweighter is not None:
+        check_vocabulary(base.vocab_size, reweighter)
     eos, pad = base.eos_token_id, base.tokenizer.pad_token_id
     penalty = repetition_penalty_processor(repetition_penalty, input_ids.shape[1])
     ids, mask = input_ids.to(base.device), attention_mask.to(base.device)

@@ -94,15 +94,30 @@ def output_vocab_size(model: nn.Module) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
+BUILD_ADVICE = (
+    "build the reweighting model with plugin_lib.make_reweighter(arch, vocab_size=base.vocab_size) "
+    "(plugin_lib.core.reweighter), or pick a pretrained model that uses the base model's tokenizer."
+)
+
+
 def check_vocabulary(base_vocab_size: int, reweighter: nn.Module) -> None:
     """Raise a ValueError that says what to do when the two vocabularies differ."""
     size = output_vocab_size(reweighter)
     if size != base_vocab_size:
         raise ValueError(
             f"Vocabulary mismatch: the base model scores {base_vocab_size} tokens, the reweighting "
-            f"model {size}. The product b * r needs one shared vocabulary: build the reweighting "
-            "model with make_reweighter(..., vocab_size=base.vocab_size), or pick a pretrained "
-            "model that uses the base model's tokenizer."
+            f"model {size}. The product b * r needs one shared vocabulary: {BUILD_ADVICE}"
+        )
+
+
+def check_token_ids(largest_id: int, reweighter: nn.Module) -> None:
+    """Raise a ValueError that says what to do when the reweighting model has no output (and
+    no embedding) for token ids up to ``largest_id``."""
+    size = output_vocab_size(reweighter)
+    if largest_id >= size:
+        raise ValueError(
+            f"Token id {largest_id} is outside the reweighting model's vocabulary of {size} tokens: "
+            f"{BUILD_ADVICE}"
         )
 
 

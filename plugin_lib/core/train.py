@@ -17,10 +17,12 @@ The pieces, smallest first:
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 import weakref
@@ -36,7 +38,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from .blackbox import BlackBoxLM
 from .loss import IGNORE_INDEX, shift_labels, target_positions
-from .reweighter import reweighter_logits
+from .reweighter import check_token_ids, check_vocabulary, reweighter_logits
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,41 @@ def remove_stale_partials(directory: Path, max_age_s: float = STALE_PARTIAL_S) -
         except FileNotFoundError:
             pass
     return removed
+
+
+def reserve_disk_space(path: Path) -> None:
+    """Give the (sparse) file ``path`` disk blocks for all its bytes now.
+
+    A write into a memory-mapped page that a full disk cannot back kills the process with
+    SIGBUS instead of raising, so a full disk must show before the first write, as an OSError
+    that says what to do. Where the filesystem cannot allocate ahead, its free space is checked.
+    """
+    size = path.stat().st_size
+    if hasattr(os, "posix_fallocate"):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # not "unsupported here"
+                raise _no_disk_space(path, size, err.strerror) from err
+        finally:
+            os.close(fd)
+    if shutil.disk_usage(path.parent).free < size:
+        raise _no_disk_space(path, size, "not enough free space")
+
+
+def _no_disk_space(path: Path, size: int, reason: str) -> OSError:
+    """The error for a cache file that does not fit; removes the file first, so that the free
+    space it reports is what the disk has without it."""
+    path.unlink(missing_ok=True)
+    free = shutil.disk_usage(path.parent).free
+    return OSError(
+        errno.ENOSPC,
+        f"The base-output cache needs {size / 2**20:,.1f} MiB on disk in {path.parent} but could not get it "
+        f"({reason}; {free / 2**20:,.1f} MiB free). Free disk space there, or point PLUGIN_RESULTS_DIR "
+        "(the runs and their cache folders) or the cache's directory=... at a larger disk, and run again.",
+    )
 
 
 def _cache_key(base_name: str, pairs: Sequence[EncodedPair]) -> str:
@@ -320,6 +357,7 @@ class BaseOutputCache:
             try:
                 os.chmod(tmp, 0o666 & ~_umask())  # the user's normal permissions, not mkstemp's 0600
                 rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+                reserve_disk_space(tmp)  # open_memmap leaves the file sparse: reserve it before any write
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
@@ -406,6 +444,14 @@ class TokenObjective:
     def __len__(self) -> int:
         return len(self.pairs)
 
+    def check_model(self, model: torch.nn.Module) -> None:
+        """ValueError, before any training, when ``model``'s vocabulary is not the cached
+        base's, or (without a base) misses some token id of the pairs."""
+        if self.cache is not None:
+            check_vocabulary(self.cache.rows.shape[1], model)
+        else:
+            check_token_ids(max((max(p.input_ids) for p in self.pairs), default=0), model)
+
     def nll(self, model: torch.nn.Module, indices: Sequence[int]) -> tuple[torch.Tensor, int]:
         device = next(model.parameters()).device
         batch = {k: v.to(device) for k, v in collate([self.pairs[i] for i in indices], self.pad_token_id).items()}
@@ -471,6 +517,8 @@ def fit(
     progress: bool = True,
 ) -> FitResult:
     """Train ``model`` (only its parameters) on ``train``; keep the epoch with the lowest ``val`` loss."""
+    train.check_model(model)
+    val.check_model(model)
     seed_everything(cfg.seed)
     order_rng = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]

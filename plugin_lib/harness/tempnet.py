@@ -131,6 +131,12 @@ class TempNetObjective(TokenObjective):
             raise ValueError("TempNetObjective reads the base's outputs from a BaseOutputCache: pass cache=...")
         super().__post_init__()
 
+    def check_model(self, model: TempNet) -> None:
+        width, vocab = model.project[0].in_features, self.cache.rows.shape[1]
+        if width != vocab:
+            raise ValueError(f"TempNet reads {width} logits per token but the base scores {vocab} tokens: "
+                             "make it with make_tempnet(base.vocab_size, ...).")
+
     def nll(self, model: TempNet, indices):
         device = next(model.parameters()).device
         chosen = [self.pairs[i] for i in indices]
