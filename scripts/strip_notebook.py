@@ -1,12 +1,17 @@
-"""Keeping executed notebooks small and portable.
+"""Keeping executed notebooks small, readable and portable.
 
-``python scripts/strip_notebook.py NOTEBOOK...`` (run_all.sh calls it) drops bulky outputs (images are kept
-as files under results/<profile>/figures instead), papermill's timing metadata, and any
-absolute path of the machine that ran them, so an executed notebook opens cleanly anywhere.
+``python scripts/strip_notebook.py NOTEBOOK...`` (run_all.sh calls it) replaces each figure (its
+image and ``<Figure ...>`` text) by a link to the PNG the cell saved under
+results/<profile>/figures (``report.writer.save_figure`` prints ``figure: PATH``), drops progress
+bars and tool chatter from the streams, papermill's timing metadata, and any absolute path of
+the machine that ran them, so an executed notebook opens cleanly anywhere and reruns give the
+same outputs.
 """
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -16,9 +21,109 @@ from plugin_lib.utils.io import atomic_write_text  # noqa: E402
 
 MAX_TEXT_OUTPUT = 20_000  # characters kept per cell output
 
+FIGURE_LINE = re.compile(r"figure: (.+\.png)")  # printed by plugin_lib.report.writer.save_figure
+FIGURE_REPR = re.compile(r"<Figure size [\d.]+x[\d.]+ with \d+ Axes>")  # matplotlib's text for a figure
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# One draw of a tqdm bar: "\r", then up to its "[elapsed<remaining, rate]" (timings that differ on
+# every run) and padding; what follows it on the line is another writer's.
+BAR = re.compile(r"\r[^\r\n]*?\[\d+:\d+(?::\d+)?(?:<[\d:?]+)?,[^\]\r\n]*\] *")
+CHATTER = re.compile("|".join((
+    r"PTBTokenizer tokenized \d+ tokens at [\d.]+ tokens per second\.",  # the metrics' Java tokenizer
+    r".* edu\.stanford\.nlp\.process\.PTBLexer next",  # its timestamped warning header...
+    r"WARNING: Untokenizable: .*",  # ...and the warning
+)))
+# Warnings that say nothing about the results; the indented source line after each goes too.
+WARNINGS = ("TqdmWarning: IProgress not found",)
+
 
 def _scrub(text: str) -> str:
     return text.replace(str(REPO_ROOT) + "/", "").replace(str(Path.home()), "~")
+
+
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else value
+
+
+def _visible(line: str) -> str:
+    """What a terminal shows of ``line``, less progress bars: no escape codes, the last
+    carriage-return rewrite."""
+    parts = [p for p in BAR.sub("", ANSI.sub("", line)).split("\r") if p]
+    return parts[-1] if parts else ""
+
+
+def _merge_streams(outputs: list[dict]) -> list[dict]:
+    """Consecutive writes to one stream as one output (papermill stores each flush apart), so
+    that a progress bar's carriage returns meet the line they rewrite."""
+    merged = []
+    for out in outputs:
+        last = merged[-1] if merged else {}
+        if out.get("output_type") == "stream" and last.get("output_type") == "stream" \
+                and last.get("name") == out.get("name"):
+            last["text"] = _text(last["text"]) + _text(out["text"])
+        else:
+            merged.append(dict(out))
+    return merged
+
+
+def clean_stream(text: str, name: str) -> tuple[str, list[str]]:
+    """(``text`` without progress bars, chatter and idle warnings, the figure paths it names).
+    Blank lines go from stderr, where tqdm leaves them between its bars."""
+    *lines, tail = text.split("\n")
+    kept, figures, skip_source = [], [], False
+    for line in lines:
+        shown = _visible(line)
+        if skip_source and shown[:1].isspace():
+            continue
+        skip_source = any(w in shown for w in WARNINGS)
+        figure = FIGURE_LINE.fullmatch(shown)
+        if figure:
+            figures.append(figure.group(1))
+        elif not (skip_source or CHATTER.fullmatch(shown) or (not shown.strip() and (line or name == "stderr"))):
+            kept.append(shown)
+    return "".join(f"{line}\n" for line in kept) + _visible(tail), figures
+
+
+def _is_figure(data: dict) -> bool:
+    """An image output, or the ``<Figure ...>`` text left of one."""
+    rest = {k: v for k, v in data.items() if not k.startswith("image/")}
+    if set(rest) - {"text/plain"}:
+        return False
+    return len(rest) < len(data) or bool(FIGURE_REPR.fullmatch(_text(rest.get("text/plain", ""))))
+
+
+def _figure_link(figure: str, notebook: Path) -> dict:
+    """A Markdown output showing the saved PNG, linked relative to the notebook (GitHub renders it)."""
+    path = Path(figure) if Path(figure).is_absolute() else REPO_ROOT / figure
+    link = Path(os.path.relpath(path, notebook.resolve().parent)).as_posix()
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"text/markdown": f"![{path.stem}]({link})", "text/plain": f"figure: {link}"}}
+
+
+def strip_outputs(outputs: list[dict], notebook: Path) -> list[dict]:
+    """A code cell's outputs, cleaned; the links to its saved figures where it showed them."""
+    kept, figures, slot = [], [], None
+    for out in _merge_streams(outputs):
+        if out.get("output_type") == "stream":
+            text, found = clean_stream(_text(out["text"]), out["name"])
+            figures += found
+            if text:
+                kept.append({**out, "text": _scrub(text[-MAX_TEXT_OUTPUT:])})
+            continue
+        data = out.get("data", {})
+        if _is_figure(data):
+            slot = len(kept) if slot is None else slot  # the links go where the figure was shown
+            continue
+        if "text" in out:
+            out["text"] = _scrub(_text(out["text"])[-MAX_TEXT_OUTPUT:])
+        for key, value in list(data.items()):
+            text = _text(value)
+            if isinstance(text, str):
+                data[key] = _scrub(text[:MAX_TEXT_OUTPUT])
+        if out.get("output_type") == "display_data" and not data:
+            continue
+        kept.append(out)
+    at = len(kept) if slot is None else slot
+    return kept[:at] + [_figure_link(f, notebook) for f in figures] + kept[at:]
 
 
 def strip_notebook(path: str | Path) -> None:
@@ -26,23 +131,10 @@ def strip_notebook(path: str | Path) -> None:
     for cell in nb.get("cells", []):
         cell.get("metadata", {}).pop("papermill", None)
         cell.get("metadata", {}).pop("execution", None)
-        outputs = []
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            for key in [k for k in data if k.startswith("image/")]:
-                del data[key]  # figures live in results/<profile>/figures
-            if "text" in out:
-                text = "".join(out["text"]) if isinstance(out["text"], list) else out["text"]
-                out["text"] = _scrub(text[-MAX_TEXT_OUTPUT:])
-            for key, value in list(data.items()):
-                text = "".join(value) if isinstance(value, list) else value
-                if isinstance(text, str):
-                    data[key] = _scrub(text[:MAX_TEXT_OUTPUT])
-            if out.get("output_type") == "display_data" and not data:
-                continue
-            outputs.append(out)
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell["id"] = "injected-parameters"  # papermill draws a new random id on every run
         if "outputs" in cell:
-            cell["outputs"] = outputs
+            cell["outputs"] = strip_outputs(cell["outputs"], Path(path))
     params = nb.get("metadata", {}).get("papermill", {})
     for key in ("input_path", "output_path", "start_time", "end_time", "duration"):
         params.pop(key, None)

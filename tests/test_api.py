@@ -499,3 +499,6 @@ def test_notebook_14_says_why_it_skips_without_a_server(monkeypatch, tmp_path):
     assert api.save_tables(study) == {} and api.plot_study(study) is None
     assert api.summary_lines(study) == [study.note]
     assert not (tmp_path / "smoke" / "tables").exists()
+    # What the report reads to say that the notebook ran and why it measured nothing.
+    assert json.loads((tmp_path / "smoke" / "skipped" / "api_e2e.json").read_text()) == {
+        "name": "api_e2e", "reason": "llama-cpp-python is not installed"}

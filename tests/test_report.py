@@ -130,3 +130,44 @@ def test_a_claim_recorded_before_its_rule_is_shown_as_not_rechecked_and_not_tall
     assert "1 not re-checked yet" in document.tally([checked, old])
     table = "\n".join(document.claims_table([checked, old]))
     assert document.NOT_RECHECKED in table and "| **reproduced** |" in table
+
+
+def test_a_long_table_shows_its_first_rows_and_links_its_csv(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from plugin_lib.report import writer
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    writer.save_table(pd.DataFrame({"step": range(2252), "word": "adidas"}), "adidas_trace", "local")
+    writer.save_table(pd.DataFrame({"word": ["run"]}), "adidas_style_words", "local")
+    text = document.write_report("local").read_text()
+    shown = [line for line in text.split("**adidas_trace**")[1].splitlines() if line.startswith("| ")]
+    assert len(shown) == 1 + document.MAX_TABLE_ROWS  # the header and the first rows
+    assert "The first 20 of 2,252 rows; the whole table: [tables/adidas_trace.csv](tables/adidas_trace.csv)." in text
+    assert "| run" in text and "rows; the whole table" not in text.split("**adidas_trace**")[0]
+
+
+def test_a_notebook_that_ran_and_skipped_is_not_reported_as_not_run(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from plugin_lib.report import writer
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    writer.save_skip("api_e2e", "smoke", "llama-cpp-python is not installed")
+    section = document.write_report("smoke").read_text().split("## Beyond the paper: a model behind an HTTP API")[1]
+    assert "ran in this profile and skipped `api_e2e`: llama-cpp-python is not installed" in section
+    assert "has not run" not in section
+    writer.save_table(pd.DataFrame({"BLEU": [0.1]}), "api_e2e", "smoke")  # a later run that reached a server
+    section = document.write_report("smoke").read_text().split("## Beyond the paper: a model behind an HTTP API")[1]
+    assert "skipped" not in section and "0.1 |" in section
+
+
+def test_counts_of_seeds_are_pluralised():
+    import pandas as pd
+
+    from plugin_lib.experiments import theorem1
+
+    assert [claims.n_seeds(n) for n in (0, 1, 3)] == ["0 seeds", "1 seed", "3 seeds"]
+    slopes = pd.DataFrame([{"metric": "excess_loss", "fit_from_tokens": 3000, "fit_to_tokens": 100000,
+                            "slope": -0.98, "ci95_low": -1.01, "ci95_high": -0.94}])
+    assert theorem1.rate_claim(slopes, 3000, 1)["statistic"]["summary"].endswith("; 1 seed)")

@@ -12,7 +12,7 @@ import seaborn as sns
 from .. import analysis
 from ..harness.profile import Profile
 from ..report import verdicts
-from ..report.claims import record_claim
+from ..report.claims import n_seeds, record_claim
 from ..report.stats import pair_by_seed
 
 COVERAGE_RULE = (
@@ -112,7 +112,7 @@ def check_coverage(records: Sequence[dict], words: pd.DataFrame, n_resamples: in
     n = {"inputs": len(runs["Plugin"][0]["predictions"]), "seeds": len(per_seed)}
     ps = "/".join(f"{t['p']:.3f}" for t in per_seed.values())
     statistic = {"summary": f"token share {plugin_share:.1%} vs {base_share:.1%}; bootstrap p {ps}; "
-                            f"{n['inputs']} inputs, {n['seeds']} seeds",
+                            f"{n['inputs']} inputs, {n_seeds(n['seeds'])}",
                  "n": n, "bootstrap_resamples": int(n_resamples), "Zeroshot share": base_share,
                  "Plugin share (mean over seeds)": plugin_share, "per seed": per_seed, "seeds significant": passing}
     return verdict, f"{plugin_share:.1%} vs {base_share:.1%} (token share, mean over seeds)", statistic
@@ -130,10 +130,10 @@ def check_preference(preference: pd.DataFrame) -> tuple[str, str, dict]:
                 for _, r in preference.iterrows()}
     n = {"inputs": int(judged.n_items.iloc[0]), "seeds": len(judged)}
     statistic = {"summary": f"{share:.0%} wins ({PREFERENCE_JUDGE} judge); sign-test p "
-                            + "/".join(f"{p:.3f}" for p in judged.p_value) + f"; {n['inputs']} inputs, {n['seeds']} seeds",
+                            + "/".join(f"{p:.3f}" for p in judged.p_value) + f"; {n['inputs']} inputs, {n_seeds(n['seeds'])}",
                  "n": n, "per seed": per_seed, "seeds significant": passing}
     ours = (f"{share:.0%} ({PREFERENCE_JUDGE} judge, mean over seeds; p < {verdicts.ALPHA} in {len(passing)} "
-            f"of {len(judged)} seeds)")
+            f"of {n_seeds(len(judged))})")
     return verdict, ours, statistic
 
 

@@ -265,10 +265,12 @@ def caption(study: Study) -> str:
 
 def save_tables(study: Study) -> dict[str, pd.DataFrame]:
     """``api_<dataset>`` (metrics), ``api_<dataset>_cost`` and ``api_<dataset>_closeness`` under
-    the notebook's profile; nothing when the study did not run."""
-    if not study.ran:
-        return {}
+    the notebook's profile; when the study did not run, only a record of why (the report says
+    the notebook ran and skipped, not that it never ran)."""
     name = f"api_{study.dataset}"
+    if not study.ran:
+        writer.save_skip(name, study.profile, study.note.removeprefix("Skipped: "))
+        return {}
     tables = {name: metrics_table(study), f"{name}_cost": cost_table(study),
               f"{name}_closeness": study.closeness}
     for key, table in tables.items():

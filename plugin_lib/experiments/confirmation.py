@@ -28,7 +28,7 @@ from ..harness import bdpl, finetune, runner
 from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
 from ..report import freeze
 from ..report import preregistered as pre
-from ..report.claims import record_claim
+from ..report.claims import n_seeds, record_claim
 from ..utils.io import read_json
 
 PROFILE = freeze.FROZEN_PROFILE
@@ -256,7 +256,7 @@ def training_domain_words(profile: Profile) -> pd.DataFrame:
 def summary(c: pre.Claim, result: dict) -> str:
     """One line: the effect, its p-value or interval, and n."""
     n = result.get("n") or (result.get("comparisons") or [{}])[0].get("n") or {}
-    scale = f"{n.get('inputs')} inputs, {n.get('seeds')} seeds" if n else ""
+    scale = f"{n.get('inputs')} inputs, {n_seeds(n.get('seeds'))}" if n else ""
     if result["verdict"] == pre.NOT_MEASURABLE and "premise" in result:
         return f"premise fails: {_premise_line(result['premise'])}"
     if "comparisons" in result:

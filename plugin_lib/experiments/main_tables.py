@@ -9,7 +9,7 @@ from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..report import budget as training_budget
 from ..report import stats, tables, verdicts
-from ..report.claims import record_claim
+from ..report.claims import n_seeds, record_claim
 from ..report.stats import BOOTSTRAP_METRICS
 from ..report.tables import wins
 
@@ -87,7 +87,7 @@ def record_claims(profile: Profile | str, summary: pd.DataFrame, dataset: str, s
     first = significance.iloc[0] if len(significance) else None
     n = {"inputs": int(first["n inputs"]) if first is not None else None,
          "seeds": len(first["seeds"]) if first is not None else None}
-    statistic = {"summary": "; ".join(summaries) + f"; {n['inputs']} inputs, {n['seeds']} seeds",
+    statistic = {"summary": "; ".join(summaries) + f"; {n['inputs']} inputs, {n_seeds(n['seeds'])}",
                  "n": n, "models": per_model}
     if budget is not None:
         statistic["training budget"] = training_budget.summary(budget)

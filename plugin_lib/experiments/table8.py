@@ -22,7 +22,7 @@ from ..harness.lora import add_lora
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..report import verdicts
-from ..report.claims import record_claim
+from ..report.claims import n_seeds, record_claim
 from ..report.comparison import MINIMAL_GAP, describe_counts, minimal_gaps, table_models
 
 TABLE8_METHODS = ("Zeroshot", "LoRA", "Plugin")
@@ -154,7 +154,7 @@ def record_claims(profile: Profile | str, frame: pd.DataFrame, records: list[dic
         describe_counts(minimal_gaps(paper_rows())), describe_counts(ours_counts), gap_verdict, rule=GAP_RULE,
         statistic={"summary": "; ".join(f"{name}: within {MINIMAL_GAP:.0%} on {count}/{len(METRIC_NAMES)}, "
                                         f"BLEU gap {g['BLEU']:.1%}" for count, (name, g) in zip(ours_counts, gaps.items()))
-                              + f"; {n['inputs']} inputs, {n['seeds']} seeds",
+                              + f"; {n['inputs']} inputs, {n_seeds(n['seeds'])}",
                    "n": n, "relative gap to LoRA (means)": gaps})
     ratio = Fraction(gpt2_xl["plugin_flops"]) / Fraction(gpt2_xl["lora_flops"])
     offline_ratio = Fraction(offline["plugin_flops"]) / Fraction(offline["lora_flops"])

@@ -85,7 +85,7 @@ import torch
 from ..core.combine import combine_log_probs
 from ..harness.profile import Profile, Theorem1
 from ..report import verdicts
-from ..report.claims import record_claim
+from ..report.claims import n_seeds, record_claim
 
 
 def token_grid(low: int, high: int, points: int) -> list[int]:
@@ -356,7 +356,7 @@ def rate_claim(slopes: pd.DataFrame, fit_from: int, seeds: int | None = None) ->
     ours = f"slope {row.slope:.2f} [95% CI {row.ci95_low:.2f}, {row.ci95_high:.2f}] for t >= {fit_from}"
     verdict = verdicts.REPRODUCED if row.ci95_low <= THEOREM_RATE else verdicts.NOT_REPRODUCED
     statistic = {"summary": f"slope {row.slope:.3f}, 95% CI [{row.ci95_low:.3f}, {row.ci95_high:.3f}] "
-                            f"(t {int(row.fit_from_tokens)}-{int(row.fit_to_tokens)}; {seeds} seeds)",
+                            f"(t {int(row.fit_from_tokens)}-{int(row.fit_to_tokens)}; {n_seeds(seeds)})",
                  "n": {"inputs": None, "seeds": seeds, "t from": int(row.fit_from_tokens), "t to": int(row.fit_to_tokens)},
                  "slope": float(row.slope), "ci95": [float(row.ci95_low), float(row.ci95_high)],
                  "theorem rate": THEOREM_RATE}

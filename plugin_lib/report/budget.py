@@ -17,6 +17,7 @@ import pandas as pd
 from ..harness import runner
 from ..harness.profile import Profile
 from ..utils.io import read_json
+from .claims import n_seeds
 
 STILL_IMPROVING = "still improving at the epoch cap"
 AT_EDGE = "chosen at a grid edge"
@@ -73,7 +74,7 @@ def flags(frame: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
     for _, row in frame.iterrows():
         found = []
         if row["still improving at cap"]:
-            found.append(f"{STILL_IMPROVING} in {row['still improving at cap']}/{row['seeds']} seeds")
+            found.append(f"{STILL_IMPROVING} in {row['still improving at cap']}/{n_seeds(row['seeds'])}")
         if row["at grid edge"] != "none":
             found.append(f"{AT_EDGE} ({row['at grid edge']})")
         if found:

@@ -30,6 +30,11 @@ RULE_NOT_RECORDED = "rule not recorded: rerun the notebook"
 STATISTIC_NOT_RECORDED = "not recorded: rerun the notebook"
 
 
+def n_seeds(count: int | None) -> str:
+    """"1 seed", "3 seeds": how statistics' summaries state their number of seeds."""
+    return f"{count} seed{'' if count == 1 else 's'}"
+
+
 def plain(value):
     """``value`` with numpy scalars, tuples and fractions turned into JSON types (NaN: None)."""
     if isinstance(value, Mapping):

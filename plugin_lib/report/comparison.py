@@ -13,7 +13,7 @@ from ..harness import models
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from . import stats, tables, verdicts
-from .claims import record_claim
+from .claims import n_seeds, record_claim
 from .writer import finish_grid
 
 FIGURE_METRICS = ("BLEU", "ROUGE-L", "METEOR")
@@ -172,7 +172,7 @@ def claim_from_runs(profile: Profile | str, key: str, claim: str, records: list[
     else:
         summary = ("; ".join(f"{name}: {len(c['metrics_significant'])}/{len(c['p_per_seed'])} significant"
                              for name, c in comparisons.items())
-                   + f"; {first_cmp['n_inputs']} inputs, {len(first_cmp['seeds'])} seeds")
+                   + f"; {first_cmp['n_inputs']} inputs, {n_seeds(len(first_cmp['seeds']))}")
     return record_claim(profile, key, claim, describe_counts(paper), ours, verdicts.majority_verdict(verdict_per_pair),
                         rule=rule, statistic={"summary": summary, "n": {"inputs": first_cmp["n_inputs"],
                                                                          "seeds": len(first_cmp["seeds"])},

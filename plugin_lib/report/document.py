@@ -7,12 +7,13 @@ each notebook into one Markdown page; ``run_all.sh`` calls it at the end
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
 from ..harness import models
 from ..harness import profile as config
-from ..utils.io import atomic_write_text
+from ..utils.io import atomic_write_text, read_json
 from ..harness.profile import Profile
 from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims
 
@@ -53,14 +54,40 @@ def _figures(root: Path, stems: list[str]) -> list[Path]:
     return sorted(p for stem in stems for p in (root / "figures").glob(f"{stem}*.png"))
 
 
+# Rows of a Markdown table shown in the report; a longer one is cut there, with a link to its CSV.
+MAX_TABLE_ROWS = 20
+
+
+def _table(table: Path) -> list[str]:
+    """A table's Markdown, its first MAX_TABLE_ROWS rows where it has more (notebook 9's
+    decoding trace has thousands), then where the whole table is."""
+    lines = table.read_text(encoding="utf-8").strip().splitlines()
+    body = list(itertools.takewhile(lambda line: line.startswith("|"), lines))  # a caption may follow
+    rows = len(body) - 2  # below the header and its rule
+    if rows <= MAX_TABLE_ROWS:
+        return lines
+    full = table.with_suffix(".csv") if table.with_suffix(".csv").exists() else table
+    return [*body[: 2 + MAX_TABLE_ROWS], "", f"The first {MAX_TABLE_ROWS} of {rows:,} rows; the whole table: "
+            f"[tables/{full.name}](tables/{full.name}).", *lines[len(body):]]
+
+
+def _skips(root: Path, stems: list[str]) -> list[str]:
+    """Why the notebook ran but skipped what would have written these results (writer.save_skip)."""
+    records = sorted(p for stem in stems for p in (root / "skipped").glob(f"{stem}*.json"))
+    return [f"The notebook ran in this profile and skipped `{r['name']}`: {r['reason']}"
+            for r in map(read_json, records)]
+
+
 def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]:
     lines = [f"## {title}", "", f"Notebook `notebooks/{prefix}_*.ipynb`; wall time {_notebook_seconds(root, prefix)}.", ""]
     tables = sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
     figures = _figures(root, stems)
+    skips = _skips(root, stems)
+    lines += [line for skip in skips for line in (skip, "")]
     if not tables and not figures:
-        return lines + ["No results yet: the notebook has not run in this profile.", ""]
+        return lines + ([] if skips else ["No results yet: the notebook has not run in this profile.", ""])
     for table in tables:
-        lines += [f"**{table.stem}**", "", table.read_text(encoding="utf-8").strip(), ""]
+        lines += [f"**{table.stem}**", "", *_table(table), ""]
     for figure in figures:
         lines += [f"![{figure.stem}](figures/{figure.name})", ""]
     return lines

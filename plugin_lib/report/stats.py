@@ -13,6 +13,7 @@ from .. import data
 from ..metrics import METRIC_NAMES
 from ..metrics.resample import InputStatistics, resample_counts
 from . import verdicts
+from .claims import n_seeds
 from .tables import CI_LEVEL, runs_frame, summarize
 
 # Metrics whose bootstrap recomputation needs no Java process (ROUGE-L, METEOR and CIDEr do).
@@ -121,7 +122,7 @@ def comparison_summary(comparison: dict, metric: str = "BLEU") -> str:
     ps = "/".join(f"{p:.3f}" for p in comparison["p_per_seed"].get(metric, []))
     return (f"{metric} {comparison['effect'][metric]:+.4f} (p {ps}); p < {verdicts.ALPHA} in most seeds on "
             f"{len(comparison['metrics_significant'])}/{len(comparison['p_per_seed'])} bootstrap metrics; "
-            f"{comparison['n_inputs']} inputs, {len(comparison['seeds'])} seed{'s' if len(comparison['seeds']) != 1 else ''}")
+            f"{comparison['n_inputs']} inputs, {n_seeds(len(comparison['seeds']))}")
 
 
 @functools.lru_cache(maxsize=8)

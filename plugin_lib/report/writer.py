@@ -1,6 +1,8 @@
 """The one writer of tables and figures, atomic, under ``results/<profile>/``.
 
-Tables go to ``tables/<name>.{csv,md,tex}``, figures to ``figures/<name>.{png,pdf}``.
+Tables go to ``tables/<name>.{csv,md,tex}``, figures to ``figures/<name>.{png,pdf}``, and a part
+a notebook ran but skipped (an optional server missing) to ``skipped/<name>.json``, which the
+report shows in place of the results; a table or figure of that name replaces the record.
 """
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import matplotlib
 import pandas as pd
 import seaborn as sns
 
-from ..harness.profile import Profile, results_dir
-from ..utils.io import atomic_write_bytes, atomic_write_text
+from ..harness.profile import REPO_ROOT, Profile, results_dir
+from ..utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 FIGURE_DPI = 200
 
@@ -44,6 +46,7 @@ def save_table(df: pd.DataFrame, name: str, profile: Profile | str, caption: str
         latex = df.to_latex(index=index, caption=caption or None, label=f"tab:{name}", na_rep="--", escape=True)
     if markdown is None:
         markdown = _markdown(df, index) + "\n"
+    _clear_skip(name, profile)
     return {
         "csv": atomic_write_text(folder / f"{name}.csv", df.to_csv(index=index)),
         "md": atomic_write_text(folder / f"{name}.md", markdown),
@@ -52,7 +55,9 @@ def save_table(df: pd.DataFrame, name: str, profile: Profile | str, caption: str
 
 
 def save_figure(fig, name: str, profile: Profile | str) -> dict[str, Path]:
-    """Write a matplotlib figure as PNG (200 dpi) and PDF; returns the paths by format."""
+    """Write a matplotlib figure as PNG (200 dpi) and PDF; returns the paths by format. Prints
+    ``figure: PATH`` (the PNG, from the repository's root where it lies there), which
+    scripts/strip_notebook.py turns into a link in the executed notebook."""
     folder = results_dir(profile) / "figures"
     paths = {}
     for fmt in ("png", "pdf"):
@@ -61,7 +66,23 @@ def save_figure(fig, name: str, profile: Profile | str) -> dict[str, Path]:
         metadata = {"CreationDate": None} if fmt == "pdf" else None
         fig.savefig(buffer, format=fmt, dpi=FIGURE_DPI, bbox_inches="tight", metadata=metadata)
         paths[fmt] = atomic_write_bytes(folder / f"{name}.{fmt}", buffer.getvalue())
+    _clear_skip(name, profile)
+    png = paths["png"].resolve()
+    print(f"figure: {png.relative_to(REPO_ROOT) if png.is_relative_to(REPO_ROOT) else png}")
     return paths
+
+
+def _skip_path(name: str, profile: Profile | str) -> Path:
+    return results_dir(profile) / "skipped" / f"{name}.json"
+
+
+def save_skip(name: str, profile: Profile | str, reason: str) -> Path:
+    """Record that the notebook ran but skipped what would have written ``name``, and why."""
+    return atomic_write_json(_skip_path(name, profile), {"name": name, "reason": reason})
+
+
+def _clear_skip(name: str, profile: Profile | str) -> None:
+    _skip_path(name, profile).unlink(missing_ok=True)  # the results are there now
 
 
 def metric_bars(frame: pd.DataFrame, metrics=("BLEU", "ROUGE-L", "METEOR"), title: str = ""):
