@@ -1,4 +1,8 @@
-"""Fine-tuning a base: what is trained, the cache, resuming from a shorter run, the prompts."""
+"""Fine-tuning a base: what is trained, the cache, resuming from a shorter run, the prompts,
+training only when the weights are needed."""
+import dataclasses
+import shutil
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
@@ -8,6 +12,8 @@ from plugin_lib.data import prompts
 from plugin_lib.harness import finetune, methods, models
 from plugin_lib.harness.finetune import FinetuneConfig, finetune_base
 from plugin_lib.harness.models import load_base_model
+from plugin_lib.harness.profile import load_profile
+from plugin_lib.utils.io import read_json
 
 CFG = FinetuneConfig(lr=1e-2, batch_size=2, trainable_layers=1)
 
@@ -117,3 +123,26 @@ def test_epochs_and_datasets_are_checked(cache, tiny_dir):
     mixed = _examples(1) + [data.Example("x", "a", ("b",), {"dataset": "webnlg"})]
     with pytest.raises(ValueError, match="one dataset"):
         finetune_base(str(tiny_dir), mixed, 1, pool="toy", cfg=CFG)
+
+
+def test_a_finetuned_base_is_trained_only_when_its_weights_are_needed(cache, tiny_dir, tmp_path):
+    """Stored runs on a fine-tuned base need its name; a fresh clone with the committed records
+    re-executes notebooks 06 and 10 without fine-tuning anything."""
+    profile = load_profile("smoke")
+    setup = dataclasses.replace(profile.ablations, finetune_epochs=(0, 1),
+                                finetune=dataclasses.replace(profile.ablations.finetune, trainable_layers=1))
+    pool = finetune.Pool(_examples(), "toy", "four toy inputs")
+    records = tmp_path / "records"
+    bases = finetune.finetuned_bases(str(tiny_dir), pool, setup, prompt_style="authors", records=records)
+    tuned = bases[1]
+    assert bases[0] == str(tiny_dir) and not tuned.path.exists()
+    box = finetune.load_finetuned_base(tuned)
+    assert box.name == f"finetuned/{tuned.path.name}" and box.tokenizer.padding_side == "left"
+    assert not tuned.path.exists()  # the name and the tokenizer need no weights
+    assert box.vocab_size == len(box.tokenizer)  # the weights do: fine-tuned now
+    assert finetune.is_complete(tuned.path)
+    record = records / f"{tuned.path.name}.json"
+    assert read_json(record) == finetune.finetune_info(tuned.path)
+    shutil.rmtree(tuned.path)  # elsewhere: the record is there, the model is not
+    again = finetune.finetuned_bases(str(tiny_dir), pool, setup, prompt_style="authors", records=records)[1]
+    assert again.info() == read_json(record) and not again.path.exists()

@@ -49,7 +49,7 @@ from ..harness.finetune import decoder_layers, finetune_info, save_model_dir
 from ..harness.profile import Ablations, Profile, cache_dir
 from ..metrics import METRIC_NAMES
 from ..report import stats, tables, verdicts
-from ..report.claims import record_claim
+from ..report.claims import n_seeds, record_claim
 from ..report.stats import BOOTSTRAP_METRICS
 
 # GPT2-Small shares GPT-2's tokenizer: the paper's pretrained reweighting model.
@@ -122,10 +122,6 @@ def _inputs(records: Sequence[dict]) -> int | None:
     return len(records[0]["test_ids"]) if records and "test_ids" in records[0] else None
 
 
-def _seeds(count: int | None) -> str:
-    return f"{count} seed{'' if count == 1 else 's'}"
-
-
 def _n(comparisons: Sequence[dict]) -> dict:
     return {"inputs": comparisons[0]["n_inputs"] if comparisons else None,
             "seeds": max((len(c["seeds"]) for c in comparisons), default=None)}
@@ -139,7 +135,8 @@ def base_label(epochs: int) -> str:
     return f"{epochs}FT"
 
 
-def base_quality_runs(dataset: str, profile: Profile, model_name: str, bases: dict[int, str | Path],
+def base_quality_runs(dataset: str, profile: Profile, model_name: str,
+                      bases: dict[int, str | Path | finetune.FinetunedBase],
                       seeds: Sequence[int], *, progress: bool = False) -> list[dict]:
     """Zeroshot and Plugin on every base; each record gets its ``finetune_epochs``."""
     arch = runner.arch_for(model_name)
@@ -160,13 +157,13 @@ def base_quality_frame(records: Sequence[dict]) -> pd.DataFrame:
     return frame
 
 
-def finetune_frame(bases: dict[int, str | Path]) -> pd.DataFrame:
+def finetune_frame(bases: dict[int, str | Path | finetune.FinetunedBase]) -> pd.DataFrame:
     """What each fine-tuned base was trained on, its last training loss and the time it took."""
     rows = []
     for epochs, path in bases.items():
         if epochs == 0:
             continue
-        info = finetune_info(path)
+        info = path.info() if isinstance(path, finetune.FinetunedBase) else finetune_info(path)
         rows.append({
             "base": base_label(epochs),
             "pool": info["pool"],
@@ -237,7 +234,7 @@ def check_base_quality(records: Sequence[dict], order: Sequence[str], metrics: S
     n_inputs = _inputs(records)
     summary = (f"Plugin(best fine-tuned base) - Plugin(original): BLEU {per_metric[metrics[0]]['mean']:+.4f}; higher on "
                f"{len(rising)}/{len(counted)} metrics where the base improved, CI above 0 on {len(above)}; "
-               f"{n_inputs} inputs, {_seeds(seeds)}")
+               f"{n_inputs} inputs, {n_seeds(seeds)}")
     ours = ("the base improves with fine-tuning on " f"{len(counted)}/{len(metrics)} metrics; the Plugin on the best "
             "fine-tuned base minus on the original: " + ", ".join(f"{m} {per_metric[m]['mean']:+.4f}" for m in metrics)
             + "; Spearman rho (base's own score, Plugin) over " + ", ".join(order) + ": "
@@ -260,7 +257,7 @@ def check_plugin_beats_base(records: Sequence[dict], order: Sequence[str], n_res
             + f"; ahead on most metrics on {len(ahead)}/{len(order)} bases, significantly on {len(significant)}.")
     n = _n(list(comparisons.values()))
     summary = (f"ahead on most metrics on {len(ahead)}/{len(order)} bases; p < {verdicts.ALPHA} in most seeds on most "
-               f"bootstrap metrics on {len(significant)}/{len(order)}; {n['inputs']} inputs, {_seeds(n['seeds'])}")
+               f"bootstrap metrics on {len(significant)}/{len(order)}; {n['inputs']} inputs, {n_seeds(n['seeds'])}")
     return _check(PLUGIN_EVERY_BASE_CLAIM, PLUGIN_EVERY_BASE_RULE, verdict, ours,
                   {"summary": summary, "n": n, "per base": comparisons})
 
@@ -450,7 +447,7 @@ def check_more_layers(records: Sequence[dict], n_resamples: int) -> dict:
             + (f"; significantly better: {', '.join(winners)}." if winners else "; none significantly better."))
     n = _n(list(comparisons.values()))
     summary = (f"{len(winners)}/{len(deeper)} deeper models beat 1 layer (p < {verdicts.ALPHA} in most seeds on most "
-               f"bootstrap metrics); {n['inputs']} inputs, {_seeds(n['seeds'])}")
+               f"bootstrap metrics); {n['inputs']} inputs, {n_seeds(n['seeds'])}")
     return _check(MORE_LAYERS_CLAIM, MORE_LAYERS_RULE, verdict, ours,
                   {"summary": summary, "n": n, "per deeper model": comparisons})
 
@@ -469,7 +466,7 @@ def check_pretrained(records: Sequence[dict], n_resamples: int, hparams: str) ->
                       "instead of its own learning-rate selection, so it is no fair stand-in for the paper's "
                       "GPT2-Small; for the record, pretrained minus 1 layer: " + _numbers(gain[["BLEU", "ROUGE-L"]]) + ".",
                       {"summary": f"not tested: no own learning-rate selection; BLEU {gain['BLEU']:+.4f} (means, "
-                                  f"{_seeds(seeds)})",
+                                  f"{n_seeds(seeds)})",
                        "n": {"inputs": _inputs(records), "seeds": seeds}, "effect (means)": gain.to_dict()})
     comparison = stats.compare_runs(_runs(records, "Plugin-pretrained"), _runs(records, ONE_LAYER), n_resamples)
     verdict = verdicts.verdict(verdicts.ahead_on_most(comparison["effect"]),
@@ -524,7 +521,7 @@ def check_architecture(records: Sequence[dict], n_resamples: int, metrics: Seque
     n = _n(list(comparisons.values()))
     summary = (f"highest mean on {len(metrics) - len(losing)}/{len(metrics)}; vs the best other: p < {verdicts.ALPHA} "
                f"in most seeds on {len(passing)}/{len(p_per_seed)} bootstrap metrics; {n['inputs']} inputs, "
-               f"{_seeds(n['seeds'])}")
+               f"{n_seeds(n['seeds'])}")
     return _check(ARCHITECTURE_CLAIM, ARCHITECTURE_RULE, verdict, ours,
                   {"summary": summary, "n": n, "p_per_seed": p_per_seed,
                    "best other per bootstrap metric": {m: r for r, ms in rivals.items() for m in ms},
@@ -538,7 +535,7 @@ def check_architecture_spread(records: Sequence[dict], metrics: Sequence[str] = 
     if seeds < 2:
         return _check(SPREAD_CLAIM, SPREAD_RULE, verdicts.NOT_MEASURABLE,
                       "the standard deviation needs two or more seeds",
-                      {"summary": f"{seeds} seed: no standard deviation", "n": {"inputs": _inputs(records), "seeds": seeds}})
+                      {"summary": f"{n_seeds(seeds)}: no standard deviation", "n": {"inputs": _inputs(records), "seeds": seeds}})
     stds = pd.DataFrame({label: {m: float(np.std([r["metrics"][m] for r in _runs(records, label)], ddof=1))
                                  for m in metrics} for label in labels}).T
     narrowest = [m for m in metrics if stds[m].idxmin() == ONE_LAYER]
@@ -547,7 +544,7 @@ def check_architecture_spread(records: Sequence[dict], metrics: Sequence[str] = 
     return _check(SPREAD_CLAIM, SPREAD_RULE, verdict,
                   f"the transformer layer has the narrowest std over seeds on {len(narrowest)}/{len(metrics)} "
                   f"metrics ({', '.join(narrowest) or 'none'}).",
-                  {"summary": f"narrowest std on {len(narrowest)}/{len(metrics)} metrics; {seeds} seeds, no test",
+                  {"summary": f"narrowest std on {len(narrowest)}/{len(metrics)} metrics; {n_seeds(seeds)}, no test",
                    "n": {"inputs": _inputs(records), "seeds": seeds}, "std per model": stds.to_dict(orient="index")})
 
 

@@ -21,7 +21,7 @@ from ..analysis import judge
 from ..harness import finetune, methods, runner
 from ..harness.profile import Profile
 from ..report import verdicts
-from ..report.claims import record_claim
+from ..report.claims import n_seeds, record_claim
 
 SHIFTS = {
     "webnlg": {"judge": judge.person_judge, "question": judge.PAPER_PERSON_QUESTION,
@@ -62,7 +62,7 @@ def shift_runs(dataset: str, profile: Profile, seeds: Sequence[int], *, progress
     model_name = profile.shift.model or setup.model
     pool = finetune.finetune_pool(dataset, profile, max_pairs=profile.shift.pool_pairs)
     (path,) = finetune.finetuned_bases(model_name, pool, setup, prompt_style=profile.prompts, tokens=profile.tokens,
-                                         progress=progress).values()
+                                       records=finetune.records_dir(profile), progress=progress).values()
     original = runner.load_task(model_name, dataset, profile)
     tuned = runner.load_task(finetune.load_finetuned_base(path, profile.dtype), dataset, profile,
                              prompt_model=model_name)
@@ -165,7 +165,7 @@ def check_shift(dataset: str, records: Sequence[dict]) -> tuple[str, str, dict]:
             + f" vs the base's {premise['a']['target outputs']}/{premise['a']['counted outputs']}")
     statistic = {"summary": f"{_share(shares['fine-tuned base'])} -> {_share(mean_share)}; McNemar p "
                             + "/".join(f"{t['p']:.3f}" for t in per_seed.values())
-                            + f"; {n['inputs']} inputs, {n['seeds']} seeds",
+                            + f"; {n['inputs']} inputs, {n_seeds(n['seeds'])}",
                  "n": n, "premise": premise, "shares": {**shares, "Plugin (mean over seeds)": mean_share},
                  "per seed": per_seed, "seeds significant": passing}
     return verdict, ours, statistic

@@ -29,12 +29,13 @@ Choices:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,7 @@ from ..core.train import TokenObjective, encode_pairs, small_model_log_probs
 from .. import data
 from ..core.blackbox import BlackBoxLM
 from ..data import Example, prompts, training_pairs
-from ..utils.io import read_json, remove_stale_temporaries
+from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
 from . import models
 from . import profile as config
 from .profile import Ablations, Profile, Tokens
@@ -321,23 +322,86 @@ def finetune_pool(dataset: str, profile: Profile, max_pairs: int | None = None, 
                 "training and hyper-validation data and from the test split")
 
 
+@dataclass(frozen=True)
+class FinetunedBase:
+    """A fine-tuned base, known by its checkpoint directory and fine-tuned on first use only.
+
+    The runs stored on a fine-tuned base need its name, not its weights, so re-executing
+    notebooks 06 and 10 from stored runs (a fresh clone) fine-tunes nothing. What the fine-tuning
+    did (its ``finetune.json``) is copied to ``record``, kept with the results.
+    """
+
+    path: Path
+    model_name: str
+    train: Callable[[], Path]
+    record: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """The black box's name: ``finetuned/<directory name>``, the same on every machine."""
+        return f"finetuned/{self.path.name}"
+
+    def info(self) -> dict:
+        """Its ``finetune.json``: the kept copy, else the model's (fine-tuning it if need be)."""
+        if self.record is not None and self.record.is_file():
+            return read_json(self.record)
+        info = finetune_info(self.train())
+        if self.record is not None:
+            atomic_write_json(self.record, info)
+        return info
+
+
+def records_dir(profile: Profile) -> Path:
+    """Where the records of a profile's fine-tuned bases are kept (committed with its results)."""
+    return config.results_dir(profile) / "finetuned"
+
+
 def finetuned_bases(model_name: str, pool: Pool, setup: Ablations, *, prompt_style: str,
-                    tokens: Tokens | None = None, progress: bool = False) -> dict[int, str | Path]:
-    """Per number of fine-tuning epochs, the base: the model name for 0, else its directory.
-    ``prompt_style``: the profile's ``prompts``, the prompts the tasks on these bases use;
-    ``tokens``: the profile's token limits, for a ``finetune`` section that sets none.
-
-    Ascending epochs, so each fine-tuning continues from the previous checkpoint."""
+                    tokens: Tokens | None = None, records: Path | None = None,
+                    progress: bool = False) -> dict[int, str | FinetunedBase]:
+    """Per number of fine-tuning epochs, the base: the model name for 0, else a
+    :class:`FinetunedBase`, fine-tuned when first used (each continues from the latest shorter
+    checkpoint). ``prompt_style``: the profile's ``prompts``, the prompts the tasks on these bases
+    use; ``tokens``: the profile's token limits, for a ``finetune`` section that sets none;
+    ``records``: the folder for their records (:func:`records_dir`)."""
     cfg = finetune_config(setup, tokens)
-    return {
-        epochs: model_name if epochs == 0 else finetune_base(model_name, pool.examples, epochs, pool=pool.name,
-                                                              cfg=cfg, prompt_style=prompt_style, progress=progress)
-        for epochs in sorted(setup.finetune_epochs)
-    }
+    prefix = run_prefix(model_name, pool.examples, pool.name, cfg, prompt_style)
+    bases: dict[int, str | FinetunedBase] = {}
+    for epochs in sorted(setup.finetune_epochs):
+        if epochs == 0:
+            bases[0] = model_name
+            continue
+        path = checkpoint_dir(prefix, epochs)
+        train = functools.partial(finetune_base, model_name, pool.examples, epochs, pool=pool.name, cfg=cfg,
+                                  prompt_style=prompt_style, progress=progress)
+        bases[epochs] = FinetunedBase(path, model_name, train, records / f"{path.name}.json" if records else None)
+    return bases
 
 
-def load_finetuned_base(path: str | Path, dtype=None) -> BlackBoxLM:
+class _LazyBlackBox:
+    """A black box whose model is loaded, fine-tuned first if need be, when something asks for
+    more than its name or tokenizer."""
+
+    def __init__(self, name: str, tokenizer, load: Callable[[], BlackBoxLM]):
+        self.name, self.tokenizer, self._load, self._box = name, tokenizer, load, None
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        if self._box is None:
+            self._box = self._load()
+        return getattr(self._box, attribute)
+
+
+def load_finetuned_base(base: str | Path | FinetunedBase, dtype=None) -> BlackBoxLM:
     """A fine-tuned model as a black box, named ``finetuned/<directory name>`` so that its
-    run files have a short name that does not depend on the machine."""
-    model, tokenizer = models.load_causal_lm(str(path), dtype=dtype)
-    return BlackBoxLM(model, tokenizer, f"finetuned/{Path(path).name}")
+    run files have a short name that does not depend on the machine. A :class:`FinetunedBase`
+    is loaded (and fine-tuned) only when its weights are first needed."""
+    if isinstance(base, FinetunedBase):
+        def load() -> BlackBoxLM:
+            path = base.train()
+            base.info()  # keeps the record beside the results
+            return load_finetuned_base(path, dtype)
+        return _LazyBlackBox(base.name, models.load_tokenizer(base.model_name), load)
+    model, tokenizer = models.load_causal_lm(str(base), dtype=dtype)
+    return BlackBoxLM(model, tokenizer, f"finetuned/{Path(base).name}")

