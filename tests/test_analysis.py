@@ -117,10 +117,10 @@ def test_trace_matches_the_normalised_product(tiny_base, small_reweighter):
     r = torch.softmax(reweighter_logits(reweighter, prefix, torch.ones_like(prefix))[0, -1]
                       .detach().double(), -1)
     product = b * r / (b * r).sum()
-    rows = trace[trace["step"] == step]
-    assert rows["base"].tolist() == pytest.approx(b[rows["token_id"].tolist()].tolist(), rel=1e-4)
+    rows = trace[trace["step"] == step]  # kept to 4 significant digits: within 5e-4 relative
+    assert rows["base"].tolist() == pytest.approx(b[rows["token_id"].tolist()].tolist(), rel=6e-4)
     assert rows["plugin"].tolist() == pytest.approx(product[rows["token_id"].tolist()].tolist(),
-                                                    rel=1e-4)
+                                                    rel=6e-4)
     assert rows["chosen"].iloc[0] == tiny_base.tokenizer.decode(ids[0, n_prompt + step - 1])
 
 
@@ -132,7 +132,7 @@ def test_constant_reweighter_trace_equals_the_base(tiny_base, penalty):
     base_text, plugin_text, trace = trace_token_probabilities(
         tiny_base, constant, PROMPT, WORDS, max_new_tokens=6, repetition_penalty=penalty)
     assert plugin_text == base_text and plugin_text
-    assert np.allclose(trace["plugin"], trace["base"], rtol=1e-4, atol=1e-9)
+    assert np.allclose(trace["plugin"], trace["base"], rtol=1e-3, atol=1e-9)  # 4 significant digits
 
 
 # ---------------------------------------------------------------------------------------------

@@ -113,11 +113,17 @@ def test_readme_block_is_replaced_in_place_and_idempotent(tmp_path, monkeypatch)
         document.update_readme("local", readme)
 
 
-def test_wall_time_sums_the_executions(tmp_path):
-    (tmp_path / "executed").mkdir()
-    (tmp_path / "executed" / "01_table1_e2e.seconds").write_text("2143\n131\n")
-    assert document._notebook_seconds(tmp_path, "01") == "37.9 min over 2 executions"
-    assert document._notebook_seconds(tmp_path, "02") == "not recorded on this machine"
+def test_wall_times_are_kept_apart_from_the_results(tmp_path, monkeypatch):
+    """Re-executing a notebook changes its wall time, never REPORT.md: the times go to TIMES.md."""
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    executed = tmp_path / "smoke" / "executed"
+    executed.mkdir(parents=True)
+    (executed / "01_table1_e2e.seconds").write_text("2143\n131\n")
+    report = document.write_report("smoke").read_text()
+    (executed / "01_table1_e2e.seconds").write_text("2143\n131\n97\n")  # executed once more
+    assert document.write_report("smoke").read_text() == report
+    times = (tmp_path / "smoke" / "TIMES.md").read_text()
+    assert "| 01_table1_e2e | 3 | 39.5 | 97 |" in times
 
 
 def test_a_claim_recorded_before_its_rule_is_shown_as_not_rechecked_and_not_tallied():

@@ -22,6 +22,12 @@ from ..core.reweighter import reweighter_logits
 TRACE_COLUMNS = ["step", "chosen", "word", "token", "token_id", "n_tokens", "base", "plugin"]
 
 
+def _significant(probability: float, digits: int = 4) -> float:
+    """Four significant digits: the trace is recomputed at every execution, and the last digits
+    of a float32 forward pass move with the number of threads."""
+    return float(f"{probability:.{digits}g}")
+
+
 def word_first_token(tokenizer, word: str) -> tuple[int, int]:
     """(id of the first token of ``" " + word``, number of tokens of ``" " + word``).
 
@@ -96,8 +102,8 @@ def trace_token_probabilities(
     rows = [
         {"step": step + 1, "chosen": tokenizer.decode([chosen]), "word": word,
          "token": tokenizer.decode([token_id]), "token_id": token_id, "n_tokens": n_tokens,
-         "base": base_log_p[step, token_id].exp().item(),
-         "plugin": plugin_log_p[step, token_id].exp().item()}
+         "base": _significant(base_log_p[step, token_id].exp().item()),
+         "plugin": _significant(plugin_log_p[step, token_id].exp().item())}
         for step, chosen in enumerate(generated)
         for word, token_id, n_tokens in targets
     ]

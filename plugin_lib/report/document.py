@@ -39,15 +39,17 @@ README_START = "<!-- results:start (written by python -m plugin_lib.report --rea
 README_END = "<!-- results:end -->"
 
 
-def _notebook_seconds(root: Path, prefix: str) -> str:
-    """Total wall time of a notebook's executions (run_all.sh writes one line per execution;
-    a later execution reuses the stored runs, so the first one usually dominates)."""
-    times = [float(line) for p in (root / "executed").glob(f"{prefix}_*.seconds")
-             for line in p.read_text().split()]
-    if not times:
-        return "not recorded on this machine"
-    runs = f" over {len(times)} executions" if len(times) > 1 else ""
-    return f"{sum(times) / 60:.1f} min{runs}"
+def times_table(root: Path) -> list[str]:
+    """Wall time per notebook (run_all.sh writes one line per execution to
+    ``executed/<name>.seconds``; a later execution reuses the stored runs, so the first one
+    usually dominates). Kept apart from the report, in TIMES.md: re-executing changes the times,
+    never the results."""
+    lines = ["| notebook | executions | total (min) | last (s) |", "| --- | ---: | ---: | ---: |"]
+    for path in sorted((root / "executed").glob("*.seconds")):
+        times = [float(line) for line in path.read_text().split()]
+        if times:
+            lines.append(f"| {path.stem} | {len(times)} | {sum(times) / 60:.1f} | {times[-1]:.0f} |")
+    return lines
 
 
 def _figures(root: Path, stems: list[str]) -> list[Path]:
@@ -79,7 +81,7 @@ def _skips(root: Path, stems: list[str]) -> list[str]:
 
 
 def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]:
-    lines = [f"## {title}", "", f"Notebook `notebooks/{prefix}_*.ipynb`; wall time {_notebook_seconds(root, prefix)}.", ""]
+    lines = [f"## {title}", "", f"Notebook `notebooks/{prefix}_*.ipynb` (its wall time: [TIMES.md](TIMES.md)).", ""]
     tables = sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
     figures = _figures(root, stems)
     skips = _skips(root, stems)
@@ -243,6 +245,10 @@ def write_report(profile: Profile | str) -> Path:
     ]
     for prefix, title, stems in SECTIONS:
         lines += _section(root, prefix, title, stems)
+    times = [f"# Wall times: profile `{prof.name}`", "", "Measured by run_all.sh on the machine that ran each "
+             "notebook; kept apart from REPORT.md, whose results do not change when a notebook is re-executed.",
+             "", *times_table(root)]
+    atomic_write_text(root / "TIMES.md", "\n".join(times) + "\n")
     return atomic_write_text(root / "REPORT.md", "\n".join(lines) + "\n")
 
 
