@@ -168,3 +168,17 @@ def test_the_search_and_tempnet_options_change_the_settings_hash_only_when_set(t
     per_token = dataclasses.replace(task, tempnet=dataclasses.replace(profile.tempnet, per="token"))
     assert (runner.settings_fingerprint(tempnet, profile, method="TempNet")
             != runner.settings_fingerprint(per_token, profile, method="TempNet"))
+
+
+def test_a_pretrained_reweighter_in_the_cache_is_keyed_without_this_machines_path(toy_task, tiny_profile,
+                                                                                   monkeypatch, tmp_path):
+    """A fresh clone on another machine (another HOME or PLUGIN_CACHE_DIR) finds the
+    Plugin-pretrained runs current: the key names the model's place in the cache, not the path."""
+    keys = []
+    for home in ("one", "two"):
+        monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / home))
+        arch = {"arch": "pretrained", "pretrained": str(tmp_path / home / "models" / "smollm2-first4layers")}
+        keys.append(runner.settings_fingerprint(toy_task, tiny_profile, arch, "Plugin"))
+    assert keys[0] == keys[1]
+    elsewhere = {"arch": "pretrained", "pretrained": str(tmp_path / "mine" / "smollm2-first4layers")}
+    assert runner.settings_fingerprint(toy_task, tiny_profile, elsewhere, "Plugin") != keys[0]

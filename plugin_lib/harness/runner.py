@@ -114,8 +114,22 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
     if task.prompt_style != "appendix":
         relevant["prompts"] = task.prompt_style
     if arch is not None:
-        relevant["arch"] = arch
+        relevant["arch"] = _machine_free(arch)
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _machine_free(arch: dict) -> dict:
+    """``arch`` with a pretrained reweighting model saved under the cache directory named by its
+    place there, not by this machine's path (PLUGIN_CACHE_DIR, HOME): a fresh clone elsewhere
+    finds the run current."""
+    pretrained = arch.get("pretrained")
+    if not pretrained or not Path(pretrained).is_absolute():
+        return arch
+    try:
+        inside = Path(pretrained).resolve().relative_to(config.cache_dir().resolve())
+    except ValueError:
+        return arch
+    return {**arch, "pretrained": f"<cache>/{inside.as_posix()}"}
 
 
 def examples_fingerprint(model: str, train: Sequence[data.Example], hyper: Sequence[data.Example],
