@@ -37,6 +37,9 @@ WARNINGS = ("TqdmWarning: IProgress not found",)
 
 
 def _scrub(text: str) -> str:
+    """No machine path: the environment (a PLUGIN_VENV may lie outside the checkout) reads as
+    .venv/, the checkout as relative paths, the home folder as ~."""
+    text = text.replace(str(Path(sys.prefix)) + "/", ".venv/")
     return text.replace(str(REPO_ROOT) + "/", "").replace(str(Path.home()), "~")
 
 

@@ -1,5 +1,6 @@
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -101,3 +102,10 @@ def test_streams_lose_progress_bars_tokenizer_chatter_and_the_ipywidgets_warning
     assert outputs[0]["data"] == {"text/plain": "42"}
     assert outputs[1:] == [_stream("UserWarning: CommonGen train: the older v1.0 release is used\n", "stderr"),
                            _stream("best: 0.5\n\nscored 3 runs\n")]
+
+
+def test_the_environments_path_reads_as_venv_wherever_it_lies(tmp_path):
+    """A shared PLUGIN_VENV outside the checkout leaves no machine path in a warning's text."""
+    warning = f"{sys.prefix}/lib/python3.11/site-packages/x.py:1: FutureWarning: old\n"
+    outputs = _strip_outputs(tmp_path, [{"output_type": "stream", "name": "stderr", "text": warning}])
+    assert outputs[0]["text"] == ".venv/lib/python3.11/site-packages/x.py:1: FutureWarning: old\n"
