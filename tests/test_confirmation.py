@@ -12,6 +12,8 @@ from plugin_lib.report.claims import record_claim
 
 from conftest import FAKE_REFERENCES
 
+import real_data
+
 IDS = list(FAKE_REFERENCES)
 BASE = "smollm2-135m-instruct"
 
@@ -39,6 +41,7 @@ def store(tmp_path, monkeypatch):
 
 
 def test_a_claim_waits_for_its_runs_then_is_judged_and_recorded(store):
+    real_data.require()  # the status of every claim reads the datasets (e.g. Adidas' training words)
     profile, put = store
     put("Plugin", 12)
     put("Zeroshot", 2, seeds=(0,))
@@ -57,6 +60,7 @@ def test_a_claim_waits_for_its_runs_then_is_judged_and_recorded(store):
 
 
 def test_a_partial_seed_set_waits(store):
+    real_data.require()  # the status of every claim reads the datasets (e.g. Adidas' training words)
     profile, put = store
     put("Plugin", 12, seeds=(0, 1))
     put("Zeroshot", 2, seeds=(0,))
