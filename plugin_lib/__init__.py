@@ -8,6 +8,7 @@ import one way only (a test checks it):
     analysis    judges and text analyses of the studies
     harness     Profile (profiles.yaml), base models by name, methods and baselines, the runner
     report      tables, statistics, figures, claims, REPORT.md
+    serving     a trained Plugin as an artifact, the plugin-repro command, an OpenAI-compatible endpoint
     experiments one module per notebook
     paper       the paper's published numbers (data files)
 
@@ -46,6 +47,8 @@ _EXPORTS = {
     "load_api_model": "harness.models",
     "Profile": "harness.profile",
     "load_profile": "harness.profile",
+    # serving: a trained Plugin to ship
+    "PluginModel": "serving.artifact",
 }
 
 __all__ = sorted(_EXPORTS)

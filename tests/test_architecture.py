@@ -21,7 +21,7 @@ LAYERS = {
     "data": 2, "metrics": 2,
     "analysis": 3,
     "harness": 4,
-    "report": 5,
+    "report": 5, "serving": 5,
     "experiments": 6,
 }
 

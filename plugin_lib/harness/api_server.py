@@ -55,19 +55,21 @@ class LlamaCppServer:
     OpenAI-compatible server on 127.0.0.1, stopped (and waited for) on exit.
 
     ``model_path``: a GGUF file (default: the offline base's). ``log_path``: where its output
-    goes (default: a temporary file, shown in the error if it fails to start).
+    goes (default: a temporary file, shown in the error if it fails to start). ``api_key``: the
+    key the server demands of every request (``--api_key``), as a hosted API does.
     """
 
     def __init__(self, model_path: str | Path | None = None, *, n_threads: int = 1, n_ctx: int = 2048,
                  port: int | None = None, python: str | None = None, log_path: str | Path | None = None,
-                 startup_timeout_s: float = 180.0, extra_args: tuple[str, ...] = ()):
+                 startup_timeout_s: float = 180.0, extra_args: tuple[str, ...] = (), api_key: str | None = None):
         self.model_path = Path(model_path) if model_path is not None else models.gguf_path()
         self.n_threads, self.n_ctx = n_threads, n_ctx
         self.port = port or free_port()
         self.python = python or sys.executable
         self.log_path = Path(log_path) if log_path is not None else None
         self.startup_timeout_s = startup_timeout_s
-        self.extra_args = tuple(extra_args)
+        self.extra_args = tuple(extra_args) + (("--api_key", api_key) if api_key else ())
+        self.api_key = api_key
         self.process: subprocess.Popen | None = None
         self.started_in_s: float | None = None
 
@@ -111,7 +113,9 @@ class LlamaCppServer:
 
     def answers(self) -> bool:
         try:
-            with urllib.request.urlopen(self.base_url + "/v1/models", timeout=2) as response:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            request = urllib.request.Request(self.base_url + "/v1/models", headers=headers)
+            with urllib.request.urlopen(request, timeout=2) as response:
                 return response.status == 200 and "data" in json.loads(response.read())
         except (urllib.error.URLError, OSError, ValueError):
             return False

@@ -1,0 +1,153 @@
+"""``plugin-repro``: train a Plugin on your own data, generate with it, serve it.
+
+    plugin-repro train --base smollm2-135m-instruct --data pairs.jsonl --out my-plugin
+    plugin-repro generate --plugin my-plugin --prompt "name[The Eagle] | food[French]"
+    plugin-repro serve --plugin my-plugin --port 8000
+
+Bad input (a missing or empty file, a missing column, an unknown base, a tokenizer that is not
+the base's) is one line on stderr and exit status 2, before any model is loaded where possible.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..core.api import ApiError
+from ..harness.profile import load_profile, profile_names
+from .artifact import CONFIG_FILE, ArtifactError, BaseSpec, PluginModel
+from .training import DataFileError, read_pairs, train_plugin
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Train, run and serve a Plugin: a small reweighting model on top of a black-box LLM.")
+
+USER_ERRORS = (DataFileError, ArtifactError, ApiError, ValueError, OSError)
+
+
+def fail(message: str) -> None:
+    typer.echo(f"plugin-repro: error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def train(
+    base: str = typer.Option(..., help="A registry name (profiles.yaml), a Hub id, a local model directory, "
+                                       "or an OpenAI-compatible server's URL (http://host:port)."),
+    data: Path = typer.Option(..., help="JSONL or CSV with the columns prompt and completion."),
+    out: Path = typer.Option(..., help="The artifact directory to write (replaced whole when training ends)."),
+    profile: str = typer.Option("paper", help="Whose grid and training budget: " + ", ".join(profile_names())),
+    top_k: Optional[int] = typer.Option(None, help="Log-probabilities per position the base gives (an endpoint: "
+                                                   "20 unless set; a model: its top-k view, default all)."),
+    chat: bool = typer.Option(False, "--chat/--plain", help="Show prompts as a user turn of the chat template."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the split and of training (default: the profile's first)."),
+    model: Optional[str] = typer.Option(None, help="An endpoint's model field (default: the server's only model)."),
+    api_key_env: str = typer.Option("PLUGIN_API_KEY", help="The variable that holds an endpoint's API key."),
+    tokenizer: Optional[str] = typer.Option(None, help="An endpoint's tokenizer: a Hub id, a local directory or a "
+                                                       "registry name (required for an endpoint)."),
+):
+    """Train a Plugin on (prompt, completion) pairs and write it as one artifact."""
+    try:
+        chosen = load_profile(profile)
+        pairs = read_pairs(data)
+        spec = BaseSpec.parse(base, top_k=top_k, model=model, api_key_env=api_key_env)
+        if out.exists() and any(out.iterdir()) and not (out / CONFIG_FILE).exists():
+            fail(f"{out} exists and is not a Plugin artifact: choose a new directory (an artifact there is replaced).")
+        if spec.kind == "endpoint" and not tokenizer:
+            fail("an endpoint base needs --tokenizer (a local copy of the server's tokenizer).")
+        typer.echo(f"{len(pairs)} pairs from {data}; base {spec.display}; profile {chosen.name}", err=True)
+        black_box = spec.load(_tokenizer(tokenizer) if spec.kind == "endpoint" else None)
+        plugin = train_plugin(black_box, spec, pairs, chosen, prompt_format="chat" if chat else "plain", seed=seed)
+        plugin.save_pretrained(out)
+    except USER_ERRORS as err:
+        fail(str(err))
+    record = plugin.training
+    typer.echo(f"wrote {out}: lr {record['hparams']['lr']:g}, weight decay {record['hparams']['weight_decay']:g}, "
+               f"hyper-validation loss {record['val_loss']:.4f} (epoch {record['best_epoch']})")
+
+
+@app.command()
+def generate(
+    plugin: Path = typer.Option(..., help="An artifact directory (plugin-repro train, or save_pretrained)."),
+    prompt: Optional[str] = typer.Option(None, help="One prompt."),
+    file: Optional[Path] = typer.Option(None, help="Prompts: a text file (one per line) or JSONL with a prompt field."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Default: the artifact's."),
+    temperature: Optional[float] = typer.Option(None, help="0 is greedy (the artifact's default)."),
+    base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
+):
+    """Generate with a trained Plugin: one prompt printed as text, a file as JSONL."""
+    if (prompt is None) == (file is None):
+        fail("give exactly one of --prompt and --file.")
+    try:
+        prompts = [prompt] if prompt is not None else _prompts_from(file)
+        adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
+        overrides = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature)) if v is not None}
+        outputs = adapted.generate(prompts, progress=len(prompts) > 1, **overrides)
+    except USER_ERRORS as err:
+        fail(str(err))
+    if prompt is not None:
+        typer.echo(outputs[0])
+    else:
+        for text, output in zip(prompts, outputs):
+            typer.echo(json.dumps({"prompt": text, "completion": output}, ensure_ascii=False))
+
+
+@app.command()
+def serve(
+    plugin: Path = typer.Option(..., help="An artifact directory."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    name: Optional[str] = typer.Option(None, help="The model id clients use (default: the directory's name)."),
+    max_concurrency: Optional[int] = typer.Option(None, help="Requests decoded at once (default: 1 in process, "
+                                                             "4 over an endpoint)."),
+    max_queue: int = typer.Option(16, help="Requests that may wait; beyond that, 503."),
+    max_tokens: int = typer.Option(512, help="Largest max_tokens a request may ask for."),
+    max_prompt_tokens: int = typer.Option(2048, help="Longest prompt accepted, in tokens."),
+    base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
+):
+    """Serve the adapted model with an OpenAI-compatible API (/v1/completions, /v1/chat/completions)."""
+    import uvicorn
+
+    from .server import Limits, create_app
+
+    try:
+        adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
+        limits = Limits(max_concurrency=max_concurrency or (4 if adapted.base_spec.kind == "endpoint" else 1),
+                        max_queue=max_queue, max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens)
+        api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits)
+    except USER_ERRORS as err:
+        fail(str(err))
+    uvicorn.run(api, host=host, port=port, log_level="info")
+
+
+def _prompts_from(path: Path) -> list[str]:
+    if not path.is_file():
+        raise DataFileError(f"{path}: no such file.")
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines:
+        raise DataFileError(f"{path} is empty: one prompt per line, or JSONL with a prompt field.")
+    if path.suffix.lower() != ".jsonl":
+        return lines
+    prompts = []
+    for number, line in enumerate(lines, start=1):
+        row = json.loads(line)
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise DataFileError(f"{path}:{number}: no prompt field.")
+        prompts.append(row["prompt"])
+    return prompts
+
+
+def _tokenizer(source: str):
+    from ..harness import models
+
+    return models.api_tokenizer({"name": source, "tokenizer": source})
+
+
+def main() -> None:
+    app(prog_name="plugin-repro")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
