@@ -19,10 +19,11 @@ from transformers import LogitsProcessorList, PreTrainedTokenizerFast
 from plugin_lib.core.api import (ApiBlackBox, ApiRequestError, ApiUnavailable, CompletionsClient, KeyMap, NoLogProbs,
                                  TokenizerMismatch, echo_entries, token_bytes, token_keys)
 from plugin_lib.core.blackbox import TopKBlackBox, restrict_log_probs
-from plugin_lib.core.decode import generate
+from plugin_lib.core.decode import PluginLogitsProcessor, generate, repetition_penalty_processor
 from plugin_lib.core.train import BaseOutputCache, collate, encode_pairs
 from plugin_lib.harness import api_server, models
 from plugin_lib.harness.api_server import LlamaCppServer
+from real_data import require
 
 K = 20
 PROMPTS = ["Hello, my name is", "The quick brown fox jumps over the lazy dog and then",
@@ -42,10 +43,12 @@ def local_tokenizer():
 class FakeServer(ThreadingHTTPServer):
     """An OpenAI-compatible completions server in a thread, backed by an in-process black box.
 
-    It tokenizes the text prompt, runs the base once, and answers with top-k keys in vLLM's
-    exact ``token_id:<id>`` style and OpenAI's echo alignment. ``script`` is a list of
-    (status, body, headers) answered first, whatever the request; ``cap_k`` returns at most
-    that many log-probabilities; ``no_logprobs`` leaves them out; ``delay`` waits per request.
+    It tokenizes the text prompt, runs the base, and answers with top-k keys in vLLM's exact
+    ``token_id:<id>`` style and OpenAI's echo alignment; without echo it continues greedily
+    over ``max_tokens`` positions (``logit_bias`` applied to its choice, as a server does).
+    ``script`` is a list of (status, body, headers) answered first, whatever the request;
+    ``cap_k`` returns at most that many log-probabilities; ``no_logprobs`` leaves them out;
+    ``delay`` waits per request. HTTP/1.1 keep-alive, so a client can reuse its connection.
     """
 
     daemon_threads = True
@@ -57,7 +60,7 @@ class FakeServer(ThreadingHTTPServer):
         self.script, self.cap_k, self.no_logprobs, self.delay = list(script), cap_k, no_logprobs, delay
         self.tokenize = tokenize or (lambda text: tokenizer(text, add_special_tokens=False)["input_ids"])
         self.completions = completions
-        self.requests, self.headers_seen = 0, []
+        self.requests, self.headers_seen, self.client_ports, self.bodies = 0, [], [], []
         self.in_flight = self.most_in_flight = 0
         self.lock = threading.Lock()
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -74,24 +77,38 @@ class FakeServer(ThreadingHTTPServer):
         values, ids = row.topk(min(k, self.cap_k or k))
         return {f"token_id:{i}": float(v) for v, i in zip(values.tolist(), ids.tolist())}
 
+    def next_log_probs(self, ids: list[int]) -> torch.Tensor:
+        """Row j: the distribution after ids[:j+1]."""
+        return F.log_softmax(self.base.logits(torch.tensor([ids]))[0].float(), dim=-1)
+
     def complete(self, body: dict) -> dict:
         ids = self.tokenize(body["prompt"])
-        log_p = F.log_softmax(self.base.logits(torch.tensor([ids]))[0].float(), dim=-1)  # row j: after ids[:j+1]
+        log_p = self.next_log_probs(ids)
         k = body.get("logprobs")
-        generated = int(log_p[-1].argmax())
-        choice = {"text": self.tokenizer.decode([generated]), "index": 0, "finish_reason": "length", "logprobs": None}
+        bias = torch.zeros(log_p.shape[-1])
+        for token, value in (body.get("logit_bias") or {}).items():
+            bias[int(token)] = value
+        steps = 1 if body.get("echo") else body.get("max_tokens", 1)
+        generated, rows = [], []
+        for _ in range(steps):
+            row = log_p[-1] if not generated else self.next_log_probs(ids + generated)[-1]
+            rows.append(row)
+            generated.append(int((row + bias).argmax()))
+        choice = {"text": self.tokenizer.decode(generated), "index": 0, "finish_reason": "length", "logprobs": None}
         if k is not None and not self.no_logprobs:
             if body.get("echo"):
                 # OpenAI: entry i is token i with the distribution it was drawn from; entry 0 null.
                 tops = [None] + [self.top(log_p[i - 1], k) for i in range(1, len(ids))] + [self.top(log_p[-1], k)]
-                tokens = [f"token_id:{i}" for i in ids + [generated]]
+                tokens = [f"token_id:{i}" for i in ids + generated]
             else:
-                tops, tokens = [self.top(log_p[-1], k)], [f"token_id:{generated}"]
+                tops, tokens = [self.top(row, k) for row in rows], [f"token_id:{i}" for i in generated]
             choice["logprobs"] = {"tokens": tokens, "top_logprobs": tops}
-        return {"choices": [choice], "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}}
+        return {"choices": [choice], "usage": {"prompt_tokens": len(ids), "completion_tokens": len(generated)}}
 
 
 class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: every answer carries its Content-Length
+
     def log_message(self, *args):
         pass
 
@@ -110,6 +127,8 @@ class _Handler(BaseHTTPRequestHandler):
         with server.lock:
             server.requests += 1
             server.headers_seen.append(dict(self.headers))
+            server.client_ports.append(self.client_address[1])
+            server.bodies.append(body)
             server.in_flight += 1
             server.most_in_flight = max(server.most_in_flight, server.in_flight)
             scripted = server.script.pop(0) if server.script else None
@@ -198,8 +217,90 @@ def test_plugin_decoding_through_the_api_equals_the_in_process_view(fake, tiny_b
     assert generate(box, PROMPTS, reweighter, **settings) == generate(view, PROMPTS, reweighter, **settings)
     assert generate(box, PROMPTS, None, **settings) == generate(view, PROMPTS, None, **settings)
     decoding = box.usage.phases["decoding"]
-    assert decoding.requests == decoding.items > 0 and decoding.retokenized == 0
+    assert 0 < decoding.requests == decoding.items - decoding.accepted and decoding.retokenized == 0
     assert server.most_in_flight <= 3
+
+
+@pytest.mark.parametrize("reweighted", [True, False])
+def test_speculative_decoding_gives_the_outputs_of_one_request_per_token(fake, tiny_base, small_reweighter,
+                                                                           reweighted):
+    """Three rows at once, the Plugin's stateful processor and the repetition penalty: the same
+    outputs as one request per token, in fewer requests; every step without a request used an
+    accepted position. The random base strings tokens whose text tokenizes otherwise (the
+    server then reads other ids: ``retokenized``): the outputs are the same there too."""
+    server = fake()
+    reweighter = small_reweighter() if reweighted else None
+    settings = dict(max_new_tokens=12, repetition_penalty=1.1, progress=False, batch_size=3)
+    outputs, spent = {}, {}
+    for speculate in (1, 4, 16):
+        box = ApiBlackBox(_client(server.url, max_concurrency=3), tiny_base.tokenizer, K, speculate=speculate)
+        outputs[speculate] = generate(box, PROMPTS, reweighter, **settings)
+        spent[speculate] = box.usage.phases["decoding"]
+    assert outputs[1] == outputs[4] == outputs[16]
+    assert spent[1].requests == spent[1].items == spent[1].positions and spent[1].accepted == 0
+    assert spent[1].retokenized > 0 or reweighted
+    for speculate in (4, 16):
+        used = spent[speculate]
+        assert used.items == spent[1].items
+        assert used.requests == used.items - used.accepted < spent[1].requests
+        assert used.positions > used.items  # positions after a rejected token are received and not used
+    asked = [b["max_tokens"] for b in server.bodies if b and "max_tokens" in b]
+    speculative = [b for b in server.bodies if b and b.get("max_tokens", 1) > 1]
+    assert max(asked) == 12 and all(b["repeat_penalty"] == 1.0 for b in speculative)
+
+
+def test_sampling_asks_one_position_per_request(fake, tiny_base):
+    server = fake()
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, speculate=8)
+    enc = tiny_base.tokenizer(PROMPTS[:1], return_tensors="pt")
+    torch.manual_seed(0)
+    box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=5, do_sample=True, top_p=0.9)
+    decoding = box.usage.phases["decoding"]
+    assert decoding.requests == decoding.items == decoding.positions and decoding.accepted == 0
+    assert {b["max_tokens"] for b in server.bodies[-decoding.requests:]} == {1}
+
+
+def test_a_server_that_stops_early_or_drops_log_probabilities_is_asked_again(fake, tiny_base):
+    """Fewer positions than asked, or one without top_logprobs: the rest is asked anew."""
+    server = fake()
+    full = server.complete
+    short = iter([1, 2, 3])
+
+    def stopping_early(body):
+        answer = full(body)
+        logprobs = answer["choices"][0]["logprobs"]
+        if body.get("max_tokens", 1) > 1 and logprobs:
+            kept = next(short, None)
+            if kept is not None:
+                logprobs["tokens"], logprobs["top_logprobs"] = logprobs["tokens"][:kept + 1], (
+                    logprobs["top_logprobs"][:kept] + [None])  # then a position without log-probabilities
+        return answer
+
+    enc = tiny_base.tokenizer(PROMPTS[:1], return_tensors="pt")
+    plain = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, speculate=1)
+    expected = plain.generate(enc.input_ids, enc.attention_mask, max_new_tokens=10)
+    server.complete = stopping_early
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, speculate=6)
+    assert torch.equal(box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=10), expected)
+    decoding = box.usage.phases["decoding"]
+    assert decoding.requests == decoding.items - decoding.accepted >= 4
+
+
+def test_a_streamer_gets_the_prompt_then_each_token(fake, tiny_base):
+    from transformers import TextIteratorStreamer
+
+    server = fake()
+    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+    enc = tiny_base.tokenizer(PROMPTS[:1], return_tensors="pt")
+    streamer = TextIteratorStreamer(tiny_base.tokenizer, skip_prompt=True)
+    out = box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=8, streamer=streamer)
+    streamed = "".join(streamer)  # end() was called: the iterator stops
+    assert streamed == tiny_base.tokenizer.decode(out[0, enc.input_ids.shape[1]:])
+    batch = tiny_base.tokenizer(PROMPTS[:2], return_tensors="pt", padding=True)
+    with pytest.raises(ValueError, match="one row"):
+        box.generate(batch.input_ids, batch.attention_mask, streamer=TextIteratorStreamer(tiny_base.tokenizer))
+    with pytest.raises(ValueError, match="speculate must be a positive integer"):
+        box.generate(enc.input_ids, enc.attention_mask, speculate=0)
 
 
 def test_logits_over_a_left_padded_batch_match_the_view(fake, tiny_base):
@@ -277,6 +378,55 @@ def test_concurrent_requests_are_capped(fake, tiny_base):
     for thread in threads:
         thread.join()
     assert server.requests == 8 and server.most_in_flight == 2
+
+
+def test_retry_after_is_honoured(fake, tiny_base):
+    """The server's Retry-After (1 s), not the client's backoff (0.01 s), sets the wait."""
+    server = fake(script=[(503, "", [("Retry-After", "1")])])
+    client = _client(server.url, backoff_s=0.01)
+    started = time.perf_counter()
+    assert client.get("/v1/models") == {"data": [{"id": "fake"}]}
+    assert time.perf_counter() - started >= 1.0 and server.requests == 2
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+def test_a_client_error_is_raised_at_once_with_its_status(fake, tiny_base, status):
+    server = fake(script=[(status, {"error": {"message": "no such thing"}}, ())] * 3)
+    client = _client(server.url, max_retries=3)
+    with pytest.raises(ApiRequestError, match=f"HTTP {status}: no such thing") as err:
+        client.post("/v1/completions", {"prompt": "x"})
+    assert err.value.status == status and server.requests == 1 and client.usage.phases["checks"].retries == 0
+
+
+def test_a_redirect_is_not_followed(fake, tiny_base, monkeypatch):
+    """Following it would send the key to another address: the error names the address instead."""
+    monkeypatch.setenv("PLUGIN_API_KEY", "sk-test-redirect")
+    server = fake(script=[(307, "", [("Location", "http://elsewhere.invalid/v1/models")])])
+    with pytest.raises(ApiRequestError, match="redirects to 'http://elsewhere.invalid/v1/models'"):
+        _client(server.url).get("/v1/models")
+    assert server.requests == 1
+
+
+def test_the_connection_is_kept_and_reused(fake, tiny_base):
+    server = fake()
+    client = _client(server.url)
+    for _ in range(5):
+        client.get("/v1/models")
+    assert server.requests == 5 and len(set(server.client_ports)) == 1  # one TCP connection
+    client.close()
+    with pytest.raises(RuntimeError):  # httpx refuses a closed client
+        client.get("/v1/models")
+
+
+def test_the_api_key_is_read_at_each_request(fake, tiny_base, monkeypatch):
+    server = fake()
+    client = _client(server.url)
+    monkeypatch.delenv("PLUGIN_API_KEY", raising=False)
+    client.get("/v1/models")
+    monkeypatch.setenv("PLUGIN_API_KEY", "sk-rotated-1")
+    client.get("/v1/models")
+    assert "Authorization" not in server.headers_seen[0]
+    assert server.headers_seen[1]["Authorization"] == "Bearer sk-rotated-1"
 
 
 def test_the_api_key_comes_from_the_environment_and_is_kept_nowhere(fake, tiny_base, monkeypatch):
@@ -419,10 +569,11 @@ def test_live_server_alignment_matches_the_in_process_model(live_box, smollm2):
 
 
 @needs_llama_cpp
-def test_a_request_per_token_reproduces_the_servers_own_greedy_decoding(live_box):
+@pytest.mark.parametrize("speculate", [1, 8])
+def test_decoding_reproduces_the_servers_own_greedy_decoding(live_box, speculate):
     prompt = "The three primary colours are"  # no end of text within 8 tokens
     enc = live_box.tokenizer([prompt], return_tensors="pt")
-    out = live_box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=8,
+    out = live_box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=8, speculate=speculate,
                             logits_processor=LogitsProcessorList(), eos_token_id=live_box.eos_token_id)
     ours = live_box.tokenizer.decode(out[0, enc.input_ids.shape[1]:])
     # repeat_penalty: llama-cpp-python's own sampling penalises repeats by default (1.1).
@@ -430,6 +581,47 @@ def test_a_request_per_token_reproduces_the_servers_own_greedy_decoding(live_box
             "repeat_penalty": 1.0}
     theirs = live_box.client.post("/v1/completions", body)["choices"][0]["text"]
     assert ours == theirs
+
+
+def _greedy_ids(box, prompt, reweighter, speculate, max_new_tokens=24):
+    """The ids ``core.decode.generate`` decodes for one prompt (repetition penalty 1.1)."""
+    enc = box.tokenizer([prompt], return_tensors="pt")
+    if reweighter is None:
+        processors = [repetition_penalty_processor(1.1, enc.input_ids.shape[1])]
+    else:
+        processors = [PluginLogitsProcessor(reweighter, enc.attention_mask, repetition_penalty=1.1)]
+    out = box.generate(enc.input_ids, enc.attention_mask, logits_processor=LogitsProcessorList(processors),
+                       max_new_tokens=max_new_tokens, eos_token_id=box.eos_token_id, speculate=speculate)
+    return out[0, enc.input_ids.shape[1]:].tolist()
+
+
+@needs_llama_cpp
+@pytest.mark.slow
+@pytest.mark.parametrize("reweighted", [True, False])
+def test_speculative_decoding_on_the_live_server_gives_the_ids_of_one_request_per_token(
+        live_box, small_reweighter, reweighted):
+    """E2E test prompts as notebook 14 builds them (chat template), one at a time as it decodes
+    them, the Plugin (a seeded reweighter) or the base alone, with the repetition penalty:
+    the same token ids with 8 positions per request as with one request per token, in fewer
+    requests than tokens."""
+    from plugin_lib import data
+    from plugin_lib.harness import methods
+
+    require("e2e")
+    examples = data.load_dataset("e2e", "test", rows=4)
+    task = methods.Task(live_box, "e2e", "llama", train=[], hyper=[], test=examples, use_chat_template=True)
+    reweighter = small_reweighter() if reweighted else None
+    decoded, spent = {}, {}
+    for speculate in (1, 8):
+        before = live_box.usage.snapshot()
+        decoded[speculate] = [_greedy_ids(live_box, task.prompt(ex), reweighter, speculate) for ex in examples]
+        spent[speculate] = live_box.usage.minus(before).phases["decoding"]
+    assert decoded[8] == decoded[1]
+    assert spent[1].requests == spent[1].items == sum(map(len, decoded[1]))
+    assert spent[8].items == spent[1].items and spent[8].requests == spent[8].items - spent[8].accepted
+    assert spent[8].requests < spent[8].items
+    if not reweighted:  # the server's argmax is the base's, apart from the penalty
+        assert spent[8].requests <= 0.5 * spent[8].items
 
 
 @needs_llama_cpp
@@ -481,7 +673,8 @@ def test_runs_record_what_they_asked_and_the_cache_is_asked_once(fake, tiny_base
     second = runner.run_experiment(task, "Plugin", 1, tiny_profile, progress=False)
     pairs = len(task.encoded("train")) + len(task.encoded("hyper"))
     assert zeroshot["api_usage"]["teacher_forcing"]["requests"] == 0
-    assert zeroshot["api_usage"]["decoding"]["requests"] == zeroshot["api_usage"]["decoding"]["items"] > 0
+    decoded = zeroshot["api_usage"]["decoding"]
+    assert 0 < decoded["requests"] == decoded["items"] - decoded["accepted"]
     assert first["api_usage"]["teacher_forcing"]["items"] == pairs
     assert first["api_usage"]["teacher_forcing"]["requests"] == first["api_usage"]["teacher_forcing"]["positions"]
     assert second["api_usage"]["teacher_forcing"]["requests"] == 0  # the cache came from disk

@@ -6,5 +6,5 @@
 - ``train``: encoding, the base-output cache, the training loop.
 - ``decode``: ``PluginLogitsProcessor`` for transformers' ``generate``, and ``generate``.
 
-Imports only torch, transformers, numpy, tqdm and ``core`` itself.
+Imports only torch, transformers, numpy, tqdm, httpx (``api``) and ``core`` itself.
 """

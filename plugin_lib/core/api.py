@@ -17,7 +17,10 @@ What is asked of the server, and how:
     up to it. Needs no echo at all; on llama-cpp-python's server it is the cheaper one (its
     echo sorts the whole vocabulary in Python at every position, about 0.15 s each).
   A pair whose text prefixes do not tokenize back to the same ids is scored by echo.
-- **Decoding**: one request per generated token (``max_tokens: 1``), the rows of a batch
+- **Decoding**: greedy decoding asks the server for its own greedy continuation over several
+  positions at once (``max_tokens: n``, the top k at each) and uses it while the chosen token
+  is the server's (``ApiBlackBox.generate``): exactly one request per token's output, in fewer
+  requests. Sampling asks one request per token (``max_tokens: 1``). The rows of a batch ask
   concurrently, at most ``max_concurrency`` requests in flight.
 
 Prompts travel as text (llama-cpp-python accepts nothing else): token ids are decoded with the
@@ -36,6 +39,11 @@ rejecting the request (llama-cpp-python answers validation errors with 500) and 
 once as ``ApiRequestError``; a server that does not answer gives ``ApiUnavailable``. The API
 key is read from an environment variable at each request and kept nowhere else.
 
+The HTTP is httpx's, not the official ``openai`` client's: that one retries every 5xx (so a
+request llama-cpp-python rejected with a 500 would be sent again), keeps the key on the client
+(read from ``OPENAI_API_KEY`` once, at construction) and refuses to start without one, which a
+local server does not need.
+
 Followed: the OpenAI completions reference (``logprobs``, ``echo``, ``logit_bias``) and
 llama-cpp-python 0.3.36, ``llama_cpp/llama.py`` (``Llama._create_completion``: how echoed
 entries pair tokens with score rows and skip the BOS id) and ``llama_cpp/_internals.py``
@@ -50,13 +58,12 @@ import os
 import random
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import httpx
 import torch
 from transformers import (LogitsProcessorList, PreTrainedTokenizerBase, TemperatureLogitsWarper, TopKLogitsWarper,
                           TopPLogitsWarper)
@@ -67,6 +74,12 @@ TEACHER_FORCING = ("stepwise", "echo")
 ECHO_ALIGNMENTS = ("openai", "llama-cpp-python")
 KEY_STYLES = ("llama-cpp-python", "decoded", "token-ids")
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
+# Positions asked per greedy decoding request (ApiBlackBox.generate): 1 is one request per token.
+DEFAULT_SPECULATE = 8
+# Sent with requests for several tokens, so that the server's own choice is its plain argmax:
+# llama-cpp-python's server penalises repeats by default (repeat_penalty 1.1 over the last 64
+# tokens, prompt included); presence and frequency penalties are 0 by default on every server.
+PLAIN_ARGMAX = {"repeat_penalty": 1.0}
 PHASES = ("checks", "teacher_forcing", "decoding")
 # Largest mean difference (nats) between an echoed entry and a single request for the same
 # position under the right alignment (``ApiBlackBox._measure_echo_alignment``).
@@ -111,7 +124,9 @@ class TokenizerMismatch(ApiError):
 class PhaseUsage:
     """What one phase of work cost: requests, retried attempts, the tokens the server counted,
     wall time, and the work done (``items``: pairs scored or tokens generated; ``positions``:
-    next-token distributions received)."""
+    next-token distributions received; ``accepted``: generated tokens that were the server's
+    own greedy choice, so that the next step used a distribution an earlier request had
+    already returned: ``ApiBlackBox.generate``)."""
 
     requests: int = 0
     retries: int = 0
@@ -121,6 +136,7 @@ class PhaseUsage:
     items: int = 0
     positions: int = 0
     retokenized: int = 0  # requests whose text the server tokenized into another number of tokens
+    accepted: int = 0
 
     def minus(self, other: "PhaseUsage") -> "PhaseUsage":
         return PhaseUsage(**{k: getattr(self, k) - getattr(other, k) for k in self.__dataclass_fields__})
@@ -147,11 +163,13 @@ class Usage:
 
 
 class CompletionsClient:
-    """JSON over HTTP to an OpenAI-compatible server (standard library only).
+    """JSON over HTTP to an OpenAI-compatible server, through one ``httpx.Client``: its
+    keep-alive connections (at most ``max_concurrency``) are reused from request to request.
 
     ``base_url`` is the server's root or its ``/v1`` (``http://127.0.0.1:8080`` or
     ``http://127.0.0.1:8080/v1``). The API key is read from the environment variable
     ``api_key_env`` at every request: it is never stored on the object, logged or shown.
+    ``close()`` (or ``with``) closes the connections; they also close with the object.
     """
 
     def __init__(self, base_url: str, *, api_key_env: str | None = "PLUGIN_API_KEY", timeout_s: float = 120.0,
@@ -167,7 +185,12 @@ class CompletionsClient:
         self.timeout_s, self.max_retries = timeout_s, max_retries
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.max_concurrency = max_concurrency
+        # The semaphore caps the requests in flight; the pool holds as many connections, so a
+        # request never waits for one (and the time-out is the server's, not the pool's).
         self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._http = httpx.Client(base_url=self.root, timeout=timeout_s, headers={"Accept": "application/json"},
+                                  limits=httpx.Limits(max_connections=max_concurrency,
+                                                      max_keepalive_connections=max_concurrency))
         self._lock = threading.Lock()
         self.usage = Usage()
 
@@ -175,12 +198,18 @@ class CompletionsClient:
         return (f"CompletionsClient({self.root!r}, api_key_env={self.api_key_env!r}, timeout_s={self.timeout_s}, "
                 f"max_retries={self.max_retries}, max_concurrency={self.max_concurrency})")
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "CompletionsClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _auth(self) -> dict[str, str]:
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def count(self, phase: str, **amounts) -> None:
         """Add ``amounts`` to the usage of ``phase`` (thread-safe)."""
@@ -192,30 +221,33 @@ class CompletionsClient:
     def request(self, method: str, path: str, body: dict | None = None, *, phase: str = "checks") -> dict:
         """The JSON answer of ``method path``; retried as the module docstring says."""
         url = self.root + path
-        data = None if body is None else json.dumps(body).encode()
         for attempt in range(self.max_retries + 1):
             retry_after = None
             try:
                 with self._slots:
-                    request = urllib.request.Request(url, data=data, headers=self._headers(), method=method)
-                    with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                        answer = json.loads(response.read().decode("utf-8"))
-                self.count(phase, requests=1)
-                return answer
-            except urllib.error.HTTPError as err:
-                status, message = err.code, _error_message(err)
+                    response = self._http.request(method, path, json=body, headers=self._auth())
+            except httpx.TransportError as err:  # refused, reset, timed out: nothing answered
+                failure = f"no answer ({type(err).__name__}: {err})"
+            else:
+                if response.is_success:
+                    try:
+                        answer = response.json()
+                    except ValueError:
+                        raise ApiRequestError(f"{method} {url} answered HTTP {response.status_code} with something "
+                                              f"other than JSON: {response.text[:200]!r}",
+                                              response.status_code) from None
+                    self.count(phase, requests=1)
+                    return answer
+                status, message = response.status_code, _error_message(response)
                 if not _is_transient(status, message):
                     raise ApiRequestError(f"{method} {url} was rejected with HTTP {status}: "
-                                          f"{message or '(no message)'}", status) from None
+                                          f"{message or '(no message)'}", status)
                 failure = f"HTTP {status} {message or ''}".strip()
-                retry_after = _retry_after(err.headers.get("Retry-After"))
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
-                reason = getattr(err, "reason", err)
-                failure = f"no answer ({type(reason).__name__}: {reason})"
+                retry_after = _retry_after(response.headers.get("Retry-After"))
             if attempt == self.max_retries:
                 raise ApiUnavailable(
                     f"{method} {url}: {failure}, after {self.max_retries + 1} attempt(s). Is the server running "
-                    f"and reachable at {self.root}? (time-out {self.timeout_s} s per request)") from None
+                    f"and reachable at {self.root}? (time-out {self.timeout_s} s per request)")
             self.count(phase, retries=1)
             delay = min(self.max_backoff_s, self.backoff_s * 2**attempt)
             time.sleep(retry_after if retry_after is not None else delay * (0.5 + random.random() / 2))
@@ -228,11 +260,12 @@ class CompletionsClient:
         return self.request("GET", path, phase=phase)
 
 
-def _error_message(err: urllib.error.HTTPError) -> str:
-    try:
-        raw = err.read().decode("utf-8", errors="replace")
-    except Exception:  # a body that cannot be read says nothing more than the status
-        return ""
+def _error_message(response: httpx.Response) -> str:
+    """What a failed answer says: its JSON error message, its text, or for a redirect (which
+    is not followed: the key would travel on) where it points."""
+    if response.is_redirect:
+        return f"it redirects to {response.headers.get('Location')!r}: use that address"
+    raw = response.text
     try:
         payload = json.loads(raw)
     except ValueError:
@@ -329,6 +362,7 @@ class KeyMap:
         self.keys = list(keys)
         self.ids: dict[str, int] = {}
         self.ambiguous: set[str] = set()
+        self.shared = {key for key, members in groups.items() if len(members) > 1}
         for key, members in groups.items():
             exact_members = [i for i in members if exact[i]]
             if len(members) == 1:
@@ -342,6 +376,11 @@ class KeyMap:
 
     def known(self, key: str) -> bool:
         return key in self.ids or key in self.ambiguous
+
+    def sole_id(self, key: str | None) -> int | None:
+        """The id of a key that no other id renders alike, else None. Only such a key names
+        a token for certain (``ids`` gives a shared key's value to one of its ids)."""
+        return None if key is None or key in self.shared else self.ids.get(key)
 
     def to_ids(self, top: dict[str, float]) -> dict[int, float]:
         """``{id: log-probability}`` of a server's ``{key: log-probability}``; unknown keys raise."""
@@ -380,6 +419,27 @@ def echo_entries(ids: Sequence[int], alignment: str, bos_token_id: int | None) -
 # ---------------------------------------------------------------- the black box
 
 
+@dataclass
+class Lookahead:
+    """What one request said about a row's next positions. ``read``: the ids the server had
+    read before the first of them (its tokenization of the text sent). Per position, the
+    reported ``{key: log-prob}`` (``tops``) and the id of the token the server chose there
+    itself (``tokens``; None where its key does not name one id for certain): position j+1 is
+    the distribution after ``read`` and the server's own tokens up to j."""
+
+    read: list[int]
+    tops: list[dict[str, float]] = field(default_factory=list)
+    tokens: list[int | None] = field(default_factory=list)
+
+    def advance(self) -> int | None:
+        """Drop the first position; the server's own token there, which it has now read."""
+        self.tops.pop(0)
+        token = self.tokens.pop(0)
+        self.read.append(token)
+        return token
+
+
+
 class ApiBlackBox(BlackBoxLM):
     """A model behind an OpenAI-compatible completions endpoint, seen as a top-k view.
 
@@ -393,15 +453,18 @@ class ApiBlackBox(BlackBoxLM):
         bias_end_tokens: send ``logit_bias`` -100 on the special tokens. llama-cpp-python
             returns no log-probabilities at all when its sampled token ends generation; the
             bias changes only which token it samples, not the log-probabilities it reports.
+        speculate: positions asked per greedy decoding request (``generate``); 1 asks one
+            request per generated token.
         check: run ``check_server`` and ``check_tokenizer`` now (a clear error before any work).
     """
 
     def __init__(self, client: CompletionsClient, tokenizer: PreTrainedTokenizerBase, k: int, *,
                  rule: str = DEFAULT_RULE, name: str = "api", teacher_forcing: str = "stepwise",
                  max_k: int | None = None, model: str | None = None, bias_end_tokens: bool = True,
-                 check: bool = True):
+                 speculate: int = DEFAULT_SPECULATE, check: bool = True):
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
+        _check_speculate(speculate)
         if max_k is not None and k > max_k:
             raise ValueError(f"k={k} is above this server's limit of {max_k} log-probabilities per position "
                              "(max_k in its configuration): ask for at most that many.")
@@ -411,6 +474,7 @@ class ApiBlackBox(BlackBoxLM):
             raise ValueError(f"teacher_forcing must be one of {TEACHER_FORCING}, got {teacher_forcing!r}.")
         self.client, self.tokenizer, self.name = client, tokenizer, name
         self.k, self.rule, self.teacher_forcing, self.max_k, self.model = k, rule, teacher_forcing, max_k, model
+        self.speculate = speculate
         self._vocab_size = len(tokenizer)
         self._pieces = token_bytes(tokenizer)
         self._exact = [b is not None and _strict_utf8(b) for b in self._pieces]
@@ -420,6 +484,7 @@ class ApiBlackBox(BlackBoxLM):
         special = sorted({i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
                          | set(tokenizer.all_special_ids))
         self._logit_bias = {str(i): -100 for i in special} if bias_end_tokens else None
+        self._plain_argmax = dict(PLAIN_ARGMAX)  # emptied if the server refuses the fields
         self._echo_lock = threading.Lock()
         if check:
             self.check_server()
@@ -445,7 +510,8 @@ class ApiBlackBox(BlackBoxLM):
 
     def __repr__(self) -> str:
         return (f"ApiBlackBox({self.name!r}, {self.client.root!r}, k={self.k}, rule={self.rule!r}, "
-                f"teacher_forcing={self.teacher_forcing!r}, vocab_size={self.vocab_size})")
+                f"teacher_forcing={self.teacher_forcing!r}, speculate={self.speculate}, "
+                f"vocab_size={self.vocab_size})")
 
     # -- checks
 
@@ -542,15 +608,20 @@ class ApiBlackBox(BlackBoxLM):
     def _text(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    def _complete(self, text: str, *, echo: bool, phase: str) -> dict:
-        body = {"prompt": text, "max_tokens": 1, "temperature": 0, "logprobs": self.k, "echo": echo}
+    def _complete(self, text: str, *, echo: bool, phase: str, max_tokens: int = 1) -> dict:
+        body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0, "logprobs": self.k, "echo": echo}
         if self.model is not None:
             body["model"] = self.model
         if self._logit_bias:
             body["logit_bias"] = self._logit_bias
+        plain = self._plain_argmax if max_tokens > 1 else {}
+        body.update(plain)
         try:
             answer = self.client.post("/v1/completions", body, phase=phase)
         except ApiRequestError as err:
+            if any(name in str(err) for name in plain):  # a server without the field (OpenAI's refuses unknown ones)
+                self._plain_argmax = {}
+                return self._complete(text, echo=echo, phase=phase, max_tokens=max_tokens)
             if err.status in (404, 405):
                 raise ApiRequestError(f"{err} The server has no completions endpoint. {CHAT_ONLY}", err.status) from None
             if "logprobs" in str(err):
@@ -575,13 +646,30 @@ class ApiBlackBox(BlackBoxLM):
 
     def next_token_log_probs(self, ids: Sequence[int], *, phase: str = "decoding") -> torch.Tensor:
         """The completed next-token log-probabilities (V,) after ``ids``: one request."""
-        answer = self._complete(self._text(ids), echo=False, phase=phase)
-        top = _single_top(answer, self._text(ids)[-60:])
-        self._choose_key_style(top)
+        return self._distribution(self.continuation(ids, 1, phase=phase).tops[0])
+
+    def continuation(self, ids: Sequence[int], n: int, *, phase: str = "decoding") -> "Lookahead":
+        """The server's own greedy continuation of ``ids`` over up to ``n`` positions, with the
+        top-k log-probabilities at each: one request (``max_tokens: n``). Fewer positions where
+        the server stopped early, and none from the first position without log-probabilities;
+        the first position is always there (else ``NoLogProbs``)."""
+        text = self._text(ids)
+        answer = self._complete(text, echo=False, phase=phase, max_tokens=n)
+        first = _single_top(answer, text[-60:])
+        self._choose_key_style(first)
+        read = self._encode(text)
         served = (answer.get("usage") or {}).get("prompt_tokens")
         if served is not None and served != len(ids):
             self.client.count(phase, retokenized=1)
-        return self._distribution(top)
+        logprobs = _choice(answer).get("logprobs") or {}
+        tops, tokens = logprobs["top_logprobs"], logprobs.get("tokens") or []
+        ahead = Lookahead(read)
+        for j, top in enumerate(tops[:n]):
+            if not top:
+                break
+            ahead.tops.append(top)
+            ahead.tokens.append(self.key_map.sole_id(tokens[j]) if j < len(tokens) else None)
+        return ahead
 
     def echo_log_probs(self, ids: Sequence[int], lengths: Sequence[int], *, phase: str = "teacher_forcing"
                        ) -> dict[int, torch.Tensor]:
@@ -713,12 +801,30 @@ class ApiBlackBox(BlackBoxLM):
                  logits_processor: Sequence[Callable] | None = None, max_new_tokens: int = 20,
                  pad_token_id: int | None = None, eos_token_id: int | Sequence[int] | None = None,
                  do_sample: bool = False, temperature: float | None = None, top_k: int | None = None,
-                 top_p: float | None = None, num_beams: int = 1, min_new_tokens: int = 0) -> torch.Tensor:
-        """Greedy decoding or sampling, one request per row and step (transformers' ``generate``
-        for what the package uses of it): ``logits_processor`` runs on the completed
-        log-probabilities; a finished row is padded. Beam search is not offered over an API."""
+                 top_p: float | None = None, num_beams: int = 1, min_new_tokens: int = 0,
+                 speculate: int | None = None, streamer=None) -> torch.Tensor:
+        """Greedy decoding or sampling (transformers' ``generate`` for what the package uses
+        of it): ``logits_processor`` runs on the completed log-probabilities, all rows at each
+        step; a finished row is padded. Beam search is not offered over an API.
+
+        Greedy decoding is speculative: a row asks the server for its own greedy continuation
+        over ``speculate`` positions (default: the constructor's) with the top k at each, and
+        uses them step by step while the token chosen (after the processors) is the one the
+        server chose; at the first other token it asks again from the new prefix. Every
+        distribution used is therefore the server's for exactly the current prefix: the output
+        is that of one request per token (``speculate=1``), in fewer requests. A server token
+        is taken as chosen only where its key names one id, and only where the new prefix's
+        text tokenizes to the ids the server has read (a request with that text would read
+        the same). Sampling asks one position per request.
+
+        ``streamer``: a transformers streamer (e.g. ``TextIteratorStreamer``), for a batch of
+        one row: given the prompt, then each new token, then ``end()``.
+        """
         if num_beams != 1:
             raise NotImplementedError("Beam search is not available over an API black box: decode greedily or sample.")
+        speculate = self.speculate if speculate is None else _check_speculate(speculate)
+        if streamer is not None and input_ids.shape[0] != 1:
+            raise ValueError(f"A streamer follows one row; this batch has {input_ids.shape[0]}.")
         eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [self.eos_token_id])
         pad = pad_token_id if pad_token_id is not None else self.tokenizer.pad_token_id
         processors = LogitsProcessorList(list(logits_processor or []))
@@ -730,21 +836,27 @@ class ApiBlackBox(BlackBoxLM):
                 warpers.append(TopKLogitsWarper(top_k))
             if top_p is not None and top_p < 1.0:
                 warpers.append(TopPLogitsWarper(top_p))
-        prompts = [input_ids[r][attention_mask[r].bool()].tolist() for r in range(input_ids.shape[0])]
+        if streamer is not None:
+            streamer.put(input_ids.cpu())
+        rows = input_ids.shape[0]
+        prefixes = [input_ids[r][attention_mask[r].bool()].tolist() for r in range(rows)]
+        ahead: list[Lookahead | None] = [None] * rows
         sequences = input_ids.clone()
-        done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        done = torch.zeros(rows, dtype=torch.bool)
         uniform = -math.log(self.vocab_size)
         with ThreadPoolExecutor(max_workers=self.client.max_concurrency) as pool:
             for step in range(max_new_tokens):
                 started = time.perf_counter()
-                live = [r for r in range(len(prompts)) if not done[r]]
-                generated = sequences[:, input_ids.shape[1]:]
-                asked = [prompts[r] + generated[r].tolist() for r in live]
-                scores = torch.full((len(prompts), self.vocab_size), uniform)
-                for r, row in zip(live, pool.map(self.next_token_log_probs, asked)):
-                    scores[r] = row
-                self.client.count("decoding", items=len(live), positions=len(live),
-                                   seconds=time.perf_counter() - started)
+                live = [r for r in range(rows) if not done[r]]
+                # No position past the last step is asked for; sampling uses one per request.
+                n = 1 if do_sample else min(speculate, max_new_tokens - step)
+                asking = [r for r in live if ahead[r] is None]
+                for r, found in zip(asking, pool.map(lambda r: self.continuation(prefixes[r], n), asking)):
+                    ahead[r] = found
+                received = sum(len(ahead[r].tops) for r in asking)
+                scores = torch.full((rows, self.vocab_size), uniform)
+                for r in live:
+                    scores[r] = self._distribution(ahead[r].tops[0])
                 scores = processors(sequences, scores)
                 if step < min_new_tokens:
                     scores[:, sorted(eos)] = -math.inf
@@ -756,9 +868,37 @@ class ApiBlackBox(BlackBoxLM):
                 chosen = chosen.masked_fill(done, pad)
                 sequences = torch.cat((sequences, chosen[:, None]), dim=1)
                 done |= torch.isin(chosen, torch.tensor(sorted(eos)))
+                accepted = 0
+                for r in live:
+                    token = int(chosen[r])
+                    prefixes[r].append(token)
+                    if not done[r] and self._follows(ahead[r], token, prefixes[r]):
+                        accepted += 1
+                    else:
+                        ahead[r] = None
+                self.client.count("decoding", items=len(live), positions=received, accepted=accepted,
+                                  seconds=time.perf_counter() - started)
+                if streamer is not None:
+                    streamer.put(chosen.cpu())
                 if done.all():
                     break
+        if streamer is not None:
+            streamer.end()
         return sequences
+
+    def _follows(self, ahead: Lookahead, token: int, prefix: list[int]) -> bool:
+        """Whether ``ahead``'s next position is the server's distribution after ``prefix``,
+        whose last id ``token`` was just chosen: the server chose it too, a position is left,
+        and ``prefix``'s text reads as what the server has read (the one test that costs more
+        than a comparison comes last)."""
+        own = ahead.advance()
+        return own == token and bool(ahead.tops) and self._encode(self._text(prefix)) == ahead.read
+
+
+def _check_speculate(speculate: int) -> int:
+    if isinstance(speculate, bool) or not isinstance(speculate, int) or speculate < 1:
+        raise ValueError(f"speculate must be a positive integer (1: one request per token), got {speculate!r}")
+    return speculate
 
 
 def _strict_utf8(raw: bytes) -> bool:

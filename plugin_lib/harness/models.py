@@ -38,7 +38,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
-from ..core.api import ApiBlackBox, CompletionsClient
+from ..core.api import DEFAULT_SPECULATE, ApiBlackBox, CompletionsClient
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
 from ..core.train import release_gpu_caches
 from ..utils.io import remove_stale_temporaries
@@ -77,6 +77,16 @@ def model_spec(name: str) -> dict[str, Any]:
         f"Unknown base model {name!r}. Known: {', '.join(models)}; or pass a Hub id "
         "('org/name') or a local model directory."
     )
+
+
+# Registry keys that change how a model is reached, never what it outputs: exact speculative
+# decoding over an API gives the tokens of one request per token (core.api.ApiBlackBox.generate).
+OUTPUT_NEUTRAL = ("speculate",)
+
+
+def output_spec(name: str) -> dict[str, Any]:
+    """``model_spec`` without the keys that cannot change an output: what run keys hash."""
+    return {k: v for k, v in model_spec(name).items() if k not in OUTPUT_NEUTRAL}
 
 
 def reweighter_spec(family: str) -> dict[str, Any]:
@@ -317,7 +327,7 @@ def load_api_model(name: str, *, base_url: str | None = None, check: bool = True
                                max_concurrency=int(spec.get("max_concurrency", 4)))
     return ApiBlackBox(client, api_tokenizer(spec), view[1], rule=view[2], name=name,
                        teacher_forcing=spec.get("teacher_forcing", "stepwise"), max_k=spec.get("max_k"),
-                       model=spec.get("model"), check=check)
+                       model=spec.get("model"), speculate=int(spec.get("speculate", DEFAULT_SPECULATE)), check=check)
 
 
 def api_tokenizer(spec: dict[str, Any]) -> PreTrainedTokenizerBase:

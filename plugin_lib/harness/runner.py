@@ -105,7 +105,7 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
         if tempnet["per"] == "input" and tempnet["temperature"] == 1.0:
             del tempnet["per"], tempnet["temperature"]
         relevant["tempnet"] = tempnet
-    relevant.update(dataset=task.dataset, model=models.model_spec(task.base.name),
+    relevant.update(dataset=task.dataset, model=models.output_spec(task.base.name),
                     chat_template=task.use_chat_template)
     if task.prompt_prefix:
         relevant["prompt_prefix"] = task.prompt_prefix
@@ -135,8 +135,8 @@ def _machine_free(arch: dict) -> dict:
 def examples_fingerprint(model: str, train: Sequence[data.Example], hyper: Sequence[data.Example],
                          test: Sequence[data.Example]) -> str:
     """A hash of the data a run of ``model`` on these splits depends on: each example's id,
-    source and references, in order, and the base model's spec (:func:`models.model_spec`)."""
-    payload = {"base": models.model_spec(model)}
+    source and references, in order, and the base model's spec (:func:`models.output_spec`)."""
+    payload = {"base": models.output_spec(model)}
     for name, split in (("train", train), ("hyper", hyper), ("test", test)):
         payload[name] = [[ex.id, ex.source, list(ex.references)] for ex in split]
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False)

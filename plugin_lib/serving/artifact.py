@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, PreTrainedModel
 
-from ..core.api import ApiBlackBox, CompletionsClient, TokenizerMismatch
+from ..core.api import DEFAULT_SPECULATE, ApiBlackBox, CompletionsClient, TokenizerMismatch
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM
 from ..core.decode import PluginLogitsProcessor, generate
 from ..core.reweighter import ContextFreeReweighter, check_vocabulary
@@ -55,7 +55,8 @@ class BaseSpec:
     directory, loaded in process; ``"<name>@top<k>"`` gives its top-k view.
     ``kind="endpoint"``: ``name`` is the server's URL; ``top_k`` log-probabilities are asked per
     position, the key is read from ``api_key_env`` at each request (never stored here), and
-    ``model`` is the request's model field (None: the server's only model).
+    ``model`` is the request's model field (None: the server's only model), ``speculate`` the
+    positions asked per greedy decoding request (exact; ``core.api.ApiBlackBox.generate``).
     """
 
     kind: str
@@ -66,6 +67,7 @@ class BaseSpec:
     api_key_env: str = "PLUGIN_API_KEY"
     teacher_forcing: str = "stepwise"
     max_concurrency: int = 4
+    speculate: int = DEFAULT_SPECULATE
 
     def __post_init__(self):
         if self.kind not in ("model", "endpoint"):
@@ -98,7 +100,7 @@ class BaseSpec:
             raise ArtifactError("An endpoint base needs the local copy of its tokenizer.")
         client = CompletionsClient(self.name, api_key_env=self.api_key_env, max_concurrency=self.max_concurrency)
         return ApiBlackBox(client, tokenizer, self.top_k, rule=self.rule, name=f"{self.name}@top{self.top_k}",
-                           teacher_forcing=self.teacher_forcing, model=self.model)
+                           teacher_forcing=self.teacher_forcing, model=self.model, speculate=self.speculate)
 
 
 @dataclass
