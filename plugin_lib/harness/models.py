@@ -38,7 +38,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
-from ..core.api import DEFAULT_SPECULATE, ApiBlackBox, CompletionsClient
+from ..core.api import ApiBlackBox, CompletionsClient
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
 from ..core.train import release_gpu_caches
 from ..utils.io import remove_stale_temporaries
@@ -327,7 +327,7 @@ def load_api_model(name: str, *, base_url: str | None = None, check: bool = True
                                max_concurrency=int(spec.get("max_concurrency", 4)))
     return ApiBlackBox(client, api_tokenizer(spec), view[1], rule=view[2], name=name,
                        teacher_forcing=spec.get("teacher_forcing", "stepwise"), max_k=spec.get("max_k"),
-                       model=spec.get("model"), speculate=int(spec.get("speculate", DEFAULT_SPECULATE)), check=check)
+                       model=spec.get("model"), speculate=int(spec.get("speculate", 1)), check=check)
 
 
 def api_tokenizer(spec: dict[str, Any]) -> PreTrainedTokenizerBase:
