@@ -31,6 +31,11 @@ def tokenizer(smollm2):
 @pytest.fixture(scope="session")
 def tiny_base(tokenizer) -> BlackBoxLM:
     """A 2-layer random LLaMA over SmolLM2's vocabulary; large init so argmax has no near-ties."""
+    return make_tiny_base(tokenizer)
+
+
+def make_tiny_base(tokenizer) -> BlackBoxLM:
+    """The ``tiny_base`` fixture's model, seeded: the same in every process that builds it."""
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tokenizer),

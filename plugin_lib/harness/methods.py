@@ -49,6 +49,7 @@ from ..core.train import (
     small_model_log_probs,
 )
 from ..data import prompts
+from ..utils.locks import StoreLock
 from . import models
 from .lora import add_lora, lora_black_box, lora_objective
 from .profile import Decoding, Profile, TempNetSettings, Training
@@ -125,7 +126,12 @@ class Task:
         """The frozen base's outputs on ``split``, computed once for all methods and seeds."""
         key = ("cache", split)
         if key not in self._memo:
-            self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split), directory=self.cache_dir)
+            if self.cache_dir is None:
+                self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split))
+            else:  # built once: a second process waits for the first, then reads its files
+                name = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.base.name)
+                with StoreLock(Path(self.cache_dir) / ".locks" / f"{name}.lock"):
+                    self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split), directory=self.cache_dir)
         return self._memo[key]
 
 

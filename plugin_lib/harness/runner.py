@@ -39,7 +39,8 @@ from .. import data
 from ..core.api import ApiBlackBox
 from ..core.blackbox import BlackBoxLM
 from ..metrics import compute_metrics
-from ..utils.io import atomic_write_json, current_umask, read_json, remove_stale_temporaries
+from ..utils.io import atomic_write_json, current_umask, read_json, remove_stale_temporaries, temporary_prefix
+from ..utils.locks import StoreLock
 from . import methods, models
 from . import profile as config
 from .profile import Profile
@@ -162,11 +163,17 @@ def _load_if_current(path: Path, fingerprint: str, inputs: str) -> dict | None:
     return record if is_current(record, fingerprint, inputs) else None
 
 
+def unit_lock(folder: Path, name: str) -> StoreLock:
+    """The lock of one unit of work in a run folder (``.locks/<name>.lock``): the process that
+    holds it computes the unit; another waits, then finds the unit's record and reads it."""
+    return StoreLock(folder / ".locks" / f"{name}.lock")
+
+
 def _save_state(model: torch.nn.Module, path: Path) -> None:
     """The model's weights at ``path``, atomically: into a temporary file unique to this call
     in the same folder, renamed when complete, removed on any failure (a full disk, Ctrl-C)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
     try:
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~current_umask())  # the user's normal permissions, not 0600
@@ -205,30 +212,44 @@ def select_hparams(
     fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
     inputs = inputs_fingerprint(task)
     remove_stale_temporaries(folder)
-    record = (_load_if_current(record_path, fingerprint, inputs)
-              or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
+
+    def fresh() -> dict:
+        return (_load_if_current(record_path, fingerprint, inputs)
+                or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
+
+    record = fresh()
     seed = profile.seeds[0]
     values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
 
     def evaluate(hparams: dict) -> float:
-        """The configuration's hyper-validation loss, trained now unless recorded."""
+        """The configuration's hyper-validation loss, trained now unless recorded.
+
+        Many processes may search one grid at once: each configuration is trained by the one
+        that holds its lock, and the shared record (and the best weights) change only under the
+        selection's lock, re-read there, so no process overwrites another's configuration."""
         tag = _tag(hparams)
         if tag not in record["configs"]:
-            model, result = methods.train_method(task, method, arch, hparams, seed, profile.training,
-                                                 progress=progress)
-            best = record["best"]
-            if best is None or result.best_val_loss < record["configs"][best]["val_loss"]:
-                _save_state(model, state_path)
-                record["best"] = tag
-            record["configs"][tag] = {
-                "hparams": hparams,
-                "val_loss": result.best_val_loss,
-                "best_epoch": result.best_epoch,
-                "epochs_run": result.epochs_run,
-                "seconds": result.seconds,
-                "history": result.history,
-            }
-            atomic_write_json(record_path, record)
+            with unit_lock(folder, f"{label}-{tag}"):
+                record.update(fresh())
+                if tag not in record["configs"]:
+                    model, result = methods.train_method(task, method, arch, hparams, seed, profile.training,
+                                                         progress=progress)
+                    with unit_lock(folder, f"{label}-selection"):
+                        latest = fresh()
+                        best = latest["best"]
+                        if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
+                            _save_state(model, state_path)
+                            latest["best"] = tag
+                        latest["configs"][tag] = {
+                            "hparams": hparams,
+                            "val_loss": result.best_val_loss,
+                            "best_epoch": result.best_epoch,
+                            "epochs_run": result.epochs_run,
+                            "seconds": result.seconds,
+                            "history": result.history,
+                        }
+                        atomic_write_json(record_path, latest)
+                    record.update(latest)
         return record["configs"][tag]["val_loss"]
 
     # The same rule for every method: a choice at an edge pushes that edge one step further.
@@ -257,8 +278,10 @@ def select_hparams(
                 values[key].append(step)
                 extended += 1
     if record.get("grid") != values:
-        record["grid"] = values  # the values searched, extensions included
-        atomic_write_json(record_path, record)
+        with unit_lock(folder, f"{label}-selection"):
+            record.update(fresh())
+            record["grid"] = values  # the values searched, extensions included
+            atomic_write_json(record_path, record)
     return record
 
 
@@ -272,13 +295,16 @@ def trained_model(task: methods.Task, method: str, profile: Profile, *, arch: di
     label = label or method
     arch = arch or arch_for(task.base.name)
     selection = select_hparams(task, method, profile, arch=arch, label=label, progress=False)
-    state = runs_dir(profile, task.dataset, task.base.name) / f"{label}-best.pt"
+    folder = runs_dir(profile, task.dataset, task.base.name)
+    state = folder / f"{label}-best.pt"
     if not state.exists():
-        hparams = selection["configs"][selection["best"]]["hparams"]
-        model, _ = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
-                                        progress=False)
-        _save_state(model, state)
-        return model.eval()
+        with unit_lock(folder, f"{label}-best"):
+            if not state.exists():
+                hparams = selection["configs"][selection["best"]]["hparams"]
+                model, _ = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
+                                                progress=False)
+                _save_state(model, state)
+                return model.eval()
     model = methods.build_model(task, method, arch, profile.seeds[0])
     model.load_state_dict(torch.load(state, map_location=task.base.device))
     return model.eval()
@@ -305,6 +331,18 @@ def run_experiment(
     stored = None if force else _load_if_current(path, fingerprint, inputs)
     if stored is not None:
         return stored
+    with unit_lock(folder, path.stem):  # one process computes this run; another waits and reads it
+        stored = None if force else _load_if_current(path, fingerprint, inputs)
+        if stored is not None:
+            return stored
+        return _compute_run(task, method, label, seed, profile, arch=arch, path=path, fingerprint=fingerprint,
+                            inputs=inputs, progress=progress, selection=selection)
+
+
+def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile: Profile, *, arch: dict,
+                 path: Path, fingerprint: str, inputs: str, progress: bool, selection: dict | None) -> dict:
+    """``run_experiment``'s work, under the run's lock: train, decode, score, store."""
+    folder = path.parent
     remove_stale_temporaries(folder)
     started = time.perf_counter()
     usage_before = task.base.usage.snapshot() if isinstance(task.base, ApiBlackBox) else None

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .locks import owner_gone, owner_tag
+
 
 def current_umask() -> int:
     """The process's umask, read without changing it where /proc allows (thread-safe)."""
@@ -29,7 +31,7 @@ def current_umask() -> int:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
     try:
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp creates 0600
@@ -71,20 +73,30 @@ def read_json(path: str | os.PathLike) -> Any:
 STALE_AFTER_S = 3600
 
 
+def temporary_prefix(path: Path) -> str:
+    """``.<name>.<host~pid>.``: a temporary beside ``path`` that names its writer, so that
+    ``remove_stale_temporaries`` reaps it only once that writer has ended."""
+    return f".{path.name}.{owner_tag()}."
+
+
 def remove_stale_temporaries(folder: str | os.PathLike, patterns: tuple[str, ...] = (".*.tmp",),
                              max_age_s: float = STALE_AFTER_S) -> list[Path]:
-    """Remove temporary files or directories (``patterns``, e.g. ``.<name>.<random>.tmp`` of
-    the atomic writes) in ``folder`` not modified for ``max_age_s`` seconds: orphans of a
-    process that was killed before it could clean up. A live writer touches its file far more
-    often. Returns what was removed; a folder that does not exist is fine."""
+    """Remove temporary files or directories (``patterns``, e.g. ``.<name>.<host~pid>.<random>.tmp``
+    of the atomic writes) in ``folder`` left by a writer that has ended: one of this host whose pid
+    no longer runs, at once; one of another host, or a name without an owner (older files), once
+    not modified for ``max_age_s`` seconds (a live writer touches its file far more often). A
+    temporary of a running writer is never removed. Returns what was removed; a folder that
+    does not exist is fine."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     removed, cutoff = [], time.time() - max_age_s
     for pattern in patterns:
         for path in folder.glob(pattern):
+            parts = path.name.split(".")
+            gone = owner_gone(parts[-3]) if len(parts) >= 4 else None
             try:
-                if path.stat().st_mtime >= cutoff:
+                if gone is False or (gone is None and path.stat().st_mtime >= cutoff):
                     continue
                 if path.is_dir():
                     shutil.rmtree(path)
