@@ -314,6 +314,11 @@ class BaseOutputCache:
             rows[lo : lo + step] = part.to(rows.device)
         return BaseOutputCache(rows, self.offsets, placement)
 
+    @staticmethod
+    def stored_path(directory: str | Path, base_name: str, pairs: Sequence[EncodedPair]) -> Path:
+        """Where :meth:`build` stores the cache of ``base_name`` on ``pairs`` in ``directory``."""
+        return Path(directory) / f"base-{_cache_key(base_name, pairs)}.npy"
+
     @classmethod
     def build(
         cls,
@@ -344,7 +349,7 @@ class BaseOutputCache:
             placement = measure_placement(nbytes, base.device, directory is not None)
         path = tmp = None
         if directory is not None:
-            path = Path(directory) / f"base-{_cache_key(base.name, pairs)}.npy"
+            path = cls.stored_path(directory, base.name, pairs)
             if path.exists():
                 return cls(np.load(path, mmap_mode="r"), offsets).placed(placement, base.device)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ import torch
 
 from ..core.reweighter import count_parameters
 from ..core.train import TokenObjective, small_model_log_probs
-from ..harness import methods, models, runner
+from ..harness import grid, methods, models, runner
 from ..harness import finetune
 from ..harness.finetune import decoder_layers, save_model_dir
 from ..harness.profile import Ablations, Profile, cache_dir
@@ -357,25 +357,64 @@ def architecture_variants(model_name: str) -> list[Variant]:
 def one_layer_profile(task: methods.Task, profile: Profile, *, progress: bool = False) -> Profile:
     """The profile with its grid narrowed to the hyperparameters chosen for the 1-layer Plugin
     (searched first if they are not stored yet)."""
-    record = runner.select_hparams(task, "Plugin", profile, progress=progress)
-    chosen = record["configs"][record["best"]]["hparams"]
-    return profile.replace(grid=dataclasses.replace(profile.grid, **{k: (v,) for k, v in chosen.items()}))
+    return runner.narrowed_profile(task, profile, "Plugin", progress=progress)
 
 
 def variant_runs(task: methods.Task, profile: Profile, variants: Sequence[Variant], seeds: Sequence[int],
                  *, hparams: str = "own", progress: bool = False) -> list[dict]:
     """Zeroshot (the base alone) and a Plugin run per variant and seed. ``hparams="own"``: each
     variant searches the profile's grid; ``"one-layer"``: the others reuse the 1-layer choice."""
+    records, narrowed = [], None
+    for job in variant_jobs(variants, seeds, hparams):
+        if job.narrow:
+            narrowed = narrowed or one_layer_profile(task, profile, progress=progress)
+        records.append(runner.run_experiment(task, job.method, job.seed, narrowed if job.narrow else profile,
+                                             arch=job.arch, label=job.label, progress=progress))
+    return records
+
+
+@dataclass(frozen=True)
+class VariantJob:
+    """One run of :func:`variant_runs` (also a unit of the grid, ``harness.grid``). ``narrow``:
+    trained on the 1-layer Plugin's chosen hyperparameters (``one_layer_profile``)."""
+
+    method: str
+    seed: int
+    label: str
+    arch: dict | None = None
+    narrow: bool = False
+
+
+def variant_jobs(variants: Sequence[Variant], seeds: Sequence[int], hparams: str = "own") -> list[VariantJob]:
+    """Zeroshot once, then each variant's Plugin run per seed, in :func:`variant_runs`'s order."""
     if hparams not in ("own", "one-layer"):
         raise ValueError(f"hparams must be 'own' or 'one-layer', got {hparams!r}.")
-    records = [runner.run_experiment(task, "Zeroshot", seeds[0], profile, progress=progress)]
+    jobs = [VariantJob("Zeroshot", seeds[0], "Zeroshot")]
     for variant in variants:
-        reuse = hparams == "one-layer" and variant.label != ONE_LAYER
-        variant_profile = one_layer_profile(task, profile, progress=progress) if reuse else profile
-        for seed in seeds:
-            records.append(runner.run_experiment(task, "Plugin", seed, variant_profile, arch=variant.arch,
-                                                 label=variant.label, progress=progress))
-    return records
+        narrow = hparams == "one-layer" and variant.label != ONE_LAYER
+        jobs += [VariantJob("Plugin", seed, variant.label, variant.arch, narrow) for seed in seeds]
+    return jobs
+
+
+def complexity_units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Unit]:
+    """The grid's units of notebook 07 at the profile's ablation settings."""
+    setup = settings(profile)
+    variants = complexity_variants(setup.model, setup.layers, setup.pretrained_layers)
+    jobs = variant_jobs(variants, seeds_for(setup, "complexity", profile), setup.complexity_hparams)
+    return _variant_units(setup.model, dataset, profile, jobs, notebook)
+
+
+def architecture_units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Unit]:
+    """The grid's units of notebook 08 at the profile's ablation settings."""
+    setup = settings(profile)
+    jobs = variant_jobs(architecture_variants(setup.model), seeds_for(setup, "architecture", profile))
+    return _variant_units(setup.model, dataset, profile, jobs, notebook)
+
+
+def _variant_units(model: str, dataset: str, profile: Profile, jobs: Sequence[VariantJob], notebook: str
+                   ) -> list[grid.Unit]:
+    return grid.task_units(grid.TaskRef(model, dataset), profile,
+                           [(j.method, j.seed, j.label, j.arch, j.narrow) for j in jobs], notebook)
 
 
 def variant_frame(task: methods.Task, variants: Sequence[Variant], seed: int = 0) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from .. import paper as published
 from ..core.reweighter import count_parameters, make_reweighter
-from ..harness import flops, methods, models, runner
+from ..harness import flops, grid, methods, models, runner
 from ..harness.lora import add_lora
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
@@ -39,6 +39,14 @@ def run_table8(datasets: list[str], profile: Profile, *, model_names: list[str] 
     for dataset in datasets:  # every argument checked before the first run is written
         runner.check_run_arguments(dataset, model_names=model_names)
     return [r for d in datasets for r in runner.run_table(d, profile, model_names=model_names, method_names=list(TABLE8_METHODS))]
+
+
+def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None,
+          model_names: list[str] | None = None) -> list[grid.Unit]:
+    """The grid's units of :func:`run_table8` with the notebook's defaults."""
+    model_names = model_names or table_models(profile, paper_rows())
+    return [u for d in runner.notebook_datasets(profile, datasets)
+            for u in grid.table_units(d, profile, notebook, model_names=model_names, method_names=list(TABLE8_METHODS))]
 
 
 def _meta_model(model_name: str) -> torch.nn.Module:

@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from ..core.train import BaseOutputCache, EncodedPair
+from ..harness import grid
 from ..harness.models import parse_model_name
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
@@ -28,6 +29,18 @@ TOPK_RULE = (
     f"(Plugin seed k against the deterministic Zeroshot run) gives p < {verdicts.ALPHA} in most seeds on most of "
     f"the {len(stats.BOOTSTRAP_METRICS)} bootstrap metrics ({', '.join(stats.BOOTSTRAP_METRICS)})."
 )
+
+
+def views(base: str, ks: Sequence[int], rule: str, logprob_control: bool = True) -> list[str]:
+    """The models notebook 12 runs: the base, its ``@topall`` control, then each top-k view."""
+    return [base] + ([f"{base}@topall"] if logprob_control else []) + [f"{base}@top{k}-{rule}" for k in ks]
+
+
+def units(profile: Profile, notebook: str, *, dataset: str = "e2e", ks: Sequence[int] = (100, 20, 5),
+          rule: str = "residual", logprob_control: bool = True, base: str | None = None) -> list[grid.Unit]:
+    """The grid's units of notebook 12 (its parameters' defaults here)."""
+    names = views(base or profile.base_models[-1], ks, rule, logprob_control)
+    return grid.table_units(dataset, profile, notebook, model_names=names, method_names=["Zeroshot", "Plugin"])
 
 
 def reference_coverage(cache: BaseOutputCache, pairs: Sequence[EncodedPair], ks: Sequence[int]) -> dict[int, float]:

@@ -193,6 +193,82 @@ def _save_state(model: torch.nn.Module, path: Path) -> None:
         raise
 
 
+def _selection_paths(task: methods.Task, method: str, profile: Profile, arch: dict | None, label: str | None
+                     ) -> tuple[Path, Path, str, str]:
+    """(selection record, best weights, settings fingerprint, inputs fingerprint) of a search."""
+    folder = runs_dir(profile, task.dataset, task.base.name)
+    label = label or method
+    arch = arch or arch_for(task.base.name)
+    fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
+    return (folder / f"{label}-selection.json", folder / f"{label}-best.pt", fingerprint,
+            inputs_fingerprint(task))
+
+
+def stored_selection(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
+                     label: str | None = None) -> dict | None:
+    """The current selection record of a search (complete or not), or None."""
+    record_path, _, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
+    return _load_if_current(record_path, fingerprint, inputs)
+
+
+def _train_config(task: methods.Task, method: str, profile: Profile, hparams: dict, *, arch: dict | None,
+                  label: str | None, progress: bool) -> dict:
+    """Train one configuration of a search with the first seed, unless it is recorded, and
+    return the selection record with it.
+
+    Many processes may search one grid at once: each configuration is trained by the one that
+    holds its lock, and the shared record (and the best weights) change only under the
+    selection's lock, re-read there, so no process overwrites another's configuration."""
+    record_path, state_path, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
+    folder, label, tag = record_path.parent, label or method, _tag(hparams)
+    arch = arch or arch_for(task.base.name)
+
+    def fresh() -> dict:
+        return (_load_if_current(record_path, fingerprint, inputs)
+                or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
+
+    with unit_lock(folder, f"{label}-{tag}"):
+        record = fresh()
+        if tag in record["configs"]:
+            return record
+        model, result = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
+                                             progress=progress)
+        with unit_lock(folder, f"{label}-selection"):
+            latest = fresh()
+            best = latest["best"]
+            if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
+                _save_state(model, state_path)
+                latest["best"] = tag
+            latest["configs"][tag] = {
+                "hparams": hparams,
+                "val_loss": result.best_val_loss,
+                "best_epoch": result.best_epoch,
+                "epochs_run": result.epochs_run,
+                "seconds": result.seconds,
+                "history": result.history,
+            }
+            atomic_write_json(record_path, latest)
+        return latest
+
+
+def train_config(task: methods.Task, method: str, profile: Profile, hparams: dict, *, arch: dict | None = None,
+                 label: str | None = None, progress: bool = False) -> float:
+    """One configuration of :func:`select_hparams`'s search (a unit of the grid,
+    ``harness.grid``): trained and recorded in the selection record unless it is there
+    already; its hyper-validation loss. The search then finds it recorded."""
+    record = _train_config(task, method, profile, hparams, arch=arch, label=label, progress=progress)
+    return record["configs"][_tag(hparams)]["val_loss"]
+
+
+def narrowed_profile(task: methods.Task, profile: Profile, method: str = "Plugin", *, progress: bool = False
+                     ) -> Profile:
+    """The profile with its grid narrowed to the hyperparameters chosen for ``method`` on this
+    task (searched first if they are not stored yet): variants that reuse that choice."""
+    record = select_hparams(task, method, profile, progress=progress)
+    chosen = record["configs"][record["best"]]["hparams"]
+    return profile.replace(grid=dataclasses.replace(profile.grid, **{k: (v,) for k, v in chosen.items()}))
+
+
 def select_hparams(
     task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None, label: str | None = None,
     progress: bool = True,
@@ -204,13 +280,10 @@ def select_hparams(
     ``arch`` overrides the model family's reweighting architecture (ablations); ``label``
     (default: the method) names the stored files, so variants do not overwrite each other.
     """
-    folder = runs_dir(profile, task.dataset, task.base.name)
     label = label or method
     arch = arch or arch_for(task.base.name)
-    record_path = folder / f"{label}-selection.json"
-    state_path = folder / f"{label}-best.pt"
-    fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
-    inputs = inputs_fingerprint(task)
+    record_path, _, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
+    folder = record_path.parent
     remove_stale_temporaries(folder)
 
     def fresh() -> dict:
@@ -218,39 +291,12 @@ def select_hparams(
                 or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
 
     record = fresh()
-    seed = profile.seeds[0]
     values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
 
     def evaluate(hparams: dict) -> float:
-        """The configuration's hyper-validation loss, trained now unless recorded.
-
-        Many processes may search one grid at once: each configuration is trained by the one
-        that holds its lock, and the shared record (and the best weights) change only under the
-        selection's lock, re-read there, so no process overwrites another's configuration."""
-        tag = _tag(hparams)
-        if tag not in record["configs"]:
-            with unit_lock(folder, f"{label}-{tag}"):
-                record.update(fresh())
-                if tag not in record["configs"]:
-                    model, result = methods.train_method(task, method, arch, hparams, seed, profile.training,
-                                                         progress=progress)
-                    with unit_lock(folder, f"{label}-selection"):
-                        latest = fresh()
-                        best = latest["best"]
-                        if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
-                            _save_state(model, state_path)
-                            latest["best"] = tag
-                        latest["configs"][tag] = {
-                            "hparams": hparams,
-                            "val_loss": result.best_val_loss,
-                            "best_epoch": result.best_epoch,
-                            "epochs_run": result.epochs_run,
-                            "seconds": result.seconds,
-                            "history": result.history,
-                        }
-                        atomic_write_json(record_path, latest)
-                    record.update(latest)
-        return record["configs"][tag]["val_loss"]
+        if _tag(hparams) not in record["configs"]:
+            record.update(_train_config(task, method, profile, hparams, arch=arch, label=label, progress=progress))
+        return record["configs"][_tag(hparams)]["val_loss"]
 
     # The same rule for every method: a choice at an edge pushes that edge one step further.
     if profile.grid.search == "grid":
@@ -310,6 +356,21 @@ def trained_model(task: methods.Task, method: str, profile: Profile, *, arch: di
     return model.eval()
 
 
+def _run_paths(task: methods.Task, method: str, seed: int, profile: Profile, arch: dict | None, label: str
+               ) -> tuple[Path, str, str]:
+    """(record, settings fingerprint, inputs fingerprint) of a run."""
+    path = runs_dir(profile, task.dataset, task.base.name) / f"{label}-seed{seed}.json"
+    return path, settings_fingerprint(task, profile, arch if label != method else None, method), inputs_fingerprint(task)
+
+
+def stored_run(task: methods.Task, method: str, seed: int, profile: Profile, *, arch: dict | None = None,
+               label: str | None = None) -> dict | None:
+    """The run's current record, or None (none stored, or a stale one): what
+    :func:`run_experiment` would return without computing anything."""
+    path, fingerprint, inputs = _run_paths(task, method, seed, profile, arch, label or method)
+    return _load_if_current(path, fingerprint, inputs)
+
+
 def run_experiment(
     task: methods.Task, method: str, seed: int, profile: Profile, *, arch: dict | None = None,
     label: str | None = None, force: bool = False, progress: bool = True, selection: dict | None = None,
@@ -323,10 +384,8 @@ def run_experiment(
     """
     methods.check_method(method)
     label = label or method
-    folder = runs_dir(profile, task.dataset, task.base.name)
-    path = folder / f"{label}-seed{seed}.json"
-    fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
-    inputs = inputs_fingerprint(task)
+    path, fingerprint, inputs = _run_paths(task, method, seed, profile, arch, label)
+    folder = path.parent
     arch = arch or arch_for(task.base.name)
     stored = None if force else _load_if_current(path, fingerprint, inputs)
     if stored is not None:
@@ -450,16 +509,21 @@ def run_table(
     """
     check_run_arguments(dataset, model_names=model_names, method_names=method_names)
     records = []
-    for model_name in model_names or profile.base_models:
+    for model_name, jobs in table_jobs(profile, model_names, method_names).items():
         task = load_task(model_name, dataset, profile)
-        jobs = [
-            (method, seed)
-            for method in method_names or methods.METHODS
-            for seed in (profile.seeds[:1] if method in methods.UNSEEDED_METHODS else profile.seeds)
-        ]
         for method, seed in tqdm(jobs, desc=f"{dataset} / {model_name}"):
             records.append(run_experiment(task, method, seed, profile, force=force, progress=False))
     return records
+
+
+def table_jobs(profile: Profile, model_names: list[str] | None = None, method_names: list[str] | None = None
+               ) -> dict[str, list[tuple[str, int]]]:
+    """The (method, seed) runs of a table per base model, in :func:`run_table`'s order (also the
+    grid's units: ``harness.grid``). Zeroshot and TempNet-greedy run with the first seed only."""
+    return {model_name: [(method, seed)
+                         for method in method_names or methods.METHODS
+                         for seed in (profile.seeds[:1] if method in methods.UNSEEDED_METHODS else profile.seeds)]
+            for model_name in model_names or profile.base_models}
 
 
 def load_runs(profile: Profile | str, dataset: str) -> list[dict]:

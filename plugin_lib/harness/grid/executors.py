@@ -1,0 +1,217 @@
+"""Executors of a plan: ``local`` (this process), ``ray`` and ``slurm`` (through submitit).
+
+All three call ``units.execute`` on each pending unit after the units it needs, and every unit
+is a record in the run store, written atomically under its lock (``harness.runner``,
+``utils.locks``): a unit that two executors reach at once is computed by one of them, and a
+unit interrupted midway is redone by the next run. Ray and submitit are optional
+(``pip install 'plugin-repro[ray]'`` / ``'plugin-repro[slurm]'``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .plan import Plan, gpu_share
+from .units import Unit, execute
+
+EXECUTORS = ("local", "ray", "slurm")
+# What a worker elsewhere needs to find the data, the store and the models as this process does.
+FORWARDED_ENV = ("PLUGIN_DATA_DIR", "PLUGIN_RESULTS_DIR", "PLUGIN_CACHE_DIR", "NLTK_DATA", "HF_HOME",
+                 "HF_HUB_OFFLINE", "HF_TOKEN", "PYTHONPATH", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+
+
+class MissingEngine(RuntimeError):
+    """An executor whose engine is not installed."""
+
+
+def _engine(module: str, extra: str):
+    try:
+        return __import__(module)
+    except ImportError as err:
+        raise MissingEngine(f"The {extra} executor needs the '{module}' package, which is not installed here: "
+                            f"pip install 'plugin-repro[{extra}]' (or pip install -r requirements.txt in this "
+                            f"checkout), then run again.") from err
+
+
+def forwarded_env() -> dict[str, str]:
+    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+# ---------------------------------------------------------------- local
+
+
+def run_local(plan: Plan, *, progress: bool = True) -> list[dict]:
+    """Every pending unit in this process, in dependency order."""
+    pending = plan.pending()
+    return [execute(unit) for unit in tqdm(pending, desc="grid (local)", disable=not progress)]
+
+
+# ---------------------------------------------------------------- ray
+
+
+def _ray_execute(unit: Unit, *_needs) -> dict:
+    """A Ray task: ``_needs`` are the results of the units it needs (Ray starts it after them)."""
+    return execute(unit)
+
+
+def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80.0, num_gpus: float | None = None,
+            num_cpus: int | None = None, progress: bool = True) -> list[dict]:
+    """Each pending unit as a Ray task asking for the share of a GPU its memory needs
+    (``plan.gpu_share``); the units it needs are passed as object references, so Ray starts it
+    after them. Workers are kept between tasks (``max_calls=0``) and hold their last base
+    (``units.BasePool``), and tasks are submitted base by base, so consecutive units on a worker
+    share a loaded base.
+
+    ``address``: a running cluster ("auto", "ray://host:10001"); without it a local cluster starts
+    here, with ``num_gpus``/``num_cpus`` declared when given (otherwise detected)."""
+    ray = _engine("ray", "ray")
+    started_here = not ray.is_initialized()
+    if started_here:
+        options = {"runtime_env": {"env_vars": forwarded_env()}, "log_to_driver": False}
+        if address:
+            options["address"] = address
+        else:
+            options.update({k: v for k, v in (("num_gpus", num_gpus), ("num_cpus", num_cpus)) if v is not None})
+        ray.init(**options)
+    try:
+        task = ray.remote(max_calls=0, max_retries=3)(_ray_execute)
+        refs: dict[str, object] = {}
+        gpu_bytes = int(gpu_memory_gb * 2**30)
+        has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+        for unit in _by_base(plan.pending()):
+            needs = [refs[k] for k in unit.needs if k in refs]
+            share = gpu_share(plan.gpu_bytes.get(unit.key, 0), gpu_bytes) if has_gpus else 0
+            refs[unit.key] = task.options(num_gpus=share, num_cpus=1, name=unit.key).remote(unit, *needs)
+        results, remaining = [], list(refs.values())
+        with tqdm(total=len(remaining), desc="grid (ray)", disable=not progress) as bar:
+            while remaining:
+                done, remaining = ray.wait(remaining, num_returns=1)
+                results += ray.get(done)
+                bar.update(len(done))
+        return results
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _by_base(units: Sequence[Unit]) -> list[Unit]:
+    """``units`` in dependency order, grouped by base where the order allows: a stable sort by
+    (dependency depth, base)."""
+    depth: dict[str, int] = {}
+    for unit in units:
+        depth[unit.key] = 1 + max((depth[k] for k in unit.needs if k in depth), default=-1)
+    return sorted(units, key=lambda u: (depth[u.key], u.model))
+
+
+# ---------------------------------------------------------------- slurm
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Where and how the jobs run: ``partition``, ``account``, ``time_min`` per job,
+    ``gpus_per_job``, ``cpus_per_job``, ``mem_gb``; ``units_per_job`` units of one base per
+    array task (one base load for all of them); ``folder``: submitit's logs and pickles."""
+
+    folder: Path
+    partition: str | None = None
+    account: str | None = None
+    time_min: int = 240
+    gpus_per_job: int = 1
+    cpus_per_job: int = 1
+    mem_gb: float | None = None
+    units_per_job: int = 8
+
+
+def _checkpointable():
+    submitit = _engine("submitit", "slurm")
+
+    class UnitBatch(submitit.helpers.Checkpointable):
+        """An array task: units of one base, one after the other. Preempted or timed out, it is
+        requeued with the same units (``checkpoint``, submitit's default); the finished ones are
+        then skipped, being stored."""
+
+        def __call__(self, batch: list[Unit]) -> list[dict]:
+            return [execute(unit) for unit in batch]
+
+    return submitit, UnitBatch
+
+
+def stages(units: Sequence[Unit]) -> list[list[Unit]]:
+    """Pending units by dependency depth: stage k needs only stages before it."""
+    depth: dict[str, int] = {}
+    for unit in units:
+        depth[unit.key] = 1 + max((depth[k] for k in unit.needs if k in depth), default=-1)
+    grouped: dict[int, list[Unit]] = defaultdict(list)
+    for unit in units:
+        grouped[depth[unit.key]].append(unit)
+    return [grouped[k] for k in sorted(grouped)]
+
+
+def batches(stage: Sequence[Unit], size: int) -> list[list[Unit]]:
+    """A stage's units in batches of one base, ``size`` at most."""
+    per_base: dict[str, list[Unit]] = defaultdict(list)
+    for unit in stage:
+        per_base[unit.model].append(unit)
+    return [units[i:i + size] for units in per_base.values() for i in range(0, len(units), size)]
+
+
+def run_slurm(plan: Plan, options: SlurmOptions, *, progress: bool = True, poll_s: float = 5.0) -> list[dict]:
+    """The pending units as Slurm job arrays, one array per stage (:func:`stages`), each array
+    after the previous one (``afterok``), each task a batch of units of one base. Waits for the
+    last stage; a failed task cancels what remains and raises with its log's path."""
+    submitit, UnitBatch = _checkpointable()
+    executor = submitit.AutoExecutor(folder=str(options.folder), cluster="slurm")
+    parameters = {"timeout_min": options.time_min, "cpus_per_task": options.cpus_per_job, "nodes": 1,
+                  "tasks_per_node": 1, "slurm_job_name": "plugin-grid", "slurm_signal_delay_s": 120}
+    if options.partition:
+        parameters["slurm_partition"] = options.partition
+    if options.account:
+        parameters["slurm_account"] = options.account
+    if options.gpus_per_job:
+        parameters["gpus_per_node"] = options.gpus_per_job
+    if options.mem_gb:
+        parameters["mem_gb"] = options.mem_gb
+    executor.update_parameters(**parameters)
+    setup = [f"export {k}={_quote(v)}" for k, v in forwarded_env().items()]
+    executor.update_parameters(slurm_setup=setup)
+
+    jobs, previous = [], None
+    for stage in stages(plan.pending()):
+        if previous:
+            executor.update_parameters(slurm_dependency=f"afterok:{previous}")
+        stage_jobs = executor.map_array(UnitBatch(), batches(stage, options.units_per_job))
+        jobs.append(stage_jobs)
+        previous = stage_jobs[0].job_id.split("_")[0]
+        print(f"[grid] slurm: stage {len(jobs)}: {len(stage)} units in array job {previous} "
+              f"({len(stage_jobs)} tasks)", file=sys.stderr)
+    results = []
+    total = sum(len(s) for s in jobs)
+    with tqdm(total=total, desc="grid (slurm)", disable=not progress) as bar:
+        for index, stage_jobs in enumerate(jobs):
+            for job in stage_jobs:
+                while not job.done():
+                    time.sleep(poll_s)
+                try:
+                    results += job.result()
+                except Exception as err:
+                    for later in jobs[index:]:
+                        for other in later:
+                            if not other.done():
+                                other.cancel(check=False)
+                    raise RuntimeError(f"Slurm job {job.job_id} failed ({type(err).__name__}); its log: "
+                                       f"{job.paths.stderr}. Finished units are stored: run again to resume.") from err
+                bar.update(1)
+    return results
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"

@@ -1,0 +1,244 @@
+"""A plan of units: their state, GPU memory and time, and the wall time on 1, 8 and 32 GPUs.
+
+Memory and time come from the preflight (``harness.preflight``): the peak of the unit's base
+at the profile's settings, and its work (forward tokens, training pair-epochs, decoding steps)
+at rates measured on this machine (``preflight.measure_rates``), or, for a GPU profile on a
+machine without a GPU, the H100 rates of an earlier probe of the paper's shapes, which time
+cache building and training only (decoding is then counted as zero, and the plan says so).
+Training counts every epoch (an upper bound: training stops early).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import methods, models, preflight, runner
+from .. import profile as config
+from ..profile import Profile
+from .units import Unit, is_done
+
+GIB = 2**30
+# Methods whose decoding runs a reweighting model beside the base (the Plugin's step cost).
+REWEIGHTED = ("NewModel", "WeightedComb", "Plugin")
+
+
+@dataclass
+class Plan:
+    """Units in dependency order with their state and estimates.
+
+    ``state``: done (record current), ready (every unit it needs is done) or waiting.
+    ``seconds`` and ``gpu_bytes``: per unit; ``timed``: what the seconds cover."""
+
+    units: list[Unit]
+    state: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    gpu_bytes: dict[str, int] = field(default_factory=dict)
+    timed: str = ""
+
+    @property
+    def by_key(self) -> dict[str, Unit]:
+        return {u.key: u for u in self.units}
+
+    def pending(self) -> list[Unit]:
+        return [u for u in self.units if self.state.get(u.key) != "done"]
+
+    def critical_path(self) -> tuple[float, list[str]]:
+        """The longest chain of pending units by estimated seconds: no number of GPUs finishes
+        sooner."""
+        longest: dict[str, tuple[float, list[str]]] = {}
+        for unit in self.units:  # dependency order
+            if self.state.get(unit.key) == "done":
+                longest[unit.key] = (0.0, [])
+                continue
+            before = max((longest[k] for k in unit.needs if k in longest), default=(0.0, []), key=lambda t: t[0])
+            longest[unit.key] = (before[0] + self.seconds.get(unit.key, 0.0), before[1] + [unit.key])
+        return max(longest.values(), default=(0.0, []), key=lambda t: t[0])
+
+    def wall_seconds(self, gpus: int) -> float:
+        """Wall time of the pending units on ``gpus`` GPUs, one unit per GPU at a time, ready units
+        started longest-chain first. (Ray may also pack small units onto one GPU by memory,
+        ``gpu_share``; that helps only where a unit leaves the GPU idle, so it is not counted.)"""
+        pending = {u.key: u for u in self.pending()}
+        if not pending:
+            return 0.0
+        dependents: dict[str, list[str]] = {k: [] for k in pending}
+        for unit in pending.values():
+            for need in unit.needs:
+                if need in pending:
+                    dependents[need].append(unit.key)
+        rest: dict[str, float] = {}  # the longest chain from each unit to the end
+        for unit in reversed(self.units):
+            if unit.key in pending:
+                rest[unit.key] = self.seconds.get(unit.key, 0.0) + max((rest[d] for d in dependents[unit.key]),
+                                                                      default=0.0)
+        waiting = {k: sum(n in pending for n in u.needs) for k, u in pending.items()}
+        ready = [(-rest[k], k) for k, n in waiting.items() if n == 0]
+        heapq.heapify(ready)
+        running: list[tuple[float, str]] = []
+        now = 0.0
+        while ready or running:
+            while ready and len(running) < gpus:
+                _, key = heapq.heappop(ready)
+                heapq.heappush(running, (now + self.seconds.get(key, 0.0), key))
+            now, key = heapq.heappop(running)
+            for dep in dependents[key]:
+                waiting[dep] -= 1
+                if waiting[dep] == 0:
+                    heapq.heappush(ready, (-rest[dep], dep))
+        return now
+
+
+def gpu_share(need: int, gpu_bytes: int) -> float:
+    """The share of one GPU a unit asks for: its peak over the GPU's memory, in eighths, at
+    least one eighth and at most the whole GPU."""
+    if gpu_bytes <= 0:
+        return 1.0
+    return min(1.0, max(1, math.ceil(8 * need / gpu_bytes)) / 8)
+
+
+def topological(units: Sequence[Unit]) -> list[Unit]:
+    """``units`` with every unit after the units it needs (needs outside the list are ignored);
+    a cycle is an error."""
+    by_key = {u.key: u for u in units}
+    order, state = [], {}
+
+    def visit(unit: Unit, stack: tuple[str, ...]) -> None:
+        if state.get(unit.key) == 2:
+            return
+        if state.get(unit.key) == 1:
+            raise ValueError(f"The units' dependencies form a cycle: {' -> '.join(stack + (unit.key,))}")
+        state[unit.key] = 1
+        for need in unit.needs:
+            if need in by_key:
+                visit(by_key[need], stack + (unit.key,))
+        state[unit.key] = 2
+        order.append(unit)
+
+    for unit in units:
+        visit(unit, ())
+    return order
+
+
+def with_needs(units: Sequence[Unit], wanted: Sequence[Unit]) -> list[Unit]:
+    """``wanted`` and every unit of ``units`` they need, transitively."""
+    by_key = {u.key: u for u in units}
+    keep: dict[str, Unit] = {}
+    stack = list(wanted)
+    while stack:
+        unit = stack.pop()
+        if unit.key in keep:
+            continue
+        keep[unit.key] = unit
+        stack += [by_key[k] for k in unit.needs if k in by_key]
+    return [u for u in units if u.key in keep]
+
+
+def refresh(plan: Plan) -> Plan:
+    """Each unit's state from the store."""
+    done = {u.key for u in plan.units if is_done(u)}
+    for unit in plan.units:
+        if unit.key in done:
+            plan.state[unit.key] = "done"
+        elif all(k in done for k in unit.needs if k in plan.by_key):
+            plan.state[unit.key] = "ready"
+        else:
+            plan.state[unit.key] = "waiting"
+    return plan
+
+
+def make_plan(units: Sequence[Unit], *, measure: bool = True, with_state: bool = True) -> Plan:
+    """The plan of ``units``: dependency order, state (``with_state``) and estimates."""
+    plan = Plan(topological(units))
+    if with_state:
+        refresh(plan)
+    _estimate(plan, measure)
+    return plan
+
+
+def _estimate(plan: Plan, measure: bool) -> None:
+    profiles = {u.profile for u in plan.units}
+    has_gpu = torch.cuda.is_available()
+    rates: dict[tuple[str, str], preflight.Rates | None] = {}
+    probed = False
+    for unit in plan.units:
+        profile = unit.profile
+        gpu = has_gpu or profile.name in preflight.GPU_PROFILES
+        counts = preflight.count_task(unit.task.dataset, unit.model, profile)
+        plan.gpu_bytes[unit.key] = _gpu_bytes(unit, profile, gpu)
+        view = models.parse_model_name(unit.model)
+        key = (view[0] if view is not None else unit.model, profile.name)  # a top-k view runs at its base's rates
+        if key not in rates:
+            rates[key] = _rates(key[0], profile, counts, measure)
+            probed |= rates[key] is not None and rates[key].measured_with.startswith("probe")
+        r = rates[key]
+        plan.seconds[unit.key] = r.seconds(_work(unit, counts)) if r is not None else 0.0
+    names = ", ".join(sorted(p.name for p in profiles))
+    if not measure:
+        plan.timed = "not timed (--no-measure)"
+    elif probed:
+        plan.timed = (f"{names}: cache building and training at H100 rates of an earlier probe of the paper's shapes "
+                      "(no GPU here); decoding not timed")
+    else:
+        plan.timed = f"{names}: rates measured on this machine ({config.device()})"
+
+
+def _rates(model: str, profile: Profile, counts: preflight.TaskCounts, measure: bool) -> preflight.Rates | None:
+    if not measure:
+        return None
+    if torch.cuda.is_available() or profile.name not in preflight.GPU_PROFILES:
+        return preflight.measure_rates(model, profile, counts, config.device())
+    reference = preflight._reference_rates(model)
+    if reference is None:
+        return None
+    pair_tokens = max(counts.pair_tokens, 1.0)
+    return preflight.Rates(measured_with="probe (H100)", forward_tokens_per_s=reference["cache"] * pair_tokens,
+                           train_pairs_per_s=reference["train"], decode_step_s=0.0, plugin_step_s=0.0, device="cuda")
+
+
+def _gpu_bytes(unit: Unit, profile: Profile, gpu: bool) -> int:
+    peak = preflight.inference_peak(unit.model, profile, gpu)
+    if unit.method == "LoRA" and unit.kind in ("config", "selection", "run"):
+        peak += preflight.training_peak(unit.model, profile, gpu, full=False)
+    return peak
+
+
+def _work(unit: Unit, counts: preflight.TaskCounts) -> dict:
+    profile = unit.profile
+    training = profile.training.max_epochs * counts.pairs  # pair-epochs of one training, at most
+    trained = unit.method in methods.TRAINED_METHODS + methods.EXTRA_METHODS
+
+    def train(times: float) -> dict:
+        if unit.method == "LoRA":
+            return {"lora_tokens": times * training * counts.pair_tokens}
+        return {"pair_epochs": times * training}
+
+    if unit.kind == "cache":
+        return {"forward_tokens": counts.pairs * counts.pair_tokens}
+    if unit.kind == "config":
+        return train(1)
+    if unit.kind == "selection":  # the edges it may push past the grid, at most
+        extra = preflight._grid(profile, unit.method) - len(runner.hparam_grid(profile, unit.method))
+        return train(extra if profile.grid.search == "grid" else preflight._grid(profile, unit.method))
+    work: dict = {}
+    if trained and (unit.seed != profile.seeds[0] or unit.narrow):
+        work.update(train(1))
+    if unit.method != "TempNet-greedy":
+        steps = math.ceil(counts.test_inputs / profile.decoding.batch_size) * profile.decoding.max_new_tokens
+        work["plugin_steps" if unit.method in REWEIGHTED else "decode_steps"] = steps
+    return work
+
+
+def kind_summary(plan: Plan) -> list[tuple]:
+    """Per kind: units, done, ready, waiting, hours (pending units)."""
+    rows = []
+    for kind in ("cache", "config", "selection", "run"):
+        units = [u for u in plan.units if u.kind == kind]
+        if units:
+            states = [plan.state.get(u.key, "?") for u in units]
+            hours = sum(plan.seconds.get(u.key, 0.0) for u in units if plan.state.get(u.key) != "done") / 3600
+            rows.append((kind, len(units), states.count("done"), states.count("ready"), states.count("waiting"), hours))
+    return rows

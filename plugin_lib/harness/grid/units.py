@@ -1,0 +1,277 @@
+"""Units of the grid: what one worker computes and stores as one record.
+
+A unit names a record of the run store and the call that makes it:
+
+- ``cache``: the base-output caches (train and hyper-validation) of a (dataset, base);
+- ``config``: one hyper-parameter configuration of a search (``runner.train_config``);
+- ``selection``: the search itself (``runner.select_hparams``): with every configuration of the
+  grid recorded it only pushes the edges, if the profile allows it, and settles the choice;
+- ``run``: a seed run (``runner.run_experiment``).
+
+Units are built from the notebooks' own job lists (``runner.table_jobs``,
+``experiments.ablations.variant_jobs``), so a unit's record is the one its notebook reads, keyed
+by the same fingerprints; a unit whose record is current is done and is skipped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ...core.blackbox import TopKBlackBox
+from ...core.train import BaseOutputCache
+from .. import methods, models, runner
+from ..profile import Profile
+
+KINDS = ("cache", "config", "selection", "run")
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A task as a worker rebuilds it: the base's registry name (a top-k view included), the
+    dataset, and the model whose prompt format it uses (default: the base)."""
+
+    model: str
+    dataset: str
+    prompt_model: str | None = None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One record of the run store and the call that makes it (module docstring).
+
+    ``key`` is the record's place in the store (``runs/<dataset>/<model>/<file stem>``), unique
+    in a plan; ``needs``: keys of the units whose records it reads; ``narrow``: trained on the
+    hyper-parameters chosen for the task's Plugin (``runner.narrowed_profile``), so it needs
+    that selection too."""
+
+    kind: str
+    key: str
+    task: TaskRef
+    profile: Profile = field(repr=False)
+    method: str | None = None
+    label: str | None = None
+    seed: int | None = None
+    arch: tuple = ()  # sorted (key, value) pairs; () is the family's reweighting model
+    hparams: tuple = ()
+    narrow: bool = False
+    needs: tuple[str, ...] = ()
+    notebooks: tuple[str, ...] = ()
+
+    @property
+    def arch_dict(self) -> dict | None:
+        return dict(self.arch) or None
+
+    @property
+    def model(self) -> str:
+        return self.task.model
+
+
+def _frozen(mapping: dict | None) -> tuple:
+    return tuple(sorted((mapping or {}).items()))
+
+
+def _folder_key(ref: TaskRef) -> str:
+    return f"runs/{ref.dataset}/{ref.model.replace('/', '--')}"
+
+
+def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: str) -> list[Unit]:
+    """The units of runs on one task. ``jobs``: (method, seed, label, arch, narrow) tuples, e.g.
+    from ``runner.table_jobs`` or ``ablations.variant_jobs``. Every trained method's search is
+    split into a unit per configuration of the profile's grid (``search: grid``; a coordinate
+    search decides its next configuration from the last, so it stays one unit)."""
+    folder = _folder_key(ref)
+    cache = Unit("cache", f"{folder}/cache", ref, profile, notebooks=(notebook,))
+    units = {cache.key: cache}
+    selections: dict[tuple, Unit] = {}
+
+    def selection(method: str, label: str, arch: dict | None) -> Unit:
+        key = (label, _frozen(arch))
+        if key not in selections:
+            config_keys = []
+            if profile.grid.search == "grid":
+                for hparams in runner.hparam_grid(profile, method):
+                    config = Unit("config", f"{folder}/{label}-{runner._tag(hparams)}", ref, profile, method=method,
+                                  label=label, arch=_frozen(arch), hparams=_frozen(hparams), needs=(cache.key,),
+                                  notebooks=(notebook,))
+                    units[config.key] = config
+                    config_keys.append(config.key)
+            unit = Unit("selection", f"{folder}/{label}-selection", ref, profile, method=method, label=label,
+                        arch=_frozen(arch), needs=(cache.key, *config_keys), notebooks=(notebook,))
+            units[unit.key] = selections[key] = unit
+        return selections[key]
+
+    trained = methods.TRAINED_METHODS + methods.EXTRA_METHODS
+    for method, seed, label, arch, narrow in jobs:
+        needs = []
+        if method in trained:
+            # A narrowed variant searches a grid of one configuration inside its run, once the
+            # task's Plugin has chosen; the others train on their own search's choice.
+            needs.append(selection("Plugin", "Plugin", None).key if narrow else selection(method, label, arch).key)
+        if method == "TempNet-greedy":  # reads the stored Zeroshot run of the same seed
+            needs.append(f"{folder}/Zeroshot-seed{seed}")
+        unit = Unit("run", f"{folder}/{label}-seed{seed}", ref, profile, method=method, label=label, seed=seed,
+                    arch=_frozen(arch), narrow=narrow, needs=tuple(needs), notebooks=(notebook,))
+        units[unit.key] = unit
+    return list(units.values())
+
+
+def table_units(dataset: str, profile: Profile, notebook: str, *, model_names: Sequence[str] | None = None,
+                method_names: Sequence[str] | None = None) -> list[Unit]:
+    """The units of ``runner.run_table`` (notebooks 01-04, 11, 12)."""
+    runner.check_run_arguments(dataset, model_names=model_names, method_names=method_names)
+    units = []
+    for model, jobs in runner.table_jobs(profile, model_names, method_names).items():
+        units += task_units(TaskRef(model, dataset), profile,
+                            [(method, seed, method, None, False) for method, seed in jobs], notebook)
+    return units
+
+
+def merge(units: Iterable[Unit]) -> list[Unit]:
+    """One unit per key, in first-seen order; a unit that several notebooks share lists them all.
+    Two units with one key must be the same call."""
+    merged: OrderedDict[str, Unit] = OrderedDict()
+    for unit in units:
+        seen = merged.get(unit.key)
+        if seen is None:
+            merged[unit.key] = unit
+            continue
+        fields = ("kind", "task", "profile", "method", "seed", "arch", "hparams", "narrow")
+        if any(getattr(seen, f) != getattr(unit, f) for f in fields):
+            raise ValueError(f"Two different units write {unit.key}: {seen} and {unit}.")
+        notebooks = tuple(dict.fromkeys(seen.notebooks + unit.notebooks))
+        needs = tuple(dict.fromkeys(seen.needs + unit.needs))
+        merged[unit.key] = dataclasses.replace(seen, notebooks=notebooks, needs=needs)
+    return list(merged.values())
+
+
+# ---------------------------------------------------------------- state, without loading a base
+
+
+class _NamedBase:
+    """A base known by its name only: enough to make a task's splits and fingerprints (which
+    read the name and the data, never the weights). Its tokenizer loads on first use."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @functools.cached_property
+    def tokenizer(self):
+        view = models.parse_model_name(self.name)
+        return models.load_tokenizer(view[0] if view is not None else self.name)
+
+
+@functools.lru_cache(maxsize=256)
+def _planning_task(ref: TaskRef, profile: Profile) -> methods.Task:
+    return runner.load_task(_NamedBase(ref.model), ref.dataset, profile, prompt_model=ref.prompt_model)
+
+
+def is_done(unit: Unit) -> bool:
+    """Whether the unit's record is stored and current (the call would compute nothing)."""
+    task = _planning_task(unit.task, unit.profile)
+    if unit.kind == "run":
+        if unit.narrow:
+            profile = _narrowed_if_chosen(task, unit.profile)
+            if profile is None:
+                return False
+        else:
+            profile = unit.profile
+        return runner.stored_run(task, unit.method, unit.seed, profile, arch=unit.arch_dict,
+                                 label=unit.label) is not None
+    if unit.kind in ("config", "selection"):
+        record = runner.stored_selection(task, unit.method, unit.profile, arch=unit.arch_dict, label=unit.label)
+        if record is None:
+            return False
+        if unit.kind == "config":
+            return runner._tag(dict(unit.hparams)) in record["configs"]
+        return "grid" in record and record.get("best") is not None
+    if unit.kind == "cache":
+        try:
+            return all(BaseOutputCache.stored_path(task.cache_dir, task.base.name, task.encoded(split)).exists()
+                       for split in ("train", "hyper"))
+        except (OSError, ValueError):  # no tokenizer offline (a Hub base): the cache cannot be found here
+            return False
+    raise ValueError(f"Unknown unit kind {unit.kind!r}; one of {KINDS}.")
+
+
+def _narrowed_if_chosen(task: methods.Task, profile: Profile) -> Profile | None:
+    record = runner.stored_selection(task, "Plugin", profile)
+    if record is None or "grid" not in record:
+        return None
+    return runner.narrowed_profile(task, profile, "Plugin")
+
+
+# ---------------------------------------------------------------- execution, in a worker
+
+
+class BasePool:
+    """The bases a worker holds, most recently used last: the next unit on the same base (or a
+    top-k view of it) reuses the loaded weights. ``size`` bases at most (one by default: a GPU
+    holds one 8B base at a time)."""
+
+    def __init__(self, size: int = 1):
+        self.size = size
+        self._bases: OrderedDict[tuple, object] = OrderedDict()
+        self._tasks: OrderedDict[tuple, methods.Task] = OrderedDict()
+        self.loads = 0
+
+    def base(self, name: str, profile: Profile):
+        view = models.parse_model_name(name)
+        root = view[0] if view is not None else name
+        key = (root, str(profile.dtype))
+        if key not in self._bases:
+            while len(self._bases) >= self.size:
+                old, _ = self._bases.popitem(last=False)
+                for task_key in [k for k in self._tasks if k[0] == old]:
+                    del self._tasks[task_key]
+            self._bases[key] = models.load_base_model(root, dtype=profile.dtype)
+            self.loads += 1
+        self._bases.move_to_end(key)
+        base = self._bases[key]
+        if view is None:
+            return base
+        _, k, rule = view
+        return TopKBlackBox(base, k, rule, name=name)
+
+    def task(self, ref: TaskRef, profile: Profile) -> methods.Task:
+        """The task, with its encoded pairs and caches kept for the next unit on it."""
+        view = models.parse_model_name(ref.model)
+        key = ((view[0] if view is not None else ref.model, str(profile.dtype)), ref, profile)
+        if key not in self._tasks:
+            self._tasks[key] = runner.load_task(self.base(ref.model, profile), ref.dataset, profile,
+                                                prompt_model=ref.prompt_model)
+        self.base(ref.model, profile)  # most recently used
+        return self._tasks[key]
+
+
+_POOL = BasePool()
+
+
+def execute(unit: Unit, pool: BasePool | None = None) -> dict:
+    """Compute the unit (nothing, if its record is current) in this process; a short summary."""
+    import os
+    import socket
+    import time
+
+    pool = pool or _POOL
+    started = time.perf_counter()
+    task = pool.task(unit.task, unit.profile)
+    if unit.kind == "cache":
+        for split in ("train", "hyper"):
+            task.base_cache(split)
+    elif unit.kind == "config":
+        runner.train_config(task, unit.method, unit.profile, dict(unit.hparams), arch=unit.arch_dict,
+                            label=unit.label)
+    elif unit.kind == "selection":
+        runner.select_hparams(task, unit.method, unit.profile, arch=unit.arch_dict, label=unit.label,
+                              progress=False)
+    elif unit.kind == "run":
+        profile = runner.narrowed_profile(task, unit.profile, "Plugin") if unit.narrow else unit.profile
+        runner.run_experiment(task, unit.method, unit.seed, profile, arch=unit.arch_dict, label=unit.label,
+                              progress=False)
+    else:
+        raise ValueError(f"Unknown unit kind {unit.kind!r}; one of {KINDS}.")
+    return {"key": unit.key, "seconds": time.perf_counter() - started, "host": socket.gethostname(),
+            "pid": os.getpid(), "base_loads": pool.loads}
