@@ -5,6 +5,10 @@
 #   bash run_all.sh --force          # re-run notebooks that already finished
 #   bash run_all.sh --only 01        # only notebooks whose name starts with 01
 #   bash run_all.sh --no-fetch       # do not download missing data; stop instead
+#   bash run_all.sh --executor ray   # first compute the notebooks' units (local, ray or slurm:
+#                                    # python -m plugin_lib.harness.grid run; its options, e.g.
+#                                    # --address auto or --partition gpu, in PLUGIN_GRID_ARGS),
+#                                    # then run the notebooks, which find the records and aggregate
 # Profiles (plugin_lib/harness/profiles.yaml; disk and time as measured, docs/profiles.md):
 #   local       the committed CPU-scale results (SmolLM2-135M); current ones are skipped in seconds
 #   smoke       every code path in minutes on a CPU (about 5 GiB of disk)
@@ -39,16 +43,18 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 die() { echo "run_all.sh: $1" >&2; exit "${2:-1}"; }
 value_of() {  # value_of OPTION [VALUE]: the option's value, or a clear error when it has none
   if [ $# -lt 2 ] || [ -z "$2" ] || [[ "$2" == -* ]]; then
-    die "$1 needs a value, e.g. '$1 $([ "$1" = --profile ] && echo smoke || echo 01)' (see --help)" 2
+    die "$1 needs a value, e.g. '$1 $(case "$1" in --profile) echo smoke ;; --executor) echo ray ;; *) echo 01 ;; esac)' (see --help)" 2
   fi
 }
-profile="" force=0 only="" fetch=1
+profile="" force=0 only="" fetch=1 executor=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --profile) value_of "$@"; profile="$2"; shift 2 ;;
     --profile=*) value_of --profile "${1#*=}"; profile="${1#*=}"; shift ;;
     --only) value_of "$@"; only="$2"; shift 2 ;;
     --only=*) value_of --only "${1#*=}"; only="${1#*=}"; shift ;;
+    --executor) value_of "$@"; executor="$2"; shift 2 ;;
+    --executor=*) value_of --executor "${1#*=}"; executor="${1#*=}"; shift ;;
     --force) force=1; shift ;;
     --no-fetch) fetch=0; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -83,6 +89,7 @@ from plugin_lib.harness.profile import profile_names
 if sys.argv[1] not in profile_names():
     sys.exit(f"run_all.sh: unknown profile {sys.argv[1]!r}; choose one of: {', '.join(profile_names())}")
 EOF
+case "$executor" in ""|local|ray|slurm) ;; *) die "unknown executor '$executor'; choose local, ray or slurm (see --help)" 2 ;; esac
 all=()
 for nb in notebooks/[0-9][0-9]_*.ipynb; do [ -f "$nb" ] && all+=("$nb"); done
 [ ${#all[@]} -gt 0 ] || die "no numbered notebook in $root/notebooks"
@@ -177,6 +184,17 @@ mode="$(printf '%o' $((0666 & ~0$(umask))))"  # the user's normal file permissio
 stamps="$("$py" "$root/scripts/run_stamp.py" --profile "$profile" "${notebooks[@]}")"
 declare -A want=()
 while read -r hash nb; do want["$nb"]="$hash"; done <<< "$stamps"
+
+# The units first, on the chosen executor (python -m plugin_lib.harness.grid; docs/scale.md): the
+# notebooks below then find their records current and only aggregate.
+if [ -n "$executor" ]; then
+  echo "[run_all] computing the notebooks' units with the $executor executor (log: $shown/logs/grid.log)"
+  # shellcheck disable=SC2086  # PLUGIN_GRID_ARGS holds several options
+  if ! "$py" -m plugin_lib.harness.grid run --profile "$profile" --executor "$executor" ${only:+--only "$only"} \
+      ${PLUGIN_GRID_ARGS:-} 2>&1 | tee "$out/logs/grid.log"; then
+    die "the grid did not finish (see $shown/logs/grid.log); finished units are stored, so a rerun resumes."
+  fi
+fi
 
 total=${#notebooks[@]} i=0 started=$SECONDS
 for nb in "${notebooks[@]}"; do

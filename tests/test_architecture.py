@@ -54,6 +54,9 @@ def _imports(path: Path) -> set[str]:
 
 
 def _modules() -> dict[str, Path]:
+    """The library's modules. A ``__main__`` is an entry point, above every layer: it composes
+    them (the grid's command collects each notebook's units from ``plugin_lib.experiments``), and
+    nothing imports it (``test_nothing_imports_an_entry_point``)."""
     return {_module_name(p): p for p in PACKAGE.rglob("*.py") if p.name != "__main__.py"}
 
 
@@ -93,6 +96,12 @@ def test_imports_point_down_the_layers():
             if mine != theirs and LAYERS[theirs] >= LAYERS[mine]:
                 upward.append(f"{module} -> {target}")
     assert upward == []
+
+
+def test_nothing_imports_an_entry_point():
+    importing = [f"{_module_name(p)} -> {i}" for p in PACKAGE.rglob("*.py") for i in _imports(p)
+                 if i.endswith("__main__")]
+    assert importing == []
 
 
 def test_core_imports_only_core():

@@ -66,7 +66,8 @@ def _hours(seconds: float) -> str:
 
 
 def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, show_units: bool,
-               out=sys.stdout) -> None:
+               out=None) -> None:
+    out = out or sys.stdout
     chosen = [nb for nb in preflight.NOTEBOOKS if not only or any(nb.startswith(o) for o in only)]
     print(f"Grid plan of profile '{profile.name}': {len(plan.units)} units from notebooks "
           f"{', '.join(nb[:2] for nb in chosen if nb in SOURCES)}; times: {plan.timed}.", file=out)

@@ -60,7 +60,9 @@ def run_local(plan: Plan, *, progress: bool = True) -> list[dict]:
 
 def _ray_execute(unit: Unit, *_needs) -> dict:
     """A Ray task: ``_needs`` are the results of the units it needs (Ray starts it after them)."""
-    return execute(unit)
+    import ray
+
+    return {**execute(unit), "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
 
 
 def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80.0, num_gpus: float | None = None,

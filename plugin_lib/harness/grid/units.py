@@ -189,7 +189,9 @@ def is_done(unit: Unit) -> bool:
         return "grid" in record and record.get("best") is not None
     if unit.kind == "cache":
         try:
-            return all(BaseOutputCache.stored_path(task.cache_dir, task.base.name, task.encoded(split)).exists()
+            # The store's folder now (the planning task is shared across stores; runner.load_task's place).
+            folder = runner.runs_dir(unit.profile, task.dataset, task.base.name) / "cache"
+            return all(BaseOutputCache.stored_path(folder, task.base.name, task.encoded(split)).exists()
                        for split in ("train", "hyper"))
         except (OSError, ValueError):  # no tokenizer offline (a Hub base): the cache cannot be found here
             return False

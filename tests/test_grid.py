@@ -1,0 +1,278 @@
+"""The grid (harness.grid): units made from the notebooks' job lists, their plan, and their
+execution on real engines: in this process, on a real Ray local cluster (GPU resources declared,
+so the GPU scheduling path runs), and on a real single-node Slurm through submitit
+(scripts/slurm_local.sh; skipped, with the reason, where it cannot run). The records equal a
+serial run's apart from timing fields. Faults: two executors at once on one store compute each
+unit once; a worker killed (SIGKILL) in the middle of a unit loses nothing, and the rerun redoes
+that unit alone."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from plugin_lib.harness import grid, runner
+from plugin_lib.harness.grid import executors, plan as planning
+from plugin_lib.harness.grid.__main__ import SOURCES, notebook_units
+from plugin_lib.harness.profile import load_profile
+
+sys.path.insert(0, str(Path(__file__).parent))
+from grid_worker import METHODS, mini_profile, mini_units  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).parent / "grid_worker.py"
+TIMING = {"seconds"}  # fields that differ between two computations of one record
+
+
+def _store(path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(path))
+    return path
+
+
+def _records(store: Path) -> dict[str, dict]:
+    """Every run and selection record of the store, timing fields removed."""
+    def clean(value):
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if k not in TIMING}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    found = {str(p.relative_to(store)): clean(json.loads(p.read_text())) for p in store.rglob("*.json")
+             if p.name.endswith(("-selection.json",)) or "-seed" in p.name}
+    assert found
+    return found
+
+
+def _close(a, b, where=""):
+    """Equal records, floats to 1e-9 relative (a loss summed in another order)."""
+    if isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            _close(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{where}[{i}]")
+    elif isinstance(a, float):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), where
+    else:
+        assert a == b, where
+
+
+@pytest.fixture(scope="module")
+def serial_store(tmp_path_factory):
+    """The mini grid run one unit after another in this process: the reference records."""
+    store = tmp_path_factory.mktemp("serial")
+    saved = os.environ.get("PLUGIN_RESULTS_DIR")
+    os.environ["PLUGIN_RESULTS_DIR"] = str(store)
+    try:
+        plan = grid.make_plan(mini_units(), measure=False)
+        assert {plan.state[u.key] for u in plan.units} == {"ready", "waiting"}
+        grid.run_local(plan, progress=False)
+        grid.refresh(plan)
+        assert set(plan.state.values()) == {"done"}  # resumes: a second run has nothing to do
+    finally:
+        if saved is None:
+            os.environ.pop("PLUGIN_RESULTS_DIR", None)
+        else:
+            os.environ["PLUGIN_RESULTS_DIR"] = saved
+    return store
+
+
+# ---------------------------------------------------------------- units and plan
+
+
+def test_the_table_units_are_the_notebooks_runs_and_their_needs():
+    profile = load_profile("smoke")
+    units = grid.table_units("e2e", profile, "01")
+    runs = [(u.method, u.seed) for u in units if u.kind == "run"]
+    assert runs == runner.table_jobs(profile)["smollm2-135m-instruct"]  # run_table's own list, in its order
+    by_key = {u.key: u for u in units}
+    assert len(by_key) == len(units)
+    folder = "runs/e2e/smollm2-135m-instruct"
+    assert by_key[f"{folder}/TempNet-greedy-seed0"].needs == (f"{folder}/Zeroshot-seed0",)
+    assert by_key[f"{folder}/Plugin-seed0"].needs == (f"{folder}/Plugin-selection",)
+    selection = by_key[f"{folder}/WeightedComb-selection"]
+    configs = [k for k in selection.needs if by_key[k].kind == "config"]
+    assert len(configs) == len(runner.hparam_grid(profile, "WeightedComb"))
+    assert by_key[configs[0]].needs == (f"{folder}/cache",)
+    assert by_key[f"{folder}/Zeroshot-seed0"].needs == ()
+
+
+def test_notebooks_share_units_and_the_plan_orders_them(tmp_path, monkeypatch):
+    _store(tmp_path, monkeypatch)
+    profile = load_profile("smoke")
+    units = notebook_units(profile, ["01", "07", "11"])
+    keys = [u.key for u in units]
+    assert len(keys) == len(set(keys))
+    shared = {u.key: u.notebooks for u in units}["runs/e2e/smollm2-135m-instruct/Zeroshot-seed0"]
+    assert set(shared) == {"01_table1_e2e", "07_fig3_reweighting_complexity", "11_table8_lora"}
+    assert {"Plugin-2L-selection", "LoRA-seed0"} <= {k.rsplit("/", 1)[-1] for k in keys}
+    order = [u.key for u in planning.topological(units)]
+    assert all(order.index(n) < order.index(u.key) for u in units for n in u.needs)
+    with pytest.raises(ValueError, match="matches no notebook"):
+        notebook_units(profile, ["99"])
+    assert set(SOURCES) >= {"01_table1_e2e", "12_topk_logprobs"}
+
+
+def _unit(key, needs=()):
+    return grid.Unit("run", key, grid.TaskRef("smollm2-135m-instruct", "e2e"), load_profile("smoke"), needs=needs)
+
+
+def test_wall_time_is_list_scheduling_over_the_dependency_graph():
+    # a -> c, b -> c, d alone: 4 units of 10, 10, 30, 5 seconds
+    units = [_unit("a"), _unit("b"), _unit("c", ("a", "b")), _unit("d")]
+    plan = grid.Plan(units, state=dict.fromkeys("abcd", "ready"), seconds={"a": 10, "b": 10, "c": 30, "d": 5})
+    assert plan.critical_path() == (40, ["a", "c"])
+    assert plan.wall_seconds(1) == 55  # everything in turn
+    assert plan.wall_seconds(2) == 40  # the critical path; d fits beside it
+    assert plan.wall_seconds(32) == 40
+    plan.state["a"] = "done"
+    assert plan.critical_path()[0] == 40  # b then c
+    assert planning.gpu_share(10 * 2**30, 80 * 2**30) == 0.125 and planning.gpu_share(90 * 2**30, 80 * 2**30) == 1.0
+
+
+def test_slurm_stages_follow_the_dependencies_and_batches_keep_one_base():
+    units = [_unit("a"), _unit("b"), _unit("c", ("a", "b")), _unit("d", ("c",))]
+    assert [[u.key for u in s] for s in executors.stages(units)] == [["a", "b"], ["c"], ["d"]]
+    other = grid.Unit("run", "e", grid.TaskRef("gpt2-medium", "e2e"), load_profile("smoke"))
+    assert [[u.key for u in b] for b in executors.batches(units[:2] + [other], 1)] == [["a"], ["b"], ["e"]]
+    assert [[u.key for u in b] for b in executors.batches(units[:2] + [other], 8)] == [["a", "b"], ["e"]]
+
+
+def test_a_missing_engine_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    plan = grid.Plan([_unit("a")], state={"a": "ready"})
+    with pytest.raises(grid.MissingEngine, match=r"pip install 'plugin-repro\[ray\]'"):
+        grid.run_ray(plan)
+    monkeypatch.setitem(sys.modules, "submitit", None)
+    with pytest.raises(grid.MissingEngine, match=r"plugin-repro\[slurm\]"):
+        grid.run_slurm(plan, grid.SlurmOptions(folder=Path("unused")))
+
+
+def test_the_plan_command_prints_units_states_and_wall_times(tmp_path, monkeypatch, capsys):
+    from plugin_lib.harness.grid.__main__ import main
+
+    _store(tmp_path, monkeypatch)
+    assert main(["plan", "--profile", "smoke", "--only", "01", "--no-measure", "--csv", str(tmp_path / "u.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "runs/e2e/smollm2-135m-instruct/Plugin-selection  selection  waiting" in out
+    assert "Wall time, one unit per GPU at a time: 1 GPU" in out and "32 GPUs" in out
+    assert len((tmp_path / "u.csv").read_text().splitlines()) == 1 + 17
+
+
+# ---------------------------------------------------------------- real engines
+
+
+def test_ray_local_cluster_gives_the_serial_records(serial_store, tmp_path, monkeypatch):
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'plugin-repro[ray]')")
+    store = _store(tmp_path / "ray", monkeypatch)
+    plan = grid.make_plan(mini_units(), measure=False)
+    results = grid.run_ray(plan, num_cpus=2, num_gpus=2, progress=False)
+    assert sorted(r["key"] for r in results) == sorted(u.key for u in plan.units)
+    assert all(r["gpu_ids"] for r in results)  # scheduled on (declared) GPUs, a share each
+    assert {r["base_loads"] for r in results} == {1}  # each worker loaded the base once
+    grid.refresh(plan)
+    assert set(plan.state.values()) == {"done"}
+    _close(_records(serial_store), _records(store))
+
+
+def _slurm_reason() -> str | None:
+    if subprocess.run(["bash", str(ROOT / "scripts" / "slurm_local.sh"), "status"], capture_output=True).returncode:
+        return ("no Slurm cluster answers here: start one with `sudo bash scripts/slurm_local.sh start` "
+                "(Debian's slurmctld, slurmd and munge; .ci/run does this in CI)")
+    return None
+
+
+def test_slurm_cluster_gives_the_serial_records(serial_store, tmp_path, monkeypatch):
+    pytest.importorskip("submitit", reason="the slurm extra is not installed (pip install 'plugin-repro[slurm]')")
+    reason = _slurm_reason()
+    if reason and os.environ.get("PLUGIN_REQUIRE_SLURM") == "1":
+        pytest.fail(reason)  # CI started one: it must answer
+    if reason:
+        pytest.skip(reason)
+    store = _store(tmp_path / "slurm", monkeypatch)
+    plan = grid.make_plan(mini_units(), measure=False)
+    options = grid.SlurmOptions(folder=tmp_path / "submitit", gpus_per_job=0, time_min=30, units_per_job=8)
+    results = grid.run_slurm(plan, options, progress=False, poll_s=1.0)
+    assert sorted(r["key"] for r in results) == sorted(u.key for u in plan.units)
+    logs = list((tmp_path / "submitit").glob("*_log.out"))
+    assert logs  # written by the jobs on the cluster
+    grid.refresh(plan)
+    assert set(plan.state.values()) == {"done"}
+    _close(_records(serial_store), _records(store))
+    print(f"[slurm] the mini grid ran as {len(executors.stages(plan.units))} job arrays on the local cluster")
+
+
+# ---------------------------------------------------------------- faults
+
+
+def _lines(log: Path) -> list[list[str]]:
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _worker(log: Path, store: Path, sleep_s: float = 0.0) -> subprocess.Popen:
+    env = {**os.environ, "PLUGIN_RESULTS_DIR": str(store), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, str(WORKER), str(log), str(sleep_s)], env=env, start_new_session=True)
+
+
+def test_two_executors_at_once_compute_each_unit_once(serial_store, tmp_path):
+    store, log = tmp_path / "store", tmp_path / "units.log"
+    workers = [_worker(log, store), _worker(log, store)]
+    assert [w.wait(timeout=600) for w in workers] == [0, 0]
+    computed = [line[1] for line in _lines(log) if line[0] == "compute"]
+    assert sorted(computed) == sorted(set(computed))  # nothing twice
+    assert len(computed) == 2 + len(METHODS) + 1  # two caches (train, hyper), three runs, one configuration
+    assert {line[-1] for line in _lines(log)} <= {str(w.pid) for w in workers}
+    _close(_records(serial_store), _records(store))
+
+
+def test_a_worker_killed_mid_unit_loses_nothing_and_the_rerun_redoes_that_unit(serial_store, tmp_path):
+    store, log = tmp_path / "store", tmp_path / "units.log"
+    worker = _worker(log, store, sleep_s=120)
+    deadline = time.time() + 300
+    while not any(line[0] == "compute" and line[1].startswith("Plugin-lr") for line in _lines(log)):
+        assert worker.poll() is None and time.time() < deadline, "the worker never reached the configuration"
+        time.sleep(0.5)
+    time.sleep(1.0)  # inside the configuration's training
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+    before = {str(p.relative_to(store)): p.stat().st_mtime_ns for p in store.rglob("*") if p.is_file()
+              and not p.name.endswith((".lock", ".tmp", ".partial"))}
+    assert not any(name.endswith("Plugin-selection.json") for name in before)  # no partial record
+    rerun = _worker(log, store)
+    assert rerun.wait(timeout=600) == 0
+    lines = _lines(log)
+    computed = [line[1] for line in lines if line[0] == "compute"]
+    ended = [line[1] for line in lines if line[0] == "end"]
+    config = next(c for c in computed if c.startswith("Plugin-lr"))
+    assert computed.count(config) == 2 and ended.count(config) == 1  # killed once, redone once
+    assert all(computed.count(c) == 1 for c in computed if c != config)  # the finished units were kept
+    after = {name: (store / name).stat().st_mtime_ns for name in before}
+    assert after == before  # and not rewritten
+    _close(_records(serial_store), _records(store))
+
+
+def test_notebook_12s_units_take_its_parameters_defaults():
+    """The grid plans notebook 12 with the defaults of the notebook's parameters cell."""
+    import ast
+    import inspect
+
+    from plugin_lib.experiments import topk
+
+    cells = json.loads((ROOT / "notebooks" / "12_topk_logprobs.ipynb").read_text())["cells"]
+    parameters = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    values = {node.targets[0].id: ast.literal_eval(node.value)
+              for node in ast.parse("".join(parameters["source"])).body if isinstance(node, ast.Assign)}
+    defaults = {k: v.default for k, v in inspect.signature(topk.units).parameters.items()
+                if v.default is not inspect.Parameter.empty}
+    assert list(defaults["ks"]) == values["ks"] and defaults["rule"] == values["rule"]
+    assert defaults["logprob_control"] == values["logprob_control"] and defaults["dataset"] == values["dataset"]
