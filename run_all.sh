@@ -194,6 +194,7 @@ if [ -n "$executor" ]; then
       ${PLUGIN_GRID_ARGS:-} 2>&1 | tee "$out/logs/grid.log"; then
     die "the grid did not finish (see $shown/logs/grid.log); finished units are stored, so a rerun resumes."
   fi
+  touch "$out/logs/grid.done"  # the notebooks should write no run record after this
 fi
 
 total=${#notebooks[@]} i=0 started=$SECONDS
@@ -245,6 +246,10 @@ for nb in "${notebooks[@]}"; do
   exit 1
 done
 echo "[run_all] all $total notebooks finished for profile '$profile' in $((SECONDS - started)) s"
+if [ -n "$executor" ]; then  # the grid computed the units: the notebooks should only have read them
+  late="$(find "$out/runs" -newer "$out/logs/grid.done" \( -name '*-seed*.json' -o -name '*-selection.json' \) 2>/dev/null | wc -l)"
+  echo "[run_all] run records the notebooks wrote after the grid: $late (0: they only aggregated)"
+fi
 # The report once every selected notebook finished; the README shows a complete local run only.
 readme=""
 if [ "$profile" = local ] && [ -z "$only" ] && [ "$results_root" = "$root/results" ]; then

@@ -7,7 +7,7 @@ ratio comes from this run.
    twice from empty run stores: one after another in this process (the local executor), then as
    Ray tasks on a local cluster of ``--workers`` CPUs (one thread each). Prints both wall times,
    their ratio, and whether the records are the same apart from timing fields.
-2. The plan of the ``paper`` profile (every notebook with units): units, device-hours, critical
+2. The plan of the ``paper`` profile (every notebook with units whose data are here): units, device-hours, critical
    path and wall time on 1, 8 and 32 GPUs, at the rates the plan has here (on a machine without a
    GPU: the H100 probe's, cache building and training only; on a GPU: measured).
 """
@@ -63,7 +63,10 @@ def serial_against_ray(only: list[str], workers: int) -> None:
 def paper_projection() -> None:
     paper = load_profile("paper")
     started = time.perf_counter()
-    plan = grid.make_plan(notebook_units(paper), measure=True)
+    problems: dict[str, str] = {}
+    plan = grid.make_plan(notebook_units(paper, problems=problems), measure=True)
+    for notebook, problem in problems.items():
+        print(f"  {notebook}: {problem}")
     pending = plan.pending()
     hours = sum(plan.seconds.get(u.key, 0.0) for u in pending) / 3600
     critical, chain = plan.critical_path()

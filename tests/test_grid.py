@@ -276,3 +276,20 @@ def test_notebook_12s_units_take_its_parameters_defaults():
                 if v.default is not inspect.Parameter.empty}
     assert list(defaults["ks"]) == values["ks"] and defaults["rule"] == values["rule"]
     assert defaults["logprob_control"] == values["logprob_control"] and defaults["dataset"] == values["dataset"]
+
+
+def test_fine_tuned_bases_and_bdpl_prompts_are_units_their_runs_need(tmp_path, monkeypatch):
+    _store(tmp_path, monkeypatch)
+    units = notebook_units(load_profile("smoke"), ["05", "06", "10"])
+    by_kind = {}
+    for unit in units:
+        by_kind.setdefault(unit.kind, []).append(unit)
+    tunings = {u.key: u for u in by_kind["finetune"]}
+    assert len(tunings) == 3  # 06: E2E at 1 epoch; 10: WebNLG and CommonGen
+    assert all(callable(u.call) and u.done() is False for u in tunings.values())
+    on_tuned = [u for u in units if u.task.checkpoint]
+    assert on_tuned and all(set(u.needs) & set(tunings) for u in on_tuned)
+    assert {u.task.prompt_model for u in on_tuned} == {"smollm2-135m-instruct"}
+    (prompt,) = by_kind["bdpl"]  # one seed, no learning budgets in smoke
+    assert prompt.key.endswith("bdpl-prompts/seed0") and prompt.done() is False
+    assert not grid.is_done(prompt)

@@ -42,7 +42,8 @@ import torch
 
 from ..core.reweighter import count_parameters
 from ..core.train import TokenObjective, small_model_log_probs
-from ..harness import grid, methods, models, runner
+from .. import data
+from ..harness import grid, methods, models, preflight, runner
 from ..harness import finetune
 from ..harness.finetune import decoder_layers, save_model_dir
 from ..harness.profile import Ablations, Profile, cache_dir
@@ -143,10 +144,43 @@ def base_quality_runs(dataset: str, profile: Profile, model_name: str,
     for epochs, source in bases.items():
         base = model_name if epochs == 0 else finetune.load_finetuned_base(source, dtype=profile.dtype)
         task = runner.load_task(base, dataset, profile, prompt_model=model_name)
-        runs = [runner.run_experiment(task, "Zeroshot", seeds[0], profile, progress=progress)]
-        runs += [runner.run_experiment(task, "Plugin", seed, profile, arch=arch, progress=progress) for seed in seeds]
+        runs = [runner.run_experiment(task, method, seed, profile, arch=arch if method == "Plugin" else None,
+                                      progress=progress) for method, seed in base_quality_jobs(seeds)]
         records += [{**record, "finetune_epochs": epochs} for record in runs]
     return records
+
+
+def base_quality_jobs(seeds: Sequence[int]) -> list[tuple[str, int]]:
+    """The runs of :func:`base_quality_runs` on each base (also the grid's units)."""
+    return [("Zeroshot", seeds[0])] + [("Plugin", seed) for seed in seeds]
+
+
+def base_quality_units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Unit]:
+    """The grid's units of notebook 06 at the profile's ablation settings: each fine-tuned base
+    (continuing from the one before it, as ``finetune.finetune_base`` does) and the runs on it."""
+    setup = settings(profile)
+    pool = finetune.finetune_pool(dataset, profile, setup.finetune_pool_pairs)
+    bases = finetune.finetuned_bases(setup.model, pool, setup, prompt_style=profile.prompts, tokens=profile.tokens,
+                                     records=finetune.records_dir(profile))
+    seeds = seeds_for(setup, "base_quality", profile)
+    arch = runner.arch_for(setup.model)
+    pair_tokens = preflight.count_task(dataset, setup.model, profile).pair_tokens
+    pairs = len(data.training_pairs(pool.examples))
+    units, before = [], (0, None)
+    for epochs, source in bases.items():
+        if epochs == 0:  # the original base: its runs are the main table's where the jobs coincide
+            jobs = [(m, s, m, None, False) for m, s in base_quality_jobs(seeds)]
+            units += grid.task_units(grid.TaskRef(setup.model, dataset), profile, jobs, notebook)
+            continue
+        tuning = grid.finetune_unit(source, dataset, profile, notebook,
+                                    {"finetune_tokens": (epochs - before[0]) * pairs * pair_tokens})
+        if before[1] is not None:
+            tuning = dataclasses.replace(tuning, needs=(before[1],))
+        jobs = [(m, s, m, arch if m == "Plugin" else None, False) for m, s in base_quality_jobs(seeds)]
+        units += [tuning] + grid.task_units(grid.finetuned_ref(source, dataset), profile, jobs, notebook,
+                                            needs=(tuning.key,))
+        before = (epochs, tuning.key)
+    return units
 
 
 def base_quality_frame(records: Sequence[dict]) -> pd.DataFrame:

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from .. import data
 from .. import paper as published
 from ..analysis import judge
-from ..harness import finetune, methods, runner
+from ..harness import finetune, grid, methods, preflight, runner
 from ..harness.profile import Profile
 from ..report import verdicts
 from ..report.claims import n_seeds, record_claim
@@ -57,20 +58,48 @@ def shift_runs(dataset: str, profile: Profile, seeds: Sequence[int], *, progress
 
     Each record gets a ``base`` field: "original" or "fine-tuned".
     """
-    # The fine-tuning recipe is the ablations'; its epochs and pool size are the profile's ``shift``.
-    setup = dataclasses.replace(profile.ablations, finetune_epochs=(profile.shift.epochs,))
-    model_name = profile.shift.model or setup.model
-    pool = finetune.finetune_pool(dataset, profile, max_pairs=profile.shift.pool_pairs)
-    (path,) = finetune.finetuned_bases(model_name, pool, setup, prompt_style=profile.prompts, tokens=profile.tokens,
-                                       records=finetune.records_dir(profile), progress=progress).values()
+    model_name, path, _ = shift_setup(dataset, profile, progress=progress)
     original = runner.load_task(model_name, dataset, profile)
     tuned = runner.load_task(finetune.load_finetuned_base(path, profile.dtype), dataset, profile,
                              prompt_model=model_name)
-    records = [{**runner.run_experiment(original, "Zeroshot", seeds[0], profile, progress=progress), "base": "original"},
-               {**runner.run_experiment(tuned, "Zeroshot", seeds[0], profile, progress=progress), "base": "fine-tuned"}]
-    records += [{**runner.run_experiment(tuned, "Plugin", seed, profile, progress=progress), "base": "fine-tuned"}
-                for seed in seeds]
-    return records
+    tasks = {"original": original, "fine-tuned": tuned}
+    return [{**runner.run_experiment(tasks[base], method, seed, profile, progress=progress), "base": base}
+            for base, method, seed in shift_jobs(seeds)]
+
+
+def shift_setup(dataset: str, profile: Profile, *, progress: bool = False
+                ) -> tuple[str, finetune.FinetunedBase, finetune.Pool]:
+    """(the base, its fine-tuned version, the fine-tuning pool) of the shift study on ``dataset``.
+    The fine-tuning recipe is the ablations'; its epochs and pool size are the profile's ``shift``."""
+    setup = dataclasses.replace(profile.ablations, finetune_epochs=(profile.shift.epochs,))
+    model_name = profile.shift.model or setup.model
+    pool = finetune.finetune_pool(dataset, profile, max_pairs=profile.shift.pool_pairs)
+    (tuned,) = finetune.finetuned_bases(model_name, pool, setup, prompt_style=profile.prompts, tokens=profile.tokens,
+                                        records=finetune.records_dir(profile), progress=progress).values()
+    return model_name, tuned, pool
+
+
+def shift_jobs(seeds: Sequence[int]) -> list[tuple[str, str, int]]:
+    """(base, method, seed) of :func:`shift_runs` (also the grid's units)."""
+    return [("original", "Zeroshot", seeds[0]), ("fine-tuned", "Zeroshot", seeds[0])] + \
+        [("fine-tuned", "Plugin", seed) for seed in seeds]
+
+
+def units(profile: Profile, notebook: str, datasets: Sequence[str] = ("webnlg", "commongen")) -> list[grid.Unit]:
+    """The grid's units of notebook 10 (its default datasets): the fine-tuning and the runs."""
+    found = []
+    for dataset in datasets:
+        model_name, tuned, pool = shift_setup(dataset, profile)
+        pairs = len(data.training_pairs(pool.examples))
+        pair_tokens = preflight.count_task(dataset, model_name, profile).pair_tokens
+        tuning = grid.finetune_unit(tuned, dataset, profile, notebook,
+                                    {"finetune_tokens": profile.shift.epochs * pairs * pair_tokens})
+        refs = {"original": grid.TaskRef(model_name, dataset), "fine-tuned": grid.finetuned_ref(tuned, dataset)}
+        found.append(tuning)
+        for base, ref in refs.items():
+            jobs = [(m, s, m, None, False) for b, m, s in shift_jobs(profile.seeds) if b == base]
+            found += grid.task_units(ref, profile, jobs, notebook, needs=(tuning.key,) if base == "fine-tuned" else ())
+    return found
 
 
 def shift_table(dataset: str, records: Sequence[dict], references: Sequence[str]) -> pd.DataFrame:

@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 
 from .. import paper as published
 from ..data import prompts
-from ..harness import bdpl, methods, runner
+from ..harness import bdpl, grid, methods, preflight, runner
 from ..harness.profile import Bdpl, Profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
 from ..utils.io import atomic_write_json, read_json
@@ -96,6 +96,17 @@ def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str, se
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def stored_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
+                  reward: str = "loglik") -> dict | None:
+    """The current record of :func:`learn_prompt`, or None (none stored, or a stale one)."""
+    path = bdpl.prompt_path(profile, task.dataset, task.base.name, seed, budget)
+    if not path.exists():
+        return None
+    stored = read_json(path)
+    fingerprint = _prompt_settings(task, seed, budget, reward, profile.wrapper.bdpl)
+    return stored if runner.is_current(stored, fingerprint, runner.inputs_fingerprint(task)) else None
+
+
 def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
                  reward: str = "loglik") -> dict:
     """BDPL's prefix for ``task`` and ``seed``: learned on the training part and chosen on
@@ -108,12 +119,13 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
     """
     if task.prompt_prefix:
         raise ValueError("BDPL learns a prefix for an unprefixed task.")
+    stored = stored_prompt(task, profile, seed, budget=budget, reward=reward)
+    if stored is not None:
+        return stored
     settings = profile.wrapper.bdpl
     path = bdpl.prompt_path(profile, task.dataset, task.base.name, seed, budget)
     fingerprint = _prompt_settings(task, seed, budget, reward, settings)
     inputs = runner.inputs_fingerprint(task)
-    if path.exists() and runner.is_current(stored := read_json(path), fingerprint, inputs):
-        return stored
     started = time.perf_counter()
     result = bdpl.train_bdpl(
         task.base,
@@ -218,6 +230,99 @@ def run_learning_budget(datasets: list[str], profile: Profile, *, model_names: l
                 records += runs
                 rows.append(prompt_row(prompt, task, prefixed_task(task, prompt["prefix"])))
     return found, records, pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- units of the grid (harness.grid)
+
+
+def bdpl_stored(ref: grid.TaskRef, profile: Profile, seed: int, budget: int, reward: str) -> bool:
+    """Whether :func:`run_bdpl` would compute nothing: the prompt and both runs are current."""
+    try:
+        task = grid.planning_task(ref, profile)
+        prompt = stored_prompt(task, profile, seed, budget=budget, reward=reward)
+        if prompt is None:
+            return False
+        prefixed = prefixed_task(task, prompt["prefix"])
+        alone, combined = bdpl.run_labels(profile, budget)
+        return all(runner.stored_run(prefixed, method, seed, profile, label=label) is not None
+                   for method, label in (("Zeroshot", alone), ("Plugin", combined)))
+    except (OSError, ValueError):  # no tokenizer here (a Hub base offline): not known to be stored
+        return False
+
+
+def bdpl_unit(ref: grid.TaskRef, profile: Profile, seed: int, budget: int, reward: str) -> None:
+    """A grid unit: the seed's prompt and its two runs, on the worker's loaded base."""
+    run_bdpl(grid.worker_task(ref, profile), profile, seed, budget=budget, reward=reward)
+
+
+def learning_stored(ref: grid.TaskRef, profile: Profile, reward: str) -> bool:
+    """Whether :func:`run_learning_budget` would compute nothing on this task."""
+    from ..report.preregistered import bdpl_learned
+
+    try:
+        task = grid.planning_task(ref, profile)
+        for budget in profile.wrapper.bdpl_learning_budgets or ():
+            prompt = stored_prompt(task, profile, profile.seeds[0], budget=budget, reward=reward)
+            if prompt is None:
+                return False
+            if bdpl_learned([prompt])["per seed"][0]["learned"]:
+                return all(bdpl_stored(ref, profile, seed, budget, reward) for seed in profile.seeds)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def learning_unit(ref: grid.TaskRef, profile: Profile, reward: str) -> None:
+    """A grid unit: the learning-budget search on one task and the runs at the budget found."""
+    task = grid.worker_task(ref, profile)
+    found = learning_budget(task, profile, reward)
+    for seed in profile.seeds if found is not None else ():
+        run_bdpl(task, profile, seed, budget=found, reward=reward)
+
+
+def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None, model_names: list[str] | None = None,
+          budget: int | None = None, reward: str = "loglik") -> list[grid.Unit]:
+    """The grid's units of notebook 05 with its defaults: per (base, dataset) a unit per seed
+    (its prompt, its prefixed task's cache, the Plugin's search on the first seed's prompt, the
+    two runs; later seeds need the first), and the learning-budget search where the profile lists
+    budgets. Zeroshot and Plugin come from the main tables' units."""
+    budget = notebook_budget(profile, budget)
+    found = []
+    for model in model_names or table_models(profile, paper_rows()):
+        for dataset in runner.notebook_datasets(profile, datasets):
+            ref = grid.TaskRef(model, dataset)
+            counts = preflight.count_task(dataset, model, profile)
+            folder = f"runs/{dataset}/{model.replace('/', '--')}"
+            first = None
+            for seed in profile.seeds:
+                unit = grid.Unit("bdpl", f"{folder}/bdpl-prompts/{bdpl.prompt_path(profile, dataset, model, seed, budget).stem}",
+                                 ref, profile, seed=seed, needs=(first,) if first else (), notebooks=(notebook,),
+                                 call=functools.partial(bdpl_unit, ref, profile, seed, budget, reward),
+                                 done=functools.partial(bdpl_stored, ref, profile, seed, budget, reward),
+                                 work=tuple(sorted(_bdpl_work(profile, counts, budget, seed == profile.seeds[0]).items())))
+                found.append(unit)
+                first = first or unit.key
+            if profile.wrapper.bdpl_learning_budgets:
+                searched = sum(profile.wrapper.bdpl_learning_budgets)  # every budget tried, at most
+                found.append(grid.Unit(
+                    "bdpl", f"{folder}/bdpl-prompts/learning-budget", ref, profile, notebooks=(notebook,),
+                    call=functools.partial(learning_unit, ref, profile, reward),
+                    done=functools.partial(learning_stored, ref, profile, reward),
+                    work=tuple(sorted(_bdpl_work(profile, counts, searched, True, seeds=len(profile.seeds)).items()))))
+    return found
+
+
+def _bdpl_work(profile: Profile, counts: preflight.TaskCounts, budget: int, search: bool, seeds: int = 1) -> dict:
+    """A unit's work, at most: BDPL's calls and final choice, the prefixed task's cache, the
+    Plugin's trainings (the whole grid on the first seed) and two decodings (``seeds`` times)."""
+    settings = profile.wrapper.bdpl
+    updates = sum(size > 1 for size in bdpl.step_sizes(budget, settings.samples_per_step))
+    calls = budget * settings.batch_size + (updates + 1) * counts.hyper_pairs
+    trainings = preflight._grid(profile, "Plugin") if search else 1
+    steps = -(-counts.test_inputs // profile.decoding.batch_size) * profile.decoding.max_new_tokens
+    return {"forward_tokens": seeds * (calls + counts.pairs) * counts.pair_tokens,
+            "pair_epochs": seeds * trainings * profile.training.max_epochs * counts.pairs,
+            "decode_steps": seeds * steps, "plugin_steps": seeds * steps}
 
 
 def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot", "Plugin")) -> list[dict]:

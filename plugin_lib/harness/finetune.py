@@ -351,6 +351,18 @@ class FinetunedBase:
         return info
 
 
+def prepare(base: FinetunedBase) -> Path:
+    """Fine-tune ``base`` unless it is complete, and keep its record: a unit of the grid."""
+    path = base.train()
+    base.info()
+    return path
+
+
+def is_prepared(base: FinetunedBase) -> bool:
+    """Whether ``base`` is fine-tuned and its record kept (:func:`prepare` would do nothing)."""
+    return is_complete(base.path) and (base.record is None or base.record.is_file())
+
+
 def records_dir(profile: Profile) -> Path:
     """Where the records of a profile's fine-tuned bases are kept (committed with its results)."""
     return config.results_dir(profile) / "finetuned"

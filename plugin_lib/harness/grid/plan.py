@@ -19,7 +19,7 @@ import torch
 from .. import methods, models, preflight, runner
 from .. import profile as config
 from ..profile import Profile
-from .units import Unit, is_done
+from .units import KINDS, Unit, is_done
 
 GIB = 2**30
 # Methods whose decoding runs a reweighting model beside the base (the Plugin's step cost).
@@ -167,12 +167,12 @@ def _estimate(plan: Plan, measure: bool) -> None:
     for unit in plan.units:
         profile = unit.profile
         gpu = has_gpu or profile.name in preflight.GPU_PROFILES
-        counts = preflight.count_task(unit.task.dataset, unit.model, profile)
-        plan.gpu_bytes[unit.key] = _gpu_bytes(unit, profile, gpu)
-        view = models.parse_model_name(unit.model)
-        key = (view[0] if view is not None else unit.model, profile.name)  # a top-k view runs at its base's rates
+        model = _shape_of(unit)
+        counts = preflight.count_task(unit.task.dataset, model, profile)
+        plan.gpu_bytes[unit.key] = _gpu_bytes(unit, model, profile, gpu)
+        key = (model, profile.name)
         if key not in rates:
-            rates[key] = _rates(key[0], profile, counts, measure)
+            rates[key] = _rates(model, profile, counts, measure)
             probed |= rates[key] is not None and rates[key].measured_with.startswith("probe")
         r = rates[key]
         plan.seconds[unit.key] = r.seconds(_work(unit, counts)) if r is not None else 0.0
@@ -199,10 +199,21 @@ def _rates(model: str, profile: Profile, counts: preflight.TaskCounts, measure: 
                            train_pairs_per_s=reference["train"], decode_step_s=0.0, plugin_step_s=0.0, device="cuda")
 
 
-def _gpu_bytes(unit: Unit, profile: Profile, gpu: bool) -> int:
-    peak = preflight.inference_peak(unit.model, profile, gpu)
+def _shape_of(unit: Unit) -> str:
+    """The registry model whose shape and rates stand for the unit's base: a top-k view's base,
+    a fine-tuned base's original."""
+    if unit.task.checkpoint:
+        return unit.task.prompt_model
+    view = models.parse_model_name(unit.model)
+    return view[0] if view is not None else unit.model
+
+
+def _gpu_bytes(unit: Unit, model: str, profile: Profile, gpu: bool) -> int:
+    if unit.kind == "finetune":  # every weight trained in float32 with AdamW: an upper bound
+        return preflight.training_peak(model, profile, gpu, full=True)
+    peak = preflight.inference_peak(model, profile, gpu)
     if unit.method == "LoRA" and unit.kind in ("config", "selection", "run"):
-        peak += preflight.training_peak(unit.model, profile, gpu, full=False)
+        peak += preflight.training_peak(model, profile, gpu, full=False)
     return peak
 
 
@@ -216,6 +227,8 @@ def _work(unit: Unit, counts: preflight.TaskCounts) -> dict:
             return {"lora_tokens": times * training * counts.pair_tokens}
         return {"pair_epochs": times * training}
 
+    if unit.kind in ("finetune", "bdpl"):
+        return dict(unit.work)
     if unit.kind == "cache":
         return {"forward_tokens": counts.pairs * counts.pair_tokens}
     if unit.kind == "config":
@@ -235,7 +248,7 @@ def _work(unit: Unit, counts: preflight.TaskCounts) -> dict:
 def kind_summary(plan: Plan) -> list[tuple]:
     """Per kind: units, done, ready, waiting, hours (pending units)."""
     rows = []
-    for kind in ("cache", "config", "selection", "run"):
+    for kind in KINDS:
         units = [u for u in plan.units if u.kind == kind]
         if units:
             states = [plan.state.get(u.key, "?") for u in units]

@@ -6,7 +6,11 @@ A unit names a record of the run store and the call that makes it:
 - ``config``: one hyper-parameter configuration of a search (``runner.train_config``);
 - ``selection``: the search itself (``runner.select_hparams``): with every configuration of the
   grid recorded it only pushes the edges, if the profile allows it, and settles the choice;
-- ``run``: a seed run (``runner.run_experiment``).
+- ``run``: a seed run (``runner.run_experiment``);
+- ``finetune`` and ``bdpl``: a fine-tuned base (notebooks 06, 10) and a BDPL prompt with the
+  runs on its prefixed task (notebook 05), each a call its notebook's module supplies
+  (``call``, with ``done`` saying whether its records are stored), since what they compute is
+  the notebook's own (the harness never imports the notebooks' modules).
 
 Units are built from the notebooks' own job lists (``runner.table_jobs``,
 ``experiments.ablations.variant_jobs``), so a unit's record is the one its notebook reads, keyed
@@ -17,15 +21,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ...core.blackbox import TopKBlackBox
 from ...core.train import BaseOutputCache
-from .. import methods, models, runner
+from .. import finetune, methods, models, runner
 from ..profile import Profile
 
-KINDS = ("cache", "config", "selection", "run")
+KINDS = ("cache", "config", "selection", "run", "finetune", "bdpl")
+CALLED = ("finetune", "bdpl")
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class TaskRef:
     model: str
     dataset: str
     prompt_model: str | None = None
+    checkpoint: str | None = None  # a fine-tuned base's directory (``finetune.load_finetuned_base``)
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,9 @@ class Unit:
     narrow: bool = False
     needs: tuple[str, ...] = ()
     notebooks: tuple[str, ...] = ()
+    call: Callable[[], object] | None = field(default=None, repr=False, compare=False)
+    done: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+    work: tuple = ()  # a called unit's work for the plan's estimate (preflight.Rates.seconds' keys)
 
     @property
     def arch_dict(self) -> dict | None:
@@ -77,13 +87,15 @@ def _folder_key(ref: TaskRef) -> str:
     return f"runs/{ref.dataset}/{ref.model.replace('/', '--')}"
 
 
-def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: str) -> list[Unit]:
+def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: str, needs: tuple[str, ...] = ()
+               ) -> list[Unit]:
     """The units of runs on one task. ``jobs``: (method, seed, label, arch, narrow) tuples, e.g.
     from ``runner.table_jobs`` or ``ablations.variant_jobs``. Every trained method's search is
     split into a unit per configuration of the profile's grid (``search: grid``; a coordinate
-    search decides its next configuration from the last, so it stays one unit)."""
-    folder = _folder_key(ref)
-    cache = Unit("cache", f"{folder}/cache", ref, profile, notebooks=(notebook,))
+    search decides its next configuration from the last, so it stays one unit). ``needs``: units
+    every unit of the task needs (the fine-tuning of its base)."""
+    folder, task_needs = _folder_key(ref), tuple(needs)
+    cache = Unit("cache", f"{folder}/cache", ref, profile, needs=task_needs, notebooks=(notebook,))
     units = {cache.key: cache}
     selections: dict[tuple, Unit] = {}
 
@@ -94,18 +106,18 @@ def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: 
             if profile.grid.search == "grid":
                 for hparams in runner.hparam_grid(profile, method):
                     config = Unit("config", f"{folder}/{label}-{runner._tag(hparams)}", ref, profile, method=method,
-                                  label=label, arch=_frozen(arch), hparams=_frozen(hparams), needs=(cache.key,),
+                                  label=label, arch=_frozen(arch), hparams=_frozen(hparams), needs=(cache.key, *task_needs),
                                   notebooks=(notebook,))
                     units[config.key] = config
                     config_keys.append(config.key)
             unit = Unit("selection", f"{folder}/{label}-selection", ref, profile, method=method, label=label,
-                        arch=_frozen(arch), needs=(cache.key, *config_keys), notebooks=(notebook,))
+                        arch=_frozen(arch), needs=(cache.key, *config_keys, *task_needs), notebooks=(notebook,))
             units[unit.key] = selections[key] = unit
         return selections[key]
 
     trained = methods.TRAINED_METHODS + methods.EXTRA_METHODS
     for method, seed, label, arch, narrow in jobs:
-        needs = []
+        needs = list(task_needs)
         if method in trained:
             # A narrowed variant searches a grid of one configuration inside its run, once the
             # task's Plugin has chosen; the others train on their own search's choice.
@@ -113,7 +125,8 @@ def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: 
         if method == "TempNet-greedy":  # reads the stored Zeroshot run of the same seed
             needs.append(f"{folder}/Zeroshot-seed{seed}")
         unit = Unit("run", f"{folder}/{label}-seed{seed}", ref, profile, method=method, label=label, seed=seed,
-                    arch=_frozen(arch), narrow=narrow, needs=tuple(needs), notebooks=(notebook,))
+                    arch=_frozen(arch), narrow=narrow, needs=tuple(dict.fromkeys(needs)),
+                    notebooks=(notebook,))
         units[unit.key] = unit
     return list(units.values())
 
@@ -152,25 +165,44 @@ def merge(units: Iterable[Unit]) -> list[Unit]:
 
 class _NamedBase:
     """A base known by its name only: enough to make a task's splits and fingerprints (which
-    read the name and the data, never the weights). Its tokenizer loads on first use."""
+    read the name and the data, never the weights). Its tokenizer (``tokenizer_of``'s) loads on
+    first use."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, tokenizer_of: str):
+        self.name, self._tokenizer_of = name, tokenizer_of
 
     @functools.cached_property
     def tokenizer(self):
-        view = models.parse_model_name(self.name)
-        return models.load_tokenizer(view[0] if view is not None else self.name)
+        view = models.parse_model_name(self._tokenizer_of)
+        return models.load_tokenizer(view[0] if view is not None else self._tokenizer_of)
 
 
 @functools.lru_cache(maxsize=256)
-def _planning_task(ref: TaskRef, profile: Profile) -> methods.Task:
-    return runner.load_task(_NamedBase(ref.model), ref.dataset, profile, prompt_model=ref.prompt_model)
+def planning_task(ref: TaskRef, profile: Profile) -> methods.Task:
+    """The task of ``ref`` on a base known by its name: splits, prompts, fingerprints, no weights."""
+    # A fine-tuned base keeps the tokenizer of the model it came from.
+    named = _NamedBase(ref.model, ref.prompt_model if ref.checkpoint else ref.model)
+    return runner.load_task(named, ref.dataset, profile, prompt_model=ref.prompt_model)
+
+
+def finetune_unit(tuned: finetune.FinetunedBase, dataset: str, profile: Profile, notebook: str,
+                  work: dict | None = None) -> Unit:
+    """The unit that fine-tunes ``tuned`` (``finetune.prepare``), keyed by its name."""
+    return Unit("finetune", tuned.name, TaskRef(tuned.model_name, dataset), profile, notebooks=(notebook,),
+                call=functools.partial(finetune.prepare, tuned), done=functools.partial(finetune.is_prepared, tuned),
+                work=_frozen(work))
+
+
+def finetuned_ref(tuned: finetune.FinetunedBase, dataset: str) -> TaskRef:
+    """A task on the fine-tuned base, in the prompt format of the model it came from."""
+    return TaskRef(tuned.name, dataset, prompt_model=tuned.model_name, checkpoint=str(tuned.path))
 
 
 def is_done(unit: Unit) -> bool:
     """Whether the unit's record is stored and current (the call would compute nothing)."""
-    task = _planning_task(unit.task, unit.profile)
+    if unit.kind in CALLED:
+        return bool(unit.done())
+    task = planning_task(unit.task, unit.profile)
     if unit.kind == "run":
         if unit.narrow:
             profile = _narrowed_if_chosen(task, unit.profile)
@@ -219,36 +251,44 @@ class BasePool:
         self._tasks: OrderedDict[tuple, methods.Task] = OrderedDict()
         self.loads = 0
 
-    def base(self, name: str, profile: Profile):
-        view = models.parse_model_name(name)
-        root = view[0] if view is not None else name
+    def base(self, ref: TaskRef, profile: Profile):
+        view = models.parse_model_name(ref.model)
+        root = view[0] if view is not None else ref.model
         key = (root, str(profile.dtype))
         if key not in self._bases:
             while len(self._bases) >= self.size:
                 old, _ = self._bases.popitem(last=False)
                 for task_key in [k for k in self._tasks if k[0] == old]:
                     del self._tasks[task_key]
-            self._bases[key] = models.load_base_model(root, dtype=profile.dtype)
+            if ref.checkpoint is not None:
+                self._bases[key] = finetune.load_finetuned_base(Path(ref.checkpoint), profile.dtype)
+            else:
+                self._bases[key] = models.load_base_model(root, dtype=profile.dtype)
             self.loads += 1
         self._bases.move_to_end(key)
         base = self._bases[key]
         if view is None:
             return base
         _, k, rule = view
-        return TopKBlackBox(base, k, rule, name=name)
+        return TopKBlackBox(base, k, rule, name=ref.model)
 
     def task(self, ref: TaskRef, profile: Profile) -> methods.Task:
         """The task, with its encoded pairs and caches kept for the next unit on it."""
         view = models.parse_model_name(ref.model)
         key = ((view[0] if view is not None else ref.model, str(profile.dtype)), ref, profile)
         if key not in self._tasks:
-            self._tasks[key] = runner.load_task(self.base(ref.model, profile), ref.dataset, profile,
+            self._tasks[key] = runner.load_task(self.base(ref, profile), ref.dataset, profile,
                                                 prompt_model=ref.prompt_model)
-        self.base(ref.model, profile)  # most recently used
+        self.base(ref, profile)  # most recently used
         return self._tasks[key]
 
 
 _POOL = BasePool()
+
+
+def worker_task(ref: TaskRef, profile: Profile) -> methods.Task:
+    """The task in this worker's pool (a called unit's way to reuse the loaded base)."""
+    return _POOL.task(ref, profile)
 
 
 def execute(unit: Unit, pool: BasePool | None = None) -> dict:
@@ -259,6 +299,10 @@ def execute(unit: Unit, pool: BasePool | None = None) -> dict:
 
     pool = pool or _POOL
     started = time.perf_counter()
+    if unit.kind in CALLED:
+        unit.call()
+        return {"key": unit.key, "seconds": time.perf_counter() - started, "host": socket.gethostname(),
+                "pid": os.getpid(), "base_loads": pool.loads}
     task = pool.task(unit.task, unit.profile)
     if unit.kind == "cache":
         for split in ("train", "hyper"):
