@@ -292,7 +292,7 @@ def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None,
         for dataset in runner.notebook_datasets(profile, datasets):
             ref = grid.TaskRef(model, dataset)
             counts = preflight.count_task(dataset, model, profile)
-            folder = f"runs/{dataset}/{model.replace('/', '--')}"
+            folder = grid.folder_key(ref)
             first = None
             for seed in profile.seeds:
                 unit = grid.Unit("bdpl", f"{folder}/bdpl-prompts/{bdpl.prompt_path(profile, dataset, model, seed, budget).stem}",

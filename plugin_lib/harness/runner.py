@@ -204,6 +204,12 @@ def _selection_paths(task: methods.Task, method: str, profile: Profile, arch: di
             inputs_fingerprint(task))
 
 
+def _selection_record(record_path: Path, fingerprint: str, inputs: str) -> dict:
+    """The stored selection record if current, else an empty one under these fingerprints."""
+    return (_load_if_current(record_path, fingerprint, inputs)
+            or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
+
+
 def stored_selection(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
                      label: str | None = None) -> dict | None:
     """The current selection record of a search (complete or not), or None."""
@@ -224,8 +230,7 @@ def _train_config(task: methods.Task, method: str, profile: Profile, hparams: di
     arch = arch or arch_for(task.base.name)
 
     def fresh() -> dict:
-        return (_load_if_current(record_path, fingerprint, inputs)
-                or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
+        return _selection_record(record_path, fingerprint, inputs)
 
     with unit_lock(folder, f"{label}-{tag}"):
         record = fresh()
@@ -264,8 +269,12 @@ def narrowed_profile(task: methods.Task, profile: Profile, method: str = "Plugin
                      ) -> Profile:
     """The profile with its grid narrowed to the hyperparameters chosen for ``method`` on this
     task (searched first if they are not stored yet): variants that reuse that choice."""
-    record = select_hparams(task, method, profile, progress=progress)
-    chosen = record["configs"][record["best"]]["hparams"]
+    return narrowed_to(profile, select_hparams(task, method, profile, progress=progress))
+
+
+def narrowed_to(profile: Profile, selection: dict) -> Profile:
+    """The profile with its grid narrowed to a selection record's chosen hyperparameters."""
+    chosen = selection["configs"][selection["best"]]["hparams"]
     return profile.replace(grid=dataclasses.replace(profile.grid, **{k: (v,) for k, v in chosen.items()}))
 
 
@@ -287,8 +296,7 @@ def select_hparams(
     remove_stale_temporaries(folder)
 
     def fresh() -> dict:
-        return (_load_if_current(record_path, fingerprint, inputs)
-                or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
+        return _selection_record(record_path, fingerprint, inputs)
 
     record = fresh()
     values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}

@@ -8,9 +8,10 @@ record current and only aggregate. docs/scale.md.
 """
 from .executors import EXECUTORS, MissingEngine, SlurmOptions, run_local, run_ray, run_slurm
 from .plan import Plan, make_plan, refresh, topological, with_needs
-from .units import (BasePool, TaskRef, Unit, execute, finetune_unit, finetuned_ref, is_done, merge, planning_task,
+from .units import (BasePool, TaskRef, Unit, execute, finetune_unit, finetuned_ref, folder_key, is_done, merge,
+                    planning_task,
                     table_units, task_units, worker_task)
 
 __all__ = ["EXECUTORS", "BasePool", "MissingEngine", "Plan", "SlurmOptions", "TaskRef", "Unit", "execute", "is_done",
-           "finetune_unit", "finetuned_ref", "make_plan", "merge", "planning_task", "refresh", "run_local", "run_ray",
+           "finetune_unit", "finetuned_ref", "folder_key", "make_plan", "merge", "planning_task", "refresh", "run_local", "run_ray",
            "run_slurm", "table_units", "task_units", "topological", "with_needs", "worker_task"]

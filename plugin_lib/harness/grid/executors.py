@@ -105,12 +105,18 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
             ray.shutdown()
 
 
-def _by_base(units: Sequence[Unit]) -> list[Unit]:
-    """``units`` in dependency order, grouped by base where the order allows: a stable sort by
-    (dependency depth, base)."""
+def _depths(units: Sequence[Unit]) -> dict[str, int]:
+    """Each unit's dependency depth among ``units`` (in dependency order): 0 needs none of them."""
     depth: dict[str, int] = {}
     for unit in units:
         depth[unit.key] = 1 + max((depth[k] for k in unit.needs if k in depth), default=-1)
+    return depth
+
+
+def _by_base(units: Sequence[Unit]) -> list[Unit]:
+    """``units`` in dependency order, grouped by base where the order allows: a stable sort by
+    (dependency depth, base)."""
+    depth = _depths(units)
     return sorted(units, key=lambda u: (depth[u.key], u.model))
 
 
@@ -149,9 +155,7 @@ def _checkpointable():
 
 def stages(units: Sequence[Unit]) -> list[list[Unit]]:
     """Pending units by dependency depth: stage k needs only stages before it."""
-    depth: dict[str, int] = {}
-    for unit in units:
-        depth[unit.key] = 1 + max((depth[k] for k in unit.needs if k in depth), default=-1)
+    depth = _depths(units)
     grouped: dict[int, list[Unit]] = defaultdict(list)
     for unit in units:
         grouped[depth[unit.key]].append(unit)

@@ -39,10 +39,6 @@ class Plan:
     gpu_bytes: dict[str, int] = field(default_factory=dict)
     timed: str = ""
 
-    @property
-    def by_key(self) -> dict[str, Unit]:
-        return {u.key: u for u in self.units}
-
     def pending(self) -> list[Unit]:
         return [u for u in self.units if self.state.get(u.key) != "done"]
 
@@ -140,10 +136,11 @@ def with_needs(units: Sequence[Unit], wanted: Sequence[Unit]) -> list[Unit]:
 def refresh(plan: Plan) -> Plan:
     """Each unit's state from the store."""
     done = {u.key for u in plan.units if is_done(u)}
+    planned = {u.key for u in plan.units}
     for unit in plan.units:
         if unit.key in done:
             plan.state[unit.key] = "done"
-        elif all(k in done for k in unit.needs if k in plan.by_key):
+        elif all(k in done for k in unit.needs if k in planned):
             plan.state[unit.key] = "ready"
         else:
             plan.state[unit.key] = "waiting"

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import socket
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -83,7 +86,8 @@ def _frozen(mapping: dict | None) -> tuple:
     return tuple(sorted((mapping or {}).items()))
 
 
-def _folder_key(ref: TaskRef) -> str:
+def folder_key(ref: TaskRef) -> str:
+    """The run-store folder of a task's records, relative to the profile's results."""
     return f"runs/{ref.dataset}/{ref.model.replace('/', '--')}"
 
 
@@ -94,7 +98,7 @@ def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: 
     split into a unit per configuration of the profile's grid (``search: grid``; a coordinate
     search decides its next configuration from the last, so it stays one unit). ``needs``: units
     every unit of the task needs (the fine-tuning of its base)."""
-    folder, task_needs = _folder_key(ref), tuple(needs)
+    folder, task_needs = folder_key(ref), tuple(needs)
     cache = Unit("cache", f"{folder}/cache", ref, profile, needs=task_needs, notebooks=(notebook,))
     units = {cache.key: cache}
     selections: dict[tuple, Unit] = {}
@@ -231,10 +235,11 @@ def is_done(unit: Unit) -> bool:
 
 
 def _narrowed_if_chosen(task: methods.Task, profile: Profile) -> Profile | None:
+    """The narrowed profile from the stored Plugin search, or None while that search is unfinished."""
     record = runner.stored_selection(task, "Plugin", profile)
     if record is None or "grid" not in record:
         return None
-    return runner.narrowed_profile(task, profile, "Plugin")
+    return runner.narrowed_to(profile, record)
 
 
 # ---------------------------------------------------------------- execution, in a worker
@@ -251,10 +256,16 @@ class BasePool:
         self._tasks: OrderedDict[tuple, methods.Task] = OrderedDict()
         self.loads = 0
 
+    @staticmethod
+    def _key(ref: TaskRef, profile: Profile) -> tuple[str, str]:
+        """The loaded weights a task runs on: a top-k view shares its base's."""
+        view = models.parse_model_name(ref.model)
+        return (view[0] if view is not None else ref.model, str(profile.dtype))
+
     def base(self, ref: TaskRef, profile: Profile):
         view = models.parse_model_name(ref.model)
-        root = view[0] if view is not None else ref.model
-        key = (root, str(profile.dtype))
+        key = self._key(ref, profile)
+        root = key[0]
         if key not in self._bases:
             while len(self._bases) >= self.size:
                 old, _ = self._bases.popitem(last=False)
@@ -274,8 +285,7 @@ class BasePool:
 
     def task(self, ref: TaskRef, profile: Profile) -> methods.Task:
         """The task, with its encoded pairs and caches kept for the next unit on it."""
-        view = models.parse_model_name(ref.model)
-        key = ((view[0] if view is not None else ref.model, str(profile.dtype)), ref, profile)
+        key = (self._key(ref, profile), ref, profile)
         if key not in self._tasks:
             self._tasks[key] = runner.load_task(self.base(ref, profile), ref.dataset, profile,
                                                 prompt_model=ref.prompt_model)
@@ -293,10 +303,6 @@ def worker_task(ref: TaskRef, profile: Profile) -> methods.Task:
 
 def execute(unit: Unit, pool: BasePool | None = None) -> dict:
     """Compute the unit (nothing, if its record is current) in this process; a short summary."""
-    import os
-    import socket
-    import time
-
     pool = pool or _POOL
     started = time.perf_counter()
     if unit.kind in CALLED:
