@@ -58,7 +58,7 @@ def main(log: str, sleep_s: float = 0.0) -> None:
         return record
 
     def logged_train(task, method, arch, hparams, seed, training, **kwargs):
-        tag = f"{method}-{runner._tag(hparams)}"
+        tag = f"{method}-{runner.config_tag(hparams)}"
         note(f"compute {tag}")
         result = train(task, method, arch, hparams, seed, training, **kwargs)
         if sleep_s:

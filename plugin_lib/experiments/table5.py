@@ -318,7 +318,7 @@ def _bdpl_work(profile: Profile, counts: preflight.TaskCounts, budget: int, sear
     settings = profile.wrapper.bdpl
     updates = sum(size > 1 for size in bdpl.step_sizes(budget, settings.samples_per_step))
     calls = budget * settings.batch_size + (updates + 1) * counts.hyper_pairs
-    trainings = preflight._grid(profile, "Plugin") if search else 1
+    trainings = preflight.grid_size(profile, "Plugin") if search else 1
     steps = -(-counts.test_inputs // profile.decoding.batch_size) * profile.decoding.max_new_tokens
     return {"forward_tokens": seeds * (calls + counts.pairs) * counts.pair_tokens,
             "pair_epochs": seeds * trainings * profile.training.max_epochs * counts.pairs,

@@ -260,7 +260,7 @@ class Plan:
         self.work.append({"model": model, **work})
 
 
-def _grid(profile: Profile, method: str) -> int:
+def grid_size(profile: Profile, method: str) -> int:
     """Configurations searched, at most: a grid of two or more values may grow by
     ``extend_edges`` values past its edge (``runner.select_hparams``)."""
     size = 1
@@ -283,7 +283,7 @@ def _trainings(plan: Plan, model: str, counts: TaskCounts, profile: Profile, met
     """Grid search with the first seed (unless ``grid`` is False: one configuration), then one
     training per later seed, of each method; ``scale``: cost relative to the family's
     reweighting model."""
-    configs = sum(_grid(profile, m) if grid else 1 for m in methods)
+    configs = sum(grid_size(profile, m) if grid else 1 for m in methods)
     runs = configs + len(methods) * (seeds - 1)
     plan.configs += configs
     plan.trainings += runs
@@ -428,7 +428,7 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
         for dataset in wrapper:
             c2 = count(dataset, model)
             plan.pairs += c2.pairs
-            configs = _grid(p, "LoRA")
+            configs = grid_size(p, "LoRA")
             runs = configs + seeds - 1
             plan.configs += configs
             plan.trainings += runs
@@ -626,8 +626,8 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
 
     exact = {m: tokenizer_for(m)[1] for m in profile.base_models}
     print(f"Preflight plan of profile '{profile.name}': base models {', '.join(profile.base_models)}; "
-          f"dtype {profile.dtype}; {len(profile.seeds)} seed(s); grid {_grid(profile, 'Plugin')} configurations "
-          f"({_grid(profile, 'WeightedComb')} for WeightedComb); at most {profile.training.max_epochs} epochs; "
+          f"dtype {profile.dtype}; {len(profile.seeds)} seed(s); grid {grid_size(profile, 'Plugin')} configurations "
+          f"({grid_size(profile, 'WeightedComb')} for WeightedComb); at most {profile.training.max_epochs} epochs; "
           f"rows per split {profile.section('rows')}.", file=out)
     twins = [m for m in profile.base_models if models.is_twin(m)]
     if twins:
@@ -725,7 +725,7 @@ def _reference_estimate(plans: list[Plan], profile: Profile) -> str:
     build = train = 0.0
     for plan in plans:
         for work in plan.work:
-            ref = _reference_rates(work["model"])
+            ref = reference_rates(work["model"])
             if ref is None:
                 continue
             pair_tokens = count_task("e2e", work["model"], profile).pair_tokens
@@ -737,7 +737,9 @@ def _reference_estimate(plans: list[Plan], profile: Profile) -> str:
             "decoding, BDPL, LoRA and fine-tuning are not included.")
 
 
-def _reference_rates(model: str) -> dict | None:
+def reference_rates(model: str) -> dict | None:
+    """The probed H100 rates (cache building, training) of the paper base that ``model`` is or
+    twins, or None for a base the probe did not cover."""
     spec = models.model_spec(model)
     name = {"GPT2-M": "gpt2-xl", "GPT2-XL": "gpt2-xl", "LLaMA-3.1-8B": "llama-3.1-8b"}.get(
         spec.get("paper_model", spec["display"]))

@@ -78,7 +78,8 @@ def grid_edges(values: dict[str, list[float]], hparams: dict) -> list[str]:
     return [k for k, v in values.items() if k in hparams and beyond_edge(v, hparams[k], k) is not None]
 
 
-def _tag(hparams: dict) -> str:
+def config_tag(hparams: dict) -> str:
+    """A configuration's key in a selection record and its unit's name, e.g. "lr=0.001-weight_decay=1"."""
     return "-".join(f"{k}={v:g}" for k, v in sorted(hparams.items()))
 
 
@@ -226,7 +227,7 @@ def _train_config(task: methods.Task, method: str, profile: Profile, hparams: di
     holds its lock, and the shared record (and the best weights) change only under the
     selection's lock, re-read there, so no process overwrites another's configuration."""
     record_path, state_path, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
-    folder, label, tag = record_path.parent, label or method, _tag(hparams)
+    folder, label, tag = record_path.parent, label or method, config_tag(hparams)
     arch = arch or arch_for(task.base.name)
 
     def fresh() -> dict:
@@ -262,7 +263,7 @@ def train_config(task: methods.Task, method: str, profile: Profile, hparams: dic
     ``harness.grid``): trained and recorded in the selection record unless it is there
     already; its hyper-validation loss. The search then finds it recorded."""
     record = _train_config(task, method, profile, hparams, arch=arch, label=label, progress=progress)
-    return record["configs"][_tag(hparams)]["val_loss"]
+    return record["configs"][config_tag(hparams)]["val_loss"]
 
 
 def narrowed_profile(task: methods.Task, profile: Profile, method: str = "Plugin", *, progress: bool = False
@@ -302,9 +303,9 @@ def select_hparams(
     values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
 
     def evaluate(hparams: dict) -> float:
-        if _tag(hparams) not in record["configs"]:
+        if config_tag(hparams) not in record["configs"]:
             record.update(_train_config(task, method, profile, hparams, arch=arch, label=label, progress=progress))
-        return record["configs"][_tag(hparams)]["val_loss"]
+        return record["configs"][config_tag(hparams)]["val_loss"]
 
     # The same rule for every method: a choice at an edge pushes that edge one step further.
     if profile.grid.search == "grid":

@@ -188,7 +188,7 @@ def _rates(model: str, profile: Profile, counts: preflight.TaskCounts, measure: 
         return None
     if torch.cuda.is_available() or profile.name not in preflight.GPU_PROFILES:
         return preflight.measure_rates(model, profile, counts, config.device())
-    reference = preflight._reference_rates(model)
+    reference = preflight.reference_rates(model)
     if reference is None:
         return None
     pair_tokens = max(counts.pair_tokens, 1.0)
@@ -231,8 +231,8 @@ def _work(unit: Unit, counts: preflight.TaskCounts) -> dict:
     if unit.kind == "config":
         return train(1)
     if unit.kind == "selection":  # the edges it may push past the grid, at most
-        extra = preflight._grid(profile, unit.method) - len(runner.hparam_grid(profile, unit.method))
-        return train(extra if profile.grid.search == "grid" else preflight._grid(profile, unit.method))
+        extra = preflight.grid_size(profile, unit.method) - len(runner.hparam_grid(profile, unit.method))
+        return train(extra if profile.grid.search == "grid" else preflight.grid_size(profile, unit.method))
     work: dict = {}
     if trained and (unit.seed != profile.seeds[0] or unit.narrow):
         work.update(train(1))

@@ -109,7 +109,7 @@ def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: 
             config_keys = []
             if profile.grid.search == "grid":
                 for hparams in runner.hparam_grid(profile, method):
-                    config = Unit("config", f"{folder}/{label}-{runner._tag(hparams)}", ref, profile, method=method,
+                    config = Unit("config", f"{folder}/{label}-{runner.config_tag(hparams)}", ref, profile, method=method,
                                   label=label, arch=_frozen(arch), hparams=_frozen(hparams), needs=(cache.key, *task_needs),
                                   notebooks=(notebook,))
                     units[config.key] = config
@@ -221,7 +221,7 @@ def is_done(unit: Unit) -> bool:
         if record is None:
             return False
         if unit.kind == "config":
-            return runner._tag(dict(unit.hparams)) in record["configs"]
+            return runner.config_tag(dict(unit.hparams)) in record["configs"]
         return "grid" in record and record.get("best") is not None
     if unit.kind == "cache":
         try:
