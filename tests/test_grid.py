@@ -7,7 +7,9 @@ unit once; a worker killed (SIGKILL) in the middle of a unit loses nothing, and 
 that unit alone."""
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import signal
 import subprocess
@@ -182,6 +184,38 @@ def test_ray_local_cluster_gives_the_serial_records(serial_store, tmp_path, monk
     grid.refresh(plan)
     assert set(plan.state.values()) == {"done"}
     _close(_records(serial_store), _records(store))
+
+
+def _called(key, call, needs=()):
+    """A called unit (the kind notebooks 05, 06 and 10 supply) whose call is a picklable stdlib one."""
+    return grid.Unit("finetune", key, grid.TaskRef("smollm2-135m-instruct", "e2e"), load_profile("smoke"),
+                     needs=needs, call=call)
+
+
+def _failing_plan() -> grid.Plan:
+    units = [_called("fails", functools.partial(operator.truediv, 1, 0)),
+             _called("needs-it", functools.partial(int, "1"), ("fails",)),
+             _called("after-it", functools.partial(int, "1"), ("needs-it",)),
+             _called("alone", functools.partial(int, "1"))]
+    return grid.Plan(units, state={u.key: "ready" for u in units})
+
+
+def _check_failures(results):
+    errors = {r["key"]: r["error"] for r in grid.failures(results)}
+    assert errors == {"fails": "ZeroDivisionError: division by zero",
+                      "needs-it": "not run: it needs fails, which failed",
+                      "after-it": "not run: it needs needs-it, which failed"}
+    assert [r["key"] for r in results if "error" not in r] == ["alone"]  # the others went on
+
+
+def test_a_failed_unit_stops_only_the_units_that_need_it(capsys):
+    _check_failures(grid.run_local(_failing_plan(), progress=False))
+    assert "ZeroDivisionError" in capsys.readouterr().err  # its traceback, for the log
+
+
+def test_a_failed_unit_on_ray_stops_only_the_units_that_need_it():
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'plugin-repro[ray]')")
+    _check_failures(grid.run_ray(_failing_plan(), num_cpus=1, num_gpus=0, progress=False))
 
 
 def _slurm_reason() -> str | None:

@@ -6,12 +6,12 @@ job lists; the plan (``plan``) gives their state, GPU memory and time, and the w
 GPUs; the executors (``executors``) compute the pending ones. The notebooks then find every
 record current and only aggregate. docs/scale.md.
 """
-from .executors import EXECUTORS, MissingEngine, SlurmOptions, run_local, run_ray, run_slurm
+from .executors import EXECUTORS, MissingEngine, SlurmOptions, failures, run_local, run_ray, run_slurm
 from .plan import Plan, make_plan, refresh, topological, with_needs
 from .units import (BasePool, TaskRef, Unit, execute, finetune_unit, finetuned_ref, folder_key, is_done, merge,
                     planning_task,
                     table_units, task_units, worker_task)
 
-__all__ = ["EXECUTORS", "BasePool", "MissingEngine", "Plan", "SlurmOptions", "TaskRef", "Unit", "execute", "is_done",
+__all__ = ["EXECUTORS", "BasePool", "MissingEngine", "Plan", "SlurmOptions", "TaskRef", "Unit", "execute", "failures", "is_done",
            "finetune_unit", "finetuned_ref", "folder_key", "make_plan", "merge", "planning_task", "refresh", "run_local", "run_ray",
            "run_slurm", "table_units", "task_units", "topological", "with_needs", "worker_task"]

@@ -159,15 +159,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     print(f"[grid] {len(plan.pending())} of {len(plan.units)} units to compute with the {args.executor} executor.",
           file=sys.stderr)
+    results: list[dict] = []
     try:
         if args.executor == "local":
-            executors.run_local(plan)
+            results = executors.run_local(plan)
         elif args.executor == "ray":
-            executors.run_ray(plan, address=args.address, gpu_memory_gb=args.gpu_memory_gb, num_gpus=args.num_gpus,
+            results = executors.run_ray(plan, address=args.address, gpu_memory_gb=args.gpu_memory_gb, num_gpus=args.num_gpus,
                               num_cpus=args.num_cpus)
         else:
             folder = args.slurm_folder or config.results_dir(profile) / "logs" / "slurm"
-            executors.run_slurm(plan, executors.SlurmOptions(
+            results = executors.run_slurm(plan, executors.SlurmOptions(
                 folder=folder.resolve(), partition=args.partition, account=args.account, time_min=args.time_min,
                 gpus_per_job=args.gpus_per_job, cpus_per_job=args.cpus_per_job, mem_gb=args.mem_gb,
                 units_per_job=args.units_per_job))
@@ -178,6 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     left = plan.pending()
     print(f"[grid] {len(plan.units) - len(left)} of {len(plan.units)} units done "
           f"({time.perf_counter() - started:.0f} s).", file=sys.stderr)
+    for failure in executors.failures(results):
+        print(f"[grid] failed: {failure['key']}: {failure['error']}", file=sys.stderr)
+    if left:
+        print("[grid] the finished units are stored: mend the failures above and run again to resume.", file=sys.stderr)
     return 0 if not left else 1
 
 

@@ -3,7 +3,8 @@
 All three call ``units.execute`` on each pending unit after the units it needs, and every unit
 is a record in the run store, written atomically under its lock (``harness.runner``,
 ``utils.locks``): a unit that two executors reach at once is computed by one of them, and a
-unit interrupted midway is redone by the next run. Ray and submitit are optional
+unit interrupted midway is redone by the next run. Locally and on Ray a unit that fails does not
+stop the others: it and the units that need it come back with an ``error`` (:func:`failures`). Ray and submitit are optional
 (``pip install 'plugin-repro[ray]'`` / ``'plugin-repro[slurm]'``).
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,10 +51,46 @@ def forwarded_env() -> dict[str, str]:
 # ---------------------------------------------------------------- local
 
 
+def _failed(key: str, error: BaseException | str) -> dict:
+    if isinstance(error, BaseException):
+        lines = str(error).strip().splitlines()  # Ray's text ends with the worker's exception
+        error = lines[-1] if lines and type(error).__module__.startswith("ray") else f"{type(error).__name__}: {error}"
+    return {"key": key, "error": error}
+
+
+def _mark_unrun(results: list[dict], units: Sequence[Unit]) -> list[dict]:
+    """A unit whose error comes from a unit it needs is marked as not run, naming that unit."""
+    needs = {u.key: u.needs for u in units}
+    failed = {r["key"] for r in results if "error" in r}
+    for result in results:
+        lost = [k for k in needs.get(result["key"], ()) if k in failed]
+        if "error" in result and lost:
+            result["error"] = f"not run: it needs {lost[0]}, which failed"
+    return results
+
+
+def failures(results: Sequence[dict]) -> list[dict]:
+    """The results of units that failed or were not run, each with its ``error``."""
+    return [r for r in results if "error" in r]
+
+
 def run_local(plan: Plan, *, progress: bool = True) -> list[dict]:
-    """Every pending unit in this process, in dependency order."""
-    pending = plan.pending()
-    return [execute(unit) for unit in tqdm(pending, desc="grid (local)", disable=not progress)]
+    """Every pending unit in this process, in dependency order. A unit that fails prints its
+    traceback and the others go on, except those that need it."""
+    results: list[dict] = []
+    failed: set[str] = set()
+    for unit in tqdm(plan.pending(), desc="grid (local)", disable=not progress):
+        if any(k in failed for k in unit.needs):
+            failed.add(unit.key)
+            results.append(_failed(unit.key, "not run"))
+            continue
+        try:
+            results.append(execute(unit))
+        except Exception as err:  # noqa: BLE001 - reported with the unit's key; the rest go on
+            traceback.print_exc()
+            failed.add(unit.key)
+            results.append(_failed(unit.key, err))
+    return _mark_unrun(results, plan.units)
 
 
 # ---------------------------------------------------------------- ray
@@ -93,13 +131,18 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
             needs = [refs[k] for k in unit.needs if k in refs]
             share = gpu_share(plan.gpu_bytes.get(unit.key, 0), gpu_bytes) if has_gpus else 0
             refs[unit.key] = task.options(num_gpus=share, num_cpus=1, name=unit.key).remote(unit, *needs)
+        keys = {ref: key for key, ref in refs.items()}
         results, remaining = [], list(refs.values())
         with tqdm(total=len(remaining), desc="grid (ray)", disable=not progress) as bar:
             while remaining:
                 done, remaining = ray.wait(remaining, num_returns=1)
-                results += ray.get(done)
+                for ref in done:
+                    try:
+                        results.append(ray.get(ref))
+                    except ray.exceptions.RayError as err:  # the unit's, or one it needs
+                        results.append(_failed(keys[ref], err))
                 bar.update(len(done))
-        return results
+        return _mark_unrun(results, plan.units)
     finally:
         if started_here:
             ray.shutdown()
