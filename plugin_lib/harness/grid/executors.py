@@ -135,7 +135,8 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
         results, remaining = [], list(refs.values())
         with tqdm(total=len(remaining), desc="grid (ray)", disable=not progress) as bar:
             while remaining:
-                done, remaining = ray.wait(remaining, num_returns=1)
+                # with a timeout, so that Ctrl-C (SIGINT) reaches this loop instead of waiting on a unit
+                done, remaining = ray.wait(remaining, num_returns=1, timeout=2.0)
                 for ref in done:
                     try:
                         results.append(ray.get(ref))
