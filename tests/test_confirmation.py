@@ -147,3 +147,10 @@ def test_the_fresh_test_inputs_are_the_frozen_ones_and_were_never_decoded(datase
     seen = {" ".join(r.split()) for ex in train + hyper for r in ex.references}
     assert not any(" ".join(r.split()) in seen for ex in test for r in ex.references)
     assert stats._references(dataset, tuple(ids[:3])) == [list(ex.references) for ex in test[:3]]
+
+
+def test_test_inputs_other_than_the_frozen_ones_are_refused_before_any_run():
+    real_data.require("e2e")
+    confirmation.check_test_inputs("e2e", load_profile("confirm"))  # the frozen ones: no error
+    with pytest.raises(ValueError, match="differ from the frozen ones"):
+        confirmation.check_test_inputs("e2e", load_profile("local"))  # the exploratory inputs

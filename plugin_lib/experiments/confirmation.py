@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ import pandas as pd
 
 from .. import analysis, data
 from ..analysis import judge as shift_judge
-from ..harness import bdpl, finetune, runner
+from ..harness import bdpl, finetune, methods, runner
 from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
 from ..report import freeze
 from ..report import preregistered as pre
@@ -42,6 +43,17 @@ class Missing(LookupError):
 @functools.lru_cache(maxsize=1)
 def frozen_inputs() -> dict:
     return json.loads(FROZEN_INPUTS.read_text(encoding="utf-8"))["datasets"]
+
+
+def check_test_inputs(dataset: str, profile: Profile) -> None:
+    """Refuse, before anything runs, a machine whose ``dataset`` gives ``profile`` other test
+    inputs than the frozen ones (ids, sources and references, by their SHA-256)."""
+    test = methods.task_splits(dataset, profile)[2]
+    payload = json.dumps([[e.id, e.source, list(e.references)] for e in test], ensure_ascii=False)
+    if hashlib.sha256(payload.encode()).hexdigest() != frozen_inputs()[dataset]["sha256"]:
+        raise ValueError(f"{dataset}: the test inputs of profile {profile.name!r} differ from the frozen ones "
+                         f"({FROZEN_INPUTS}); check the data: python -m plugin_lib.data.check --profile "
+                         f"{profile.name}.")
 
 
 @functools.lru_cache(maxsize=8)

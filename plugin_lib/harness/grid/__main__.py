@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ... import data
-from ...experiments import ablations, shift, table5, table8, topk
+from ...experiments import ablations, confirmation, shift, table5, table8, topk
 from .. import preflight
 from .. import profile as config
 from ..profile import Profile
@@ -155,6 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_csv(plan, args.csv)
         return 0
 
+    if profile.name == confirmation.PROFILE:  # the preregistered runs decode the frozen test inputs, or none
+        try:
+            for dataset in sorted({u.task.dataset for u in units}):
+                confirmation.check_test_inputs(dataset, profile)
+        except ValueError as err:
+            parser.error(str(err))
     plan = planning.make_plan(units, measure=False)
     started = time.perf_counter()
     print(f"[grid] {len(plan.pending())} of {len(plan.units)} units to compute with the {args.executor} executor.",
