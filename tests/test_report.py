@@ -177,3 +177,28 @@ def test_counts_of_seeds_are_pluralised():
     slopes = pd.DataFrame([{"metric": "excess_loss", "fit_from_tokens": 3000, "fit_to_tokens": 100000,
                             "slope": -0.98, "ci95_low": -1.01, "ci95_high": -0.94}])
     assert theorem1.rate_claim(slopes, 3000, 1)["statistic"]["summary"].endswith("; 1 seed)")
+
+
+def test_confirmatory_verdicts_lead_the_readme_with_the_exploratory_ones_beside_them(tmp_path, monkeypatch):
+    from plugin_lib.report import preregistered
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    _claim(key="main_e2e")
+    _claim(key="complexity_e2e_1", verdict="not reproduced")
+    assert "| the paper's claim | statistic | verdict |" in "\n".join(document.readme_block("local"))  # none yet
+    judged = next(c for c in preregistered.CLAIMS if c.key == "main_e2e")
+    claims.record_claim("confirm", "main_e2e", judged.claim, "", "BLEU +0.02", "direction only",
+                        rule=preregistered.rule_text(judged), statistic=STATISTIC, preregistered=True)
+    block = "\n".join(document.readme_block("local"))
+    assert "| the paper's claim | confirmatory statistic | confirmatory | exploratory |" in block
+    assert f"| {judged.claim} | {STATISTIC['summary']} | **direction only** | reproduced |" in block
+    waiting = next(c for c in preregistered.CLAIMS if c.key == "complexity_e2e_1")
+    assert f"| {waiting.claim} |  | *waiting for its runs* | not reproduced |" in block
+    paper = sum(c.scope == "paper" for c in preregistered.CLAIMS)
+    assert (f"The paper's claims, confirmatory (1; {paper - 1} waiting): 0 reproduced, 1 direction only, "
+            "0 not reproduced, 0 not measurable at this scale. Exploratory (2): 1 reproduced") in block
+    beyond = sum(c.scope == "beyond" for c in preregistered.CLAIMS)  # tallied, listed in REPORT.md only
+    assert f"Checks beyond the paper, confirmatory (0; {beyond} waiting): 0 reproduced" in block
+    assert "[`results/confirm/REPORT.md`](results/confirm/REPORT.md)" in block
+    report = document.write_report("confirm").read_text()
+    assert document.PREREGISTERED_LEGEND in report and document.VERDICT_LEGEND not in report

@@ -15,6 +15,7 @@ from ..harness import models
 from ..harness import profile as config
 from ..utils.io import atomic_write_text, read_json
 from ..harness.profile import Profile
+from . import freeze, preregistered
 from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims
 
 # Notebook stem prefix -> the paper item it reproduces and the result files it writes.
@@ -108,8 +109,6 @@ EXPLORATORY = (
 )
 def preregistered_note(prof: Profile) -> str:
     """What makes a preregistered profile's verdicts confirmatory, with the freezing commit."""
-    from . import freeze
-
     return (f"**Preregistered.** Every verdict below follows a rule of `plugin_lib/report/preregistered.py`, frozen in "
             f"git with this profile's settings and its fresh test inputs ({prof.rows.test} per dataset, never decoded "
             f"by the local profile) in commit `{(freeze.FROZEN_AT or 'not yet frozen')[:10]}`, before any of these "
@@ -123,6 +122,18 @@ VERDICT_LEGEND = (
     "or a confidence interval over seeds that excludes no effect); **direction only**: the paper's direction, "
     "not significant at this scale; **not reproduced**: not the paper's direction; **not measurable at this "
     "scale**: the experiment's premise does not hold here. \"Most\" means more than half."
+)
+
+
+PREREGISTERED_LEGEND = (
+    "Each verdict follows its claim's rule, frozen in `plugin_lib/report/preregistered.py` before these numbers "
+    "existed (printed with its statistic under *Rules and statistics*; in brief in "
+    "[docs/preregistration.md](../../docs/preregistration.md)). Paired comparisons use a two-level bootstrap "
+    "(seeds, then inputs) and Holm's adjustment over BLEU, ROUGE-1, ROUGE-2 and NIST. **reproduced**: the paper's "
+    "direction on most of the seven metrics and significant on most of the four, or, for a null claim, "
+    "equivalence (or non-superiority) within margins fixed in advance; **direction only**: the paper's direction, "
+    "not shown at this scale; **not reproduced**: neither; **not measurable at this scale**: a premise the claim "
+    "rests on failed."
 )
 
 
@@ -184,12 +195,12 @@ def tally(claims: list[dict]) -> str:
                    if stale else "")
 
 
-def claims_table(claims: list[dict]) -> list[str]:
+def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
     """REPORT.md's verdicts: per scope a table (claim, paper, ours, statistic, verdict) and its
     tally, then every claim's rule and full statistic."""
     if not claims:
         return ["No claim has been checked in this profile yet.", ""]
-    lines = [VERDICT_LEGEND, ""]
+    lines = [legend, ""]
     for scope in SCOPES:
         chosen = [c for c in claims if scope_of(c) == scope]
         lines += [f"### {SCOPE_TITLES[scope]}", ""]
@@ -241,7 +252,7 @@ def write_report(profile: Profile | str) -> Path:
         "",
         *([EXPLORATORY, ""] if prof.name == "local" else []),
         *([preregistered_note(prof), ""] if prof.test_inputs is not None else []),
-        *claims_table(load_claims(prof)),
+        *claims_table(load_claims(prof), PREREGISTERED_LEGEND if prof.test_inputs is not None else VERDICT_LEGEND),
     ]
     for prefix, title, stems in SECTIONS:
         lines += _section(root, prefix, title, stems)
@@ -252,12 +263,51 @@ def write_report(profile: Profile | str) -> Path:
     return atomic_write_text(root / "REPORT.md", "\n".join(lines) + "\n")
 
 
+def _scale(prof: Profile) -> str:
+    return (f"base: {', '.join(prof.base_models)}; seeds {list(prof.seeds)}; at most {prof.rows.validation} "
+            f"validation and {prof.rows.test} test inputs per dataset")
+
+
+def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, confirmed: list[dict]) -> list[str]:
+    """The README's results once the preregistered confirmation has verdicts: per claim of the
+    paper its confirmatory statistic and verdict (or that it waits for its runs), with the
+    exploratory verdict beside it; the tallies of both; links to both reports."""
+    frozen = (freeze.FROZEN_AT or "not yet frozen")[:7]
+    lines = [f"**Confirmatory**: `bash run_all.sh --profile {confirm.name}` on a 2-core CPU ({_scale(confirm)}, "
+             f"never decoded by `{local.name}`), judged by rules frozen in git in `{frozen}` before these numbers: "
+             f"[`results/{confirm.name}/REPORT.md`](results/{confirm.name}/REPORT.md). **Exploratory**: the "
+             f"`{local.name}` profile ({_scale(local)}), judged by rules written after its numbers: "
+             f"[`results/{local.name}/REPORT.md`](results/{local.name}/REPORT.md).", ""]
+    by_key = {c["key"]: c for c in confirmed}
+    before = {c["key"]: c for c in explored}
+    lines += ["| the paper's claim | confirmatory statistic | confirmatory | exploratory |", "| --- | --- | --- | --- |"]
+    for claim in (c for c in preregistered.CLAIMS if c.scope == "paper"):
+        found, old = by_key.get(claim.key), before.get(claim.key)
+        statistic, verdict = (statistic_summary(found), shown_verdict(found)) if found else ("", "*waiting for its runs*")
+        lines.append(f"| {claim.claim} | {statistic} | {verdict} | {old['verdict'] if old else '-'} |")
+    lines.append("")
+    for scope in SCOPES:
+        now = [c for c in confirmed if scope_of(c) == scope]
+        then = [c for c in explored if scope_of(c) == scope]
+        waiting = sum(c.scope == scope for c in preregistered.CLAIMS) - len(now)
+        lines += [f"{SCOPE_TITLES[scope]}, confirmatory ({len(now)}{f'; {waiting} waiting' if waiting else ''}): "
+                  f"{tally(now)}. Exploratory ({len(then)}): {tally(then)}.", ""]
+    return lines + ["Each claim's frozen rule and full statistic, and the checks beyond the paper, are in "
+                    f"`results/{confirm.name}/REPORT.md`; the exploratory ones in `results/{local.name}/REPORT.md`.", ""]
+
+
 def readme_block(profile: Profile | str) -> list[str]:
     """The README's results: the scale, one table of the paper's claims (short statistic and
     verdict), the tally of each scope, and a link to REPORT.md, where every rule, statistic,
-    table and figure is."""
+    table and figure is. Once the preregistered confirmation has verdicts in this checkout's
+    results, they lead and the local profile's sit beside them (:func:`confirmed_block`)."""
     prof = config.load_profile(profile)
     claims = load_claims(prof)
+    if prof.name == "local":
+        confirm = config.load_profile(freeze.FROZEN_PROFILE)
+        confirmed = load_claims(confirm)
+        if confirmed:
+            return confirmed_block(prof, claims, confirm, confirmed)
     lines = [
         f"Produced by `bash run_all.sh --profile {prof.name}` on a 2-core CPU (base: "
         f"{', '.join(prof.base_models)}; seeds {list(prof.seeds)}; at most {prof.rows.validation} "
