@@ -142,7 +142,8 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
                         results.append(ray.get(ref))
                     except ray.exceptions.RayError as err:  # the unit's, or one it needs
                         results.append(_failed(keys[ref], err))
-                bar.update(len(done))
+                if done:
+                    bar.update(len(done))
         return _mark_unrun(results, plan.units)
     finally:
         if started_here:
