@@ -4,8 +4,8 @@ All three call ``units.execute`` on each pending unit after the units it needs, 
 is a record in the run store, written atomically under its lock (``harness.runner``,
 ``utils.locks``): a unit that two executors reach at once is computed by one of them, and a
 unit interrupted midway is redone by the next run. Locally and on Ray a unit that fails does not
-stop the others: it and the units that need it come back with an ``error`` (:func:`failures`). Ray and submitit are optional
-(``pip install 'plugin-repro[ray]'`` / ``'plugin-repro[slurm]'``).
+stop the others: it and the units that need it come back with an ``error`` (:func:`failures`).
+Ray and submitit are optional (``pip install 'plugin-repro[ray]'`` / ``'plugin-repro[slurm]'``).
 """
 from __future__ import annotations
 
