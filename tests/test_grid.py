@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin_lib.harness import grid, runner
+from plugin_lib.harness import grid, preflight, runner
 from plugin_lib.harness.grid import executors, plan as planning
 from plugin_lib.harness.grid.__main__ import SOURCES, notebook_units
 from plugin_lib.harness.profile import load_profile
@@ -147,6 +147,30 @@ def test_slurm_stages_follow_the_dependencies_and_batches_keep_one_base():
     other = grid.Unit("run", "e", grid.TaskRef("gpt2-medium", "e2e"), load_profile("smoke"))
     assert [[u.key for u in b] for b in executors.batches(units[:2] + [other], 1)] == [["a"], ["b"], ["e"]]
     assert [[u.key for u in b] for b in executors.batches(units[:2] + [other], 8)] == [["a", "b"], ["e"]]
+
+
+def test_stored_selections_calibrate_a_likely_estimate_below_the_upper_bound(tmp_path, monkeypatch):
+    from plugin_lib.harness.profile import results_dir
+
+    _store(tmp_path, monkeypatch)
+    profile = load_profile("confirm")  # a coordinate search of up to 4 x 3 x 3 configurations of 40 epochs
+    assert planning.calibration(profile) is None  # nothing stored yet
+    folder = results_dir(profile) / "runs" / "e2e" / "smollm2-135m-instruct"
+    folder.mkdir(parents=True)
+    for name, epochs in (("Plugin", [6, 10]), ("NewModel", [8, 8, 14]), ("TempNet", [40, 10, 6, 6])):
+        configs = {f"lr={i}": {"epochs_run": e, "val_loss": 1.0} for i, e in enumerate(epochs)}
+        (folder / f"{name}-selection.json").write_text(json.dumps({"configs": configs}))
+    calibrated = planning.calibration(profile)
+    assert calibrated == planning.Calibration(epochs=108 / 9, configs=3.0, selections=3)
+    counts = preflight.TaskCounts(train_pairs=600, hyper_pairs=120, target_tokens=0, pair_tokens=90.0,
+                                  test_inputs=200, prompt_tokens=60.0)
+    ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
+    selection = grid.Unit("selection", "s", ref, profile, method="Plugin")
+    at_most = planning._work(selection, counts)["pair_epochs"]
+    assert at_most == preflight.grid_size(profile, "Plugin") * 40 * 720  # every configuration, every epoch
+    assert planning._work(selection, counts, calibrated)["pair_epochs"] == pytest.approx(3.0 * 108 / 9 * 720)
+    seed_run = grid.Unit("run", "r", ref, profile, method="Plugin", seed=1)
+    assert planning._work(seed_run, counts, calibrated)["pair_epochs"] == pytest.approx(108 / 9 * 720)
 
 
 def test_a_missing_engine_says_what_to_install(monkeypatch):

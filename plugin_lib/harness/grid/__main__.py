@@ -90,16 +90,24 @@ def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, sh
             print(f"{unit.key}  {unit.kind}  {plan.state.get(unit.key, '?')}  {needs}  "
                   f"{plan.gpu_bytes.get(unit.key, 0) / GIB:.1f}  {_hours(plan.seconds.get(unit.key, 0.0))}  "
                   f"{' '.join(nb[:2] for nb in unit.notebooks)}", file=out)
-    print("\nkind  units  done  ready  waiting  hours<= (pending)", file=out)
-    for kind, n, done, ready, waiting, hours in planning.kind_summary(plan):
-        print(f"{kind}  {n}  {done}  {ready}  {waiting}  {hours:,.2f}", file=out)
+    likely = bool(plan.likely)
+    print("\nkind  units  done  ready  waiting  hours<= (pending)" + ("  likely hours" if likely else ""), file=out)
+    for kind, n, done, ready, waiting, hours, likely_hours in planning.kind_summary(plan):
+        print(f"{kind}  {n}  {done}  {ready}  {waiting}  {hours:,.2f}"
+              + (f"  {likely_hours:,.2f}" if likely else ""), file=out)
     total = sum(plan.seconds.get(u.key, 0.0) for u in plan.pending())
     critical, chain = plan.critical_path()
     print(f"\nPending: {len(plan.pending())} units, {_hours(total)} device-hours at most; critical path "
           f"{_hours(critical)} h over {len(chain)} units.", file=out)
-    walls = {n: plan.wall_seconds(n) for n in (1, 8, 32)}
-    print("Wall time, one unit per GPU at a time: "
-          + "; ".join(f"{n} GPU{'s' if n > 1 else ''} {_hours(s)} h" for n, s in walls.items()) + ".", file=out)
+
+    def walls(seconds=None) -> str:
+        return "; ".join(f"{n} GPU{'s' if n > 1 else ''} {_hours(plan.wall_seconds(n, seconds))} h" for n in (1, 8, 32))
+
+    print(f"Wall time, one unit per GPU at a time: {walls()}.", file=out)
+    if likely:
+        pending_likely = sum(plan.likely.get(u.key, 0.0) for u in plan.pending())
+        print(f"Likely: {_hours(pending_likely)} device-hours; wall time {walls(plan.likely)} (at the "
+              f"{plan.calibrated}; BDPL's searches at every configuration).", file=out)
 
 
 def write_csv(plan: planning.Plan, path: Path) -> None:

@@ -5,7 +5,9 @@ at the profile's settings, and its work (forward tokens, training pair-epochs, d
 at rates measured on this machine (``preflight.measure_rates``), or, for a GPU profile on a
 machine without a GPU, the H100 rates of an earlier probe of the paper's shapes, which time
 cache building and training only (decoding is then counted as zero, and the plan says so).
-Training counts every epoch (an upper bound: training stops early).
+Training counts every epoch (an upper bound: training stops early). Once a profile has stored
+selections, a second, likely estimate counts the epochs its trainings ran on average and the
+configurations its searches tried (:func:`calibration`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import torch
 from .. import methods, models, preflight, runner
 from .. import profile as config
 from ..profile import Profile
+from ...utils.io import read_json
 from .units import KINDS, Unit, is_done
 
 GIB = 2**30
@@ -31,13 +34,17 @@ class Plan:
     """Units in dependency order with their state and estimates.
 
     ``state``: done (record current), ready (every unit it needs is done) or waiting.
-    ``seconds`` and ``gpu_bytes``: per unit; ``timed``: what the seconds cover."""
+    ``seconds`` (upper bounds) and ``gpu_bytes``: per unit; ``timed``: what the seconds cover;
+    ``likely``: per unit, the seconds at the epochs and configurations the profile's stored
+    selections took (empty without them); ``calibrated``: from what."""
 
     units: list[Unit]
     state: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     gpu_bytes: dict[str, int] = field(default_factory=dict)
     timed: str = ""
+    likely: dict[str, float] = field(default_factory=dict)
+    calibrated: str = ""
 
     def pending(self) -> list[Unit]:
         return [u for u in self.units if self.state.get(u.key) != "done"]
@@ -54,10 +61,12 @@ class Plan:
             longest[unit.key] = (before[0] + self.seconds.get(unit.key, 0.0), before[1] + [unit.key])
         return max(longest.values(), default=(0.0, []), key=lambda t: t[0])
 
-    def wall_seconds(self, gpus: int) -> float:
+    def wall_seconds(self, gpus: int, seconds: dict[str, float] | None = None) -> float:
         """Wall time of the pending units on ``gpus`` GPUs, one unit per GPU at a time, ready units
-        started longest-chain first. (Ray may also pack small units onto one GPU by memory,
-        ``gpu_share``; that helps only where a unit leaves the GPU idle, so it is not counted.)"""
+        started longest-chain first, at ``seconds`` per unit (default: the upper bounds). (Ray may
+        also pack small units onto one GPU by memory, ``gpu_share``; that helps only where a unit
+        leaves the GPU idle, so it is not counted.)"""
+        seconds = self.seconds if seconds is None else seconds
         pending = {u.key: u for u in self.pending()}
         if not pending:
             return 0.0
@@ -69,7 +78,7 @@ class Plan:
         rest: dict[str, float] = {}  # the longest chain from each unit to the end
         for unit in reversed(self.units):
             if unit.key in pending:
-                rest[unit.key] = self.seconds.get(unit.key, 0.0) + max((rest[d] for d in dependents[unit.key]),
+                rest[unit.key] = seconds.get(unit.key, 0.0) + max((rest[d] for d in dependents[unit.key]),
                                                                       default=0.0)
         waiting = {k: sum(n in pending for n in u.needs) for k, u in pending.items()}
         ready = [(-rest[k], k) for k, n in waiting.items() if n == 0]
@@ -79,7 +88,7 @@ class Plan:
         while ready or running:
             while ready and len(running) < gpus:
                 _, key = heapq.heappop(ready)
-                heapq.heappush(running, (now + self.seconds.get(key, 0.0), key))
+                heapq.heappush(running, (now + seconds.get(key, 0.0), key))
             now, key = heapq.heappop(running)
             for dep in dependents[key]:
                 waiting[dep] -= 1
@@ -147,6 +156,30 @@ def refresh(plan: Plan) -> Plan:
     return plan
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """How a profile's trainings went so far: the mean epochs a configuration ran and the mean
+    configurations a selection tried, over ``selections`` stored selection records."""
+
+    epochs: float
+    configs: float
+    selections: int
+
+
+CALIBRATE_FROM = 3  # stored selections, at least
+
+
+def calibration(profile: Profile) -> Calibration | None:
+    """From the profile's stored selection records (CALIBRATE_FROM at least), else None."""
+    tried = [list(read_json(path).get("configs", {}).values())
+             for path in sorted((config.results_dir(profile) / "runs").glob("**/*-selection.json"))]
+    tried = [configs for configs in tried if configs]
+    epochs = [c["epochs_run"] for configs in tried for c in configs if "epochs_run" in c]
+    if len(tried) < CALIBRATE_FROM or not epochs:
+        return None
+    return Calibration(sum(epochs) / len(epochs), sum(map(len, tried)) / len(tried), len(tried))
+
+
 def make_plan(units: Sequence[Unit], *, measure: bool = True, with_state: bool = True) -> Plan:
     """The plan of ``units``: dependency order, state (``with_state``) and estimates."""
     plan = Plan(topological(units))
@@ -160,6 +193,7 @@ def _estimate(plan: Plan, measure: bool) -> None:
     profiles = {u.profile for u in plan.units}
     has_gpu = torch.cuda.is_available()
     rates: dict[tuple[str, str], preflight.Rates | None] = {}
+    calibrations = {p.name: calibration(p) for p in profiles} if measure else {}
     probed = False
     for unit in plan.units:
         profile = unit.profile
@@ -173,7 +207,13 @@ def _estimate(plan: Plan, measure: bool) -> None:
             probed |= rates[key] is not None and rates[key].measured_with.startswith("probe")
         r = rates[key]
         plan.seconds[unit.key] = r.seconds(_work(unit, counts)) if r is not None else 0.0
+        if r is not None and calibrations.get(profile.name):
+            plan.likely[unit.key] = r.seconds(_work(unit, counts, calibrations[profile.name]))
     names = ", ".join(sorted(p.name for p in profiles))
+    plan.calibrated = "; ".join(
+        f"{name}: {c.epochs:.1f} epochs a training (of {next(p for p in profiles if p.name == name).training.max_epochs})"
+        f" and {c.configs:.1f} configurations a selection, over {c.selections} stored selections"
+        for name, c in sorted(calibrations.items()) if c)
     if not measure:
         plan.timed = "not timed (--no-measure)"
     elif probed:
@@ -214,25 +254,32 @@ def _gpu_bytes(unit: Unit, model: str, profile: Profile, gpu: bool) -> int:
     return peak
 
 
-def _work(unit: Unit, counts: preflight.TaskCounts) -> dict:
+def _work(unit: Unit, counts: preflight.TaskCounts, likely: Calibration | None = None) -> dict:
+    """The unit's work at most, or with ``likely`` at the calibrated epochs and configurations
+    (a fine-tuned base's or BDPL's work is its notebook's estimate; ``likely`` scales its
+    trainings to the calibrated epochs only)."""
     profile = unit.profile
-    training = profile.training.max_epochs * counts.pairs  # pair-epochs of one training, at most
+    epochs = likely.epochs if likely else profile.training.max_epochs
+    training = epochs * counts.pairs  # pair-epochs of one training
     trained = unit.method in methods.TRAINED_METHODS + methods.EXTRA_METHODS
+    if unit.kind in ("finetune", "bdpl"):
+        share = epochs / profile.training.max_epochs
+        return {k: v * share if k in ("pair_epochs", "lora_tokens") else v for k, v in unit.work}
 
     def train(times: float) -> dict:
         if unit.method == "LoRA":
             return {"lora_tokens": times * training * counts.pair_tokens}
         return {"pair_epochs": times * training}
 
-    if unit.kind in ("finetune", "bdpl"):
-        return dict(unit.work)
     if unit.kind == "cache":
         return {"forward_tokens": counts.pairs * counts.pair_tokens}
     if unit.kind == "config":
         return train(1)
-    if unit.kind == "selection":  # the edges it may push past the grid, at most
-        extra = preflight.grid_size(profile, unit.method) - len(runner.hparam_grid(profile, unit.method))
-        return train(extra if profile.grid.search == "grid" else preflight.grid_size(profile, unit.method))
+    if unit.kind == "selection":  # the configurations it may try beyond the grid's config units
+        most = preflight.grid_size(profile, unit.method)
+        tried = min(most, likely.configs) if likely else most
+        return train(max(0.0, tried - len(runner.hparam_grid(profile, unit.method)))
+                     if profile.grid.search == "grid" else tried)
     work: dict = {}
     if trained and (unit.seed != profile.seeds[0] or unit.narrow):
         work.update(train(1))
@@ -243,12 +290,16 @@ def _work(unit: Unit, counts: preflight.TaskCounts) -> dict:
 
 
 def kind_summary(plan: Plan) -> list[tuple]:
-    """Per kind: units, done, ready, waiting, hours (pending units)."""
+    """Per kind: units, done, ready, waiting, hours at most and likely hours (pending units; the
+    likely ones None without a calibration)."""
     rows = []
     for kind in KINDS:
         units = [u for u in plan.units if u.kind == kind]
         if units:
             states = [plan.state.get(u.key, "?") for u in units]
-            hours = sum(plan.seconds.get(u.key, 0.0) for u in units if plan.state.get(u.key) != "done") / 3600
-            rows.append((kind, len(units), states.count("done"), states.count("ready"), states.count("waiting"), hours))
+            pending = [u.key for u in units if plan.state.get(u.key) != "done"]
+            hours = sum(plan.seconds.get(k, 0.0) for k in pending) / 3600
+            likely = sum(plan.likely.get(k, 0.0) for k in pending) / 3600 if plan.likely else None
+            rows.append((kind, len(units), states.count("done"), states.count("ready"), states.count("waiting"), hours,
+                         likely))
     return rows
