@@ -242,6 +242,49 @@ def test_a_failed_unit_on_ray_stops_only_the_units_that_need_it():
     _check_failures(grid.run_ray(_failing_plan(), num_cpus=1, num_gpus=0, progress=False))
 
 
+def _processes_named(title: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and title in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_sigterm_stops_a_ray_grid_and_its_workers():
+    """kill (or Slurm's scancel) on the driver: the local cluster is shut down, its running unit
+    with it, instead of computing on without a driver."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'plugin-repro[ray]')")
+    title = f"ray::sigterm-unit-{os.getpid()}"
+    script = (
+        "import functools, time\n"
+        "from plugin_lib.harness import grid\n"
+        "from plugin_lib.harness.grid import executors\n"
+        "from plugin_lib.harness.profile import load_profile\n"
+        f"unit = grid.Unit('finetune', {title[5:]!r}, grid.TaskRef('smollm2-135m-instruct', 'e2e'), "
+        "load_profile('smoke'), call=functools.partial(time.sleep, 300))\n"
+        "with executors.exit_on_sigterm():\n"
+        f"    grid.run_ray(grid.Plan([unit], state={{{title[5:]!r}: 'ready'}}), num_cpus=1, num_gpus=0, progress=False)\n")
+    driver = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, start_new_session=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.time() + 120
+        while not _processes_named(title):  # the unit runs on a worker
+            assert driver.poll() is None and time.time() < deadline, "the unit never started"
+            time.sleep(1)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=60) > 0  # it exited (cleaning up), not killed by a signal (Ray's abort: -6)
+        deadline = time.time() + 30
+        while _processes_named(title) and time.time() < deadline:
+            time.sleep(1)
+        assert not _processes_named(title), "the worker outlived its driver"
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+
+
 def _slurm_reason() -> str | None:
     if subprocess.run(["bash", str(ROOT / "scripts" / "slurm_local.sh"), "status"], capture_output=True).returncode:
         return ("no Slurm cluster answers here: start one with `sudo bash scripts/slurm_local.sh start` "

@@ -174,21 +174,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"[grid] {len(plan.pending())} of {len(plan.units)} units to compute with the {args.executor} executor.",
           file=sys.stderr)
     results: list[dict] = []
-    try:
-        if args.executor == "local":
-            results = executors.run_local(plan)
-        elif args.executor == "ray":
-            results = executors.run_ray(plan, address=args.address, gpu_memory_gb=args.gpu_memory_gb, num_gpus=args.num_gpus,
-                              num_cpus=args.num_cpus)
-        else:
-            folder = args.slurm_folder or config.results_dir(profile) / "logs" / "slurm"
-            results = executors.run_slurm(plan, executors.SlurmOptions(
-                folder=folder.resolve(), partition=args.partition, account=args.account, time_min=args.time_min,
-                gpus_per_job=args.gpus_per_job, cpus_per_job=args.cpus_per_job, mem_gb=args.mem_gb,
-                units_per_job=args.units_per_job))
-    except executors.MissingEngine as err:
-        print(f"python -m plugin_lib.harness.grid: {err}", file=sys.stderr)
-        return 2
+    with executors.exit_on_sigterm():  # kill or scancel: the executor still cleans up (Ray's local cluster)
+        try:
+            if args.executor == "local":
+                results = executors.run_local(plan)
+            elif args.executor == "ray":
+                results = executors.run_ray(plan, address=args.address, gpu_memory_gb=args.gpu_memory_gb,
+                                            num_gpus=args.num_gpus, num_cpus=args.num_cpus)
+            else:
+                folder = args.slurm_folder or config.results_dir(profile) / "logs" / "slurm"
+                results = executors.run_slurm(plan, executors.SlurmOptions(
+                    folder=folder.resolve(), partition=args.partition, account=args.account, time_min=args.time_min,
+                    gpus_per_job=args.gpus_per_job, cpus_per_job=args.cpus_per_job, mem_gb=args.mem_gb,
+                    units_per_job=args.units_per_job))
+        except executors.MissingEngine as err:
+            print(f"python -m plugin_lib.harness.grid: {err}", file=sys.stderr)
+            return 2
     planning.refresh(plan)
     left = plan.pending()
     print(f"[grid] {len(plan.units) - len(left)} of {len(plan.units)} units done "

@@ -9,8 +9,11 @@ Ray and submitit are optional (``pip install 'plugin-repro[ray]'`` / ``'plugin-r
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections import defaultdict
@@ -46,6 +49,26 @@ def forwarded_env() -> dict[str, str]:
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """Within it, SIGTERM (``kill``, Slurm's ``scancel``) raises SystemExit in the main thread,
+    as Ctrl-C raises KeyboardInterrupt, so an executor's cleanup runs: Ray's local cluster is
+    shut down, not left computing without its driver. (Ray's driver would otherwise abort on
+    SIGTERM; within ``ray.wait`` the exit status becomes 1.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ---------------------------------------------------------------- local
@@ -122,6 +145,8 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
         else:
             options.update({k: v for k, v in (("num_gpus", num_gpus), ("num_cpus", num_cpus)) if v is not None})
         ray.init(**options)
+    stack = contextlib.ExitStack()
+    stack.enter_context(exit_on_sigterm())  # after ray.init, whose own SIGTERM handler aborts the driver
     try:
         task = ray.remote(max_calls=0, max_retries=3)(_ray_execute)
         refs: dict[str, object] = {}
@@ -146,6 +171,7 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
                     bar.update(len(done))
         return _mark_unrun(results, plan.units)
     finally:
+        stack.close()
         if started_here:
             ray.shutdown()
 
