@@ -309,10 +309,8 @@ def readme_block(profile: Profile | str) -> list[str]:
         if confirmed:
             return confirmed_block(prof, claims, confirm, confirmed)
     lines = [
-        f"Produced by `bash run_all.sh --profile {prof.name}` on a 2-core CPU (base: "
-        f"{', '.join(prof.base_models)}; seeds {list(prof.seeds)}; at most {prof.rows.validation} "
-        f"validation and {prof.rows.test} test inputs per dataset). Every table, figure and wall "
-        f"time: [`results/{prof.name}/REPORT.md`](results/{prof.name}/REPORT.md).",
+        f"Produced by `bash run_all.sh --profile {prof.name}` on a 2-core CPU ({_scale(prof)}). Every table, "
+        f"figure and wall time: [`results/{prof.name}/REPORT.md`](results/{prof.name}/REPORT.md).",
         "",
     ]
     if not claims:

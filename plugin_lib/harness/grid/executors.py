@@ -81,14 +81,19 @@ def _failed(key: str, error: BaseException | str) -> dict:
     return {"key": key, "error": error}
 
 
+def _not_run(need: str) -> str:
+    return f"not run: it needs {need}, which failed"
+
+
 def _mark_unrun(results: list[dict], units: Sequence[Unit]) -> list[dict]:
-    """A unit whose error comes from a unit it needs is marked as not run, naming that unit."""
+    """A unit whose error comes from a unit it needs (Ray raises the need's error in it) is
+    marked as not run, naming that unit."""
     needs = {u.key: u.needs for u in units}
     failed = {r["key"] for r in results if "error" in r}
     for result in results:
         lost = [k for k in needs.get(result["key"], ()) if k in failed]
         if "error" in result and lost:
-            result["error"] = f"not run: it needs {lost[0]}, which failed"
+            result["error"] = _not_run(lost[0])
     return results
 
 
@@ -103,9 +108,10 @@ def run_local(plan: Plan, *, progress: bool = True) -> list[dict]:
     results: list[dict] = []
     failed: set[str] = set()
     for unit in tqdm(plan.pending(), desc="grid (local)", disable=not progress):
-        if any(k in failed for k in unit.needs):
+        lost = [k for k in unit.needs if k in failed]
+        if lost:
             failed.add(unit.key)
-            results.append(_failed(unit.key, "not run"))
+            results.append(_failed(unit.key, _not_run(lost[0])))
             continue
         try:
             results.append(execute(unit))
@@ -113,7 +119,7 @@ def run_local(plan: Plan, *, progress: bool = True) -> list[dict]:
             traceback.print_exc()
             failed.add(unit.key)
             results.append(_failed(unit.key, err))
-    return _mark_unrun(results, plan.units)
+    return results
 
 
 # ---------------------------------------------------------------- ray
@@ -145,33 +151,31 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
         else:
             options.update({k: v for k, v in (("num_gpus", num_gpus), ("num_cpus", num_cpus)) if v is not None})
         ray.init(**options)
-    stack = contextlib.ExitStack()
-    stack.enter_context(exit_on_sigterm())  # after ray.init, whose own SIGTERM handler aborts the driver
     try:
-        task = ray.remote(max_calls=0, max_retries=3)(_ray_execute)
-        refs: dict[str, object] = {}
-        gpu_bytes = int(gpu_memory_gb * 2**30)
-        has_gpus = ray.cluster_resources().get("GPU", 0) > 0
-        for unit in _by_base(plan.pending()):
-            needs = [refs[k] for k in unit.needs if k in refs]
-            share = gpu_share(plan.gpu_bytes.get(unit.key, 0), gpu_bytes) if has_gpus else 0
-            refs[unit.key] = task.options(num_gpus=share, num_cpus=1, name=unit.key).remote(unit, *needs)
-        keys = {ref: key for key, ref in refs.items()}
-        results, remaining = [], list(refs.values())
-        with tqdm(total=len(remaining), desc="grid (ray)", disable=not progress) as bar:
-            while remaining:
-                # with a timeout, so that Ctrl-C (SIGINT) reaches this loop instead of waiting on a unit
-                done, remaining = ray.wait(remaining, num_returns=1, timeout=2.0)
-                for ref in done:
-                    try:
-                        results.append(ray.get(ref))
-                    except ray.exceptions.RayError as err:  # the unit's, or one it needs
-                        results.append(_failed(keys[ref], err))
-                if done:
-                    bar.update(len(done))
-        return _mark_unrun(results, plan.units)
+        with exit_on_sigterm():  # after ray.init, whose own SIGTERM handler aborts the driver
+            task = ray.remote(max_calls=0, max_retries=3)(_ray_execute)
+            refs: dict[str, object] = {}
+            gpu_bytes = int(gpu_memory_gb * 2**30)
+            has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+            for unit in _by_base(plan.pending()):
+                needs = [refs[k] for k in unit.needs if k in refs]
+                share = gpu_share(plan.gpu_bytes.get(unit.key, 0), gpu_bytes) if has_gpus else 0
+                refs[unit.key] = task.options(num_gpus=share, num_cpus=1, name=unit.key).remote(unit, *needs)
+            keys = {ref: key for key, ref in refs.items()}
+            results, remaining = [], list(refs.values())
+            with tqdm(total=len(remaining), desc="grid (ray)", disable=not progress) as bar:
+                while remaining:
+                    # with a timeout, so that Ctrl-C (SIGINT) reaches this loop instead of waiting on a unit
+                    done, remaining = ray.wait(remaining, num_returns=1, timeout=2.0)
+                    for ref in done:
+                        try:
+                            results.append(ray.get(ref))
+                        except ray.exceptions.RayError as err:  # the unit's, or one it needs
+                            results.append(_failed(keys[ref], err))
+                    if done:
+                        bar.update(len(done))
+            return _mark_unrun(results, plan.units)
     finally:
-        stack.close()
         if started_here:
             ray.shutdown()
 

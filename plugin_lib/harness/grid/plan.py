@@ -211,9 +211,9 @@ def _estimate(plan: Plan, measure: bool) -> None:
             plan.likely[unit.key] = r.seconds(_work(unit, counts, calibrations[profile.name]))
     names = ", ".join(sorted(p.name for p in profiles))
     plan.calibrated = "; ".join(
-        f"{name}: {c.epochs:.1f} epochs a training (of {next(p for p in profiles if p.name == name).training.max_epochs})"
-        f" and {c.configs:.1f} configurations a selection, over {c.selections} stored selections"
-        for name, c in sorted(calibrations.items()) if c)
+        f"{p.name}: {c.epochs:.1f} epochs a training (of {p.training.max_epochs}) and {c.configs:.1f} "
+        f"configurations a selection, over {c.selections} stored selections"
+        for p in sorted(profiles, key=lambda p: p.name) if (c := calibrations.get(p.name)))
     if not measure:
         plan.timed = "not timed (--no-measure)"
     elif probed:
