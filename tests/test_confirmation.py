@@ -68,6 +68,21 @@ def test_a_partial_seed_set_waits(store):
     assert "seeds [0, 1] of [0, 1, 2]" in state.loc["complexity_e2e_0", "state"]
 
 
+def test_a_trained_method_with_only_its_first_seed_waits(store):
+    """One run is complete only for a deterministic method (Zeroshot): a Plugin with seed 0
+    alone stored is not judged on that seed."""
+    profile, put = store
+    roles = confirmation.Roles(profile, check_inputs=False)
+    put("Plugin", 12, seeds=(0,))
+    put("Zeroshot", 2, seeds=(0,))
+    assert len(roles.runs("e2e", "Zeroshot")) == 1
+    with pytest.raises(confirmation.Missing, match=r"Plugin: seeds \[0\] of \[0, 1, 2\]"):
+        roles.runs("e2e", "Plugin")
+    put("Zeroshot", 2, seeds=(1,))
+    with pytest.raises(confirmation.Missing, match=r"Zeroshot: seeds \[0, 1\] of \[0\]"):
+        roles.runs("e2e", "Zeroshot")
+
+
 def test_more_layers_compares_every_deeper_model_with_one_layer(store):
     profile, put = store
     put("Plugin", 8)
