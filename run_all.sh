@@ -77,6 +77,8 @@ else
 fi
 py="${PLUGIN_VENV:-$root/.venv}/bin/python"
 cd "$root"
+# glibc's allocator set for tensors, in every process started from here (plugin_lib/utils/malloc.py)
+GLIBC_TUNABLES="$("$py" -m plugin_lib.utils.malloc)"; export GLIBC_TUNABLES
 
 # Arguments first: nothing is written before they are known to be good.
 if [ -z "$profile" ]; then

@@ -9,6 +9,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ "${PLUGIN_SKIP_BOOTSTRAP:-0}" != 1 ]; then bash "$root/scripts/bootstrap_env.sh"; fi
 cd "$root"
+GLIBC_TUNABLES="$(PYTHONPATH="$root" "${PLUGIN_VENV:-$root/.venv}/bin/python" -m plugin_lib.utils.malloc)"
+export GLIBC_TUNABLES  # glibc's allocator set for tensors (plugin_lib/utils/malloc.py)
 workers="${PLUGIN_TEST_WORKERS:-auto}" spread=()
 for arg in "$@"; do case "$arg" in -n|-n*|--numprocesses*|--pdb|--trace) workers=0 ;; esac; done
 if [ "$workers" != 0 ]; then

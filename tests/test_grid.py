@@ -11,6 +11,7 @@ import functools
 import json
 import operator
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from plugin_lib.harness import grid, preflight, runner
 from plugin_lib.harness.grid import executors, plan as planning
 from plugin_lib.harness.grid.__main__ import SOURCES, notebook_units
 from plugin_lib.harness.profile import load_profile
+from plugin_lib.utils import malloc
 
 sys.path.insert(0, str(Path(__file__).parent))
 from grid_worker import METHODS, mini_profile, mini_units  # noqa: E402
@@ -240,6 +242,20 @@ def test_a_failed_unit_stops_only_the_units_that_need_it(capsys):
 def test_a_failed_unit_on_ray_stops_only_the_units_that_need_it():
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'plugin-repro[ray]')")
     _check_failures(grid.run_ray(_failing_plan(), num_cpus=1, num_gpus=0, progress=False))
+
+
+def test_ray_workers_start_with_the_forwarded_environment(tmp_path, monkeypatch):
+    """Read when a process starts (glibc's tunables), so it must be in the worker's first environment."""
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'plugin-repro[ray]')")
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    copy = _called("environ", functools.partial(shutil.copyfile, "/proc/self/environ", tmp_path / "environ"))
+    assert not grid.failures(grid.run_ray(grid.Plan([copy], state={"environ": "ready"}), num_cpus=1, num_gpus=0,
+                                          progress=False))
+    started_with = dict(v.split("=", 1) for v in (tmp_path / "environ").read_text().split("\0") if "=" in v)
+    # glibc rewrites the variable in place as it parses it, so the start shows only its first setting
+    assert malloc.TUNABLES.startswith(started_with["GLIBC_TUNABLES"])
+    assert started_with["OMP_NUM_THREADS"] == "1"
 
 
 def _processes_named(title: str) -> list[int]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ...utils import malloc
 from .plan import Plan, gpu_share
 from .units import Unit, execute
 
@@ -46,8 +47,11 @@ def _engine(module: str, extra: str):
 
 
 def forwarded_env() -> dict[str, str]:
+    """The variables above, with one thread per worker and glibc's allocator set for tensors
+    (``utils.malloc``: read at a worker's start, so they travel with it) unless set here."""
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     env.setdefault("OMP_NUM_THREADS", "1")
+    env["GLIBC_TUNABLES"] = malloc.tunables()
     return env
 
 
