@@ -115,6 +115,63 @@ def test_bdpl_without_learning_is_not_measurable(store):
     assert claim["statistic"]["summary"].startswith("premise fails: seed 0: gain +0.020")
 
 
+def test_a_failed_premise_is_ready_to_judge_without_the_runs_it_rules_out(store):
+    """BDPL that learned nothing makes Table 5's claims not measurable: status must not wait for
+    BDPL runs (at a learning budget none are ever made)."""
+    from plugin_lib.report import preregistered as pre
+
+    profile, _ = store
+    folder = runner.runs_dir(profile, "e2e", BASE) / "bdpl-prompts"
+    folder.mkdir(parents=True)
+    for seed in profile.seeds:
+        (folder / f"seed{seed}.json").write_text(json.dumps({
+            "seed": seed, "prefix": "", "hyper_reward": -2.2, "hyper_reward_no_prefix": -2.2,
+            "top_probs": [0.0201] * 6, "bdpl": {"num_candidates": 50}}))
+    claim = next(c for c in pre.CLAIMS if c.key == "table5_plugin_vs_bdpl")
+    confirmation.gather(confirmation.Roles(profile, check_inputs=False), claim)  # no Missing: ready
+    (judged,) = confirmation.judge(profile, keys=[claim.key], check_inputs=False)
+    assert judged["verdict"] == "not measurable at this scale"
+
+
+def test_a_seed_made_from_other_data_waits_and_a_doubled_seed_is_refused(store):
+    profile, put = store
+    roles = confirmation.Roles(profile, check_inputs=False)
+    put("Plugin", 12)
+    folder = runner.runs_dir(profile, "e2e", BASE)
+    for seed in profile.seeds:
+        record = json.loads((folder / f"Plugin-seed{seed}.json").read_text())
+        record["inputs"] = "stale" if seed == 1 else "current"
+        (folder / f"Plugin-seed{seed}.json").write_text(json.dumps(record))
+    with pytest.raises(confirmation.Missing, match="different inputs"):
+        roles.runs("e2e", "Plugin")
+    put("Plugin", 12)  # every seed from the same data again
+    (folder / "Plugin-seed01.json").write_text((folder / "Plugin-seed1.json").read_text())
+    with pytest.raises(ValueError, match=r"more than one stored run of seed\(s\) \[1\]"):
+        roles.runs("e2e", "Plugin")
+
+
+def test_judge_records_the_claims_it_can_and_then_names_the_ones_it_could_not(store, capsys):
+    profile, put = store
+    put("Plugin", 12)
+    put("Zeroshot", 2, seeds=(0,))
+    folder = runner.runs_dir(profile, "e2e", BASE)
+    (folder / "Plugin-seed01.json").write_text((folder / "Plugin-seed1.json").read_text())
+    with pytest.raises(ValueError, match="1 claim\\(s\\) could not be judged"):
+        confirmation.judge(profile, keys=["complexity_e2e_0", "table8_flops"], check_inputs=False)
+    assert (results_dir(profile) / "claims" / "table8_flops.json").exists()  # judged after the failure
+    assert "complexity_e2e_0: cannot be judged" in capsys.readouterr().err
+
+
+def test_a_theorem1_table_without_the_frozen_fit_waits(store):
+    profile, _ = store
+    tables = results_dir(profile) / "tables"
+    tables.mkdir(parents=True)
+    (tables / "theorem1_slopes.csv").write_text(
+        "metric,fit_from_tokens,slope,ci95_low,ci95_high\nexcess_loss,1,-1.0,-1.1,-0.9\n")
+    with pytest.raises(confirmation.Missing, match=f"fitted from {profile.theorem1.fit_from} tokens"):
+        confirmation.theorem1_slope(profile)
+
+
 def test_a_notebooks_own_rule_never_lands_among_the_preregistered_claims(store):
     profile, _ = store
     record_claim(profile, "main_e2e", "c", "p", "o", "reproduced", rule="a notebook's rule",

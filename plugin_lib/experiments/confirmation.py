@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Sequence
 
 import pandas as pd
@@ -85,10 +86,19 @@ def _seeded(profile: Profile, runs: list[dict], label: str) -> list[dict]:
     """All the profile's seeds, or Missing. A deterministic method (``methods.UNSEEDED_METHODS``,
     its label before any "@") has the first seed's run only; every other label needs them all,
     so a trained method with one seed stored waits rather than being judged on that seed."""
-    seeds = {r["seed"] for r in runs}
+    seeds = [r["seed"] for r in runs]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{label}: more than one stored run of seed(s) "
+                         f"{sorted({s for s in seeds if seeds.count(s) > 1})}; keep one file per seed.")
     expected = profile.seeds[:1] if label.split("@")[0] in methods.UNSEEDED_METHODS else profile.seeds
-    if seeds != set(expected):
+    if set(seeds) != set(expected):
         raise Missing(f"{label}: seeds {sorted(seeds)} of {list(expected)}")
+    # One seed made under other settings or data is stale (the grid redoes it): wait for it. BDPL's
+    # settings hold each seed's own prompt, so only its data must agree.
+    fields = ("inputs",) if label.startswith("BDPL") else ("inputs", "settings")
+    for field in fields:
+        if len({r.get(field) for r in runs}) > 1:
+            raise Missing(f"{label}: seeds made from different {field} (a stale one is redone by the grid)")
     return runs
 
 
@@ -159,7 +169,15 @@ def comparisons(roles: Roles, c: pre.Claim) -> list[tuple[list[dict], list[dict]
         k = int(c.key.rsplit("top-", 1)[1])
         view = f"{roles.base}@top{k}-residual"
         return [(roles.runs(d, "Plugin", view), roles.runs(d, "Zeroshot", view))]
-    return [(roles.role(d, c.a), roles.role(d, b)) for b in c.b]
+    return [_same_inputs(roles.role(d, c.a), roles.role(d, b)) for b in c.b]
+
+
+def _same_inputs(a: list[dict], b: list[dict]) -> tuple[list[dict], list[dict]]:
+    """A and B on one base must come from the same data (``runner.inputs_fingerprint``)."""
+    if a[0]["model"] == b[0]["model"] and a[0].get("inputs") != b[0].get("inputs"):
+        raise Missing(f"{a[0]['method']} and {b[0]['method']} were made from different data "
+                      "(a stale one is redone by the grid)")
+    return a, b
 
 
 def premise(roles: Roles, c: pre.Claim) -> dict | None:
@@ -242,11 +260,7 @@ def judge_claim(roles: Roles, c: pre.Claim) -> dict:
                   "plugin_flops": int(counts["plugin_flops"]), "lora_flops": int(counts["lora_flops"]),
                   "n": {"inputs": None, "seeds": None}}
     elif c.test == "rate":
-        path = results_dir(roles.profile) / "tables" / "theorem1_slopes.csv"
-        if not path.exists():
-            raise Missing("tables/theorem1_slopes.csv (notebook 13)")
-        slopes = pd.read_csv(path)
-        row = slopes[(slopes.metric == "excess_loss") & (slopes.fit_from_tokens == roles.profile.theorem1.fit_from)].iloc[0]
+        row = theorem1_slope(roles.profile)
         result = {"verdict": pre.rate_verdict(float(row.ci95_low), float(row.ci95_high)), "slope": float(row.slope),
                   "ci95": [float(row.ci95_low), float(row.ci95_high)],
                   "n": {"inputs": None, "seeds": len(roles.profile.theorem1.seeds)}}
@@ -255,6 +269,19 @@ def judge_claim(roles: Roles, c: pre.Claim) -> dict:
     if found is not None:
         result["premise"] = found
     return result
+
+
+def theorem1_slope(profile: Profile) -> pd.Series:
+    """Notebook 13's fitted slope of the excess loss, from the profile's ``fit_from``."""
+    path = results_dir(profile) / "tables" / "theorem1_slopes.csv"
+    if not path.exists():
+        raise Missing("tables/theorem1_slopes.csv (notebook 13)")
+    slopes = pd.read_csv(path)
+    rows = slopes[(slopes.metric == "excess_loss") & (slopes.fit_from_tokens == profile.theorem1.fit_from)]
+    if rows.empty:
+        raise Missing(f"a slope fitted from {profile.theorem1.fit_from} tokens in tables/theorem1_slopes.csv "
+                      "(notebook 13, run again)")
+    return rows.iloc[0]
 
 
 def training_domain_words(profile: Profile) -> pd.DataFrame:
@@ -299,7 +326,10 @@ def _premise_line(found: dict) -> str:
 
 
 def gather(roles: Roles, c: pre.Claim) -> None:
-    """Raise Missing when anything the claim's test reads is not stored (computes nothing)."""
+    """Raise Missing when anything the claim's test reads is not stored (computes nothing). A
+    failed premise is enough, as in ``judge_claim``: the claim is then not measurable."""
+    if c.premise and not premise(roles, c)["holds"]:
+        return
     if c.test in ("superiority", "non-superiority", "equivalence"):
         comparisons(roles, c)
     elif c.test == "ratio" and c.key.startswith("shift_"):
@@ -308,10 +338,8 @@ def gather(roles: Roles, c: pre.Claim) -> None:
     elif c.test in ("ratio", "sign", "spread"):
         for label in ("Plugin", *c.b):
             roles.runs(c.dataset, label)
-    elif c.test == "rate" and not (results_dir(roles.profile) / "tables" / "theorem1_slopes.csv").exists():
-        raise Missing("tables/theorem1_slopes.csv (notebook 13)")
-    if c.premise:
-        premise(roles, c)
+    elif c.test == "rate":
+        theorem1_slope(roles.profile)
 
 
 def status(profile: Profile | None = None, check_inputs: bool = True) -> pd.DataFrame:
@@ -324,6 +352,8 @@ def status(profile: Profile | None = None, check_inputs: bool = True) -> pd.Data
             state = "ready"
         except Missing as why:
             state = f"waiting: {why}"
+        except ValueError as error:
+            state = f"cannot be judged: {error}"
         rows.append({"claim": c.key, "notebook": c.notebook, "state": state})
     return pd.DataFrame(rows)
 
@@ -332,7 +362,7 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None, che
     """Record the verdict of every preregistered claim whose runs are stored (or of ``keys``)."""
     profile = profile or load_profile(PROFILE)
     roles = Roles(profile, check_inputs)
-    recorded = []
+    recorded, failed = [], []
     for c in pre.CLAIMS:
         if keys and c.key not in keys:
             continue
@@ -340,6 +370,10 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None, che
             result = judge_claim(roles, c)
         except Missing as why:
             print(f"{c.key}: waiting ({why})")
+            continue
+        except ValueError as error:  # e.g. runs on other test inputs: the other claims still go on
+            print(f"{c.key}: cannot be judged ({error})", file=sys.stderr)
+            failed.append(f"{c.key}: {error}")
             continue
         exploratory = results_dir("local") / "claims" / f"{c.key}.json"
         paper = read_json(exploratory).get("paper", "") if exploratory.exists() else ""
@@ -350,6 +384,8 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None, che
             statistic={"summary": summary(c, result), "n": n, "result": result, "frozen_at": freeze.FROZEN_AT,
                        "test inputs": f"{profile.rows.test} fresh per dataset "
                                       f"(docs/preregistration.md; seed {profile.test_inputs.seed})"}))
+    if failed:
+        raise ValueError(f"{len(failed)} claim(s) could not be judged, the others were recorded:\n" + "\n".join(failed))
     return recorded
 
 
