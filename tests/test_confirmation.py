@@ -226,3 +226,32 @@ def test_test_inputs_other_than_the_frozen_ones_are_refused_before_any_run():
     confirmation.check_test_inputs("e2e", load_profile("confirm"))  # the frozen ones: no error
     with pytest.raises(ValueError, match="differ from the frozen ones"):
         confirmation.check_test_inputs("e2e", load_profile("local"))  # the exploratory inputs
+
+
+def test_a_claim_of_several_comparisons_is_summed_up_by_its_weakest_named_one(store):
+    profile, put = store
+    put("Plugin", 12)
+    put("Zeroshot", 2, seeds=(0,))
+    for label, good in (("ICL-1", 10), ("ICL-3", 3), ("NewModel", 3), ("WeightedComb", 3), ("TempNet", 3)):
+        put(label, good)
+    (claim,) = confirmation.judge(profile, keys=["main_e2e"], check_inputs=False)
+    rows = claim["statistic"]["result"]["comparisons"]
+    assert [r["versus"] for r in rows] == ["vs Zeroshot", "vs ICL-1", "vs ICL-3", "vs NewModel", "vs WeightedComb",
+                                           "vs TempNet"]
+    assert claim["statistic"]["summary"].startswith("weakest of 6, vs ICL-1: BLEU +")  # the closest rival
+    assert claim["statistic"]["summary"].endswith("inputs, 3 seeds")
+
+
+def test_comparisons_are_named_by_what_varies_among_them():
+    def runs(method, model=BASE):
+        return [{"method": method, "model": model}]
+
+    deeper = [(runs("Plugin-2L"), runs("Plugin")), (runs("Plugin-4L"), runs("Plugin"))]
+    assert confirmation.versus_labels(deeper) == ["Plugin-2L vs Plugin", "Plugin-4L vs Plugin"]
+    tuned = f"{BASE}-e2e-val-outside120-200pairs-6f7d019f2c-5ep"
+    bases = [(runs("Plugin"), runs("Zeroshot")), (runs("Plugin", tuned), runs("Zeroshot", tuned))]
+    assert confirmation.versus_labels(bases) == ["on original", "on fine-tuned 5 ep"]
+    assert confirmation.versus_labels([(runs("Plugin", tuned), runs("Plugin"))]) == [
+        "Plugin on fine-tuned 5 ep vs on original"]
+    assert confirmation.versus_labels([(runs("Plugin", f"{BASE}@top5-residual"),
+                                        runs("Zeroshot", f"{BASE}@top5-residual"))]) == ["vs Zeroshot"]

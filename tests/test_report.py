@@ -199,6 +199,8 @@ def test_confirmatory_verdicts_lead_the_readme_with_the_exploratory_ones_beside_
             "0 not reproduced, 0 not measurable at this scale. Exploratory (2): 1 reproduced") in block
     beyond = sum(c.scope == "beyond" for c in preregistered.CLAIMS)  # tallied, listed in REPORT.md only
     assert f"Checks beyond the paper, confirmatory (0; {beyond} waiting): 0 reproduced" in block
-    assert "[`results/confirm/REPORT.md`](results/confirm/REPORT.md)" in block
+    assert "under way, judged as its runs complete" in block and "results/confirm/REPORT.md" not in block
     report = document.write_report("confirm").read_text()
     assert document.PREREGISTERED_LEGEND in report and document.VERDICT_LEGEND not in report
+    block = "\n".join(document.readme_block("local"))  # now there is a report to link
+    assert "[`results/confirm/REPORT.md`](results/confirm/REPORT.md)" in block

@@ -227,6 +227,8 @@ def judge_claim(roles: Roles, c: pre.Claim) -> dict:
     if c.test in ("superiority", "non-superiority", "equivalence"):
         pairs = comparisons(roles, c)
         result = pre.judge_comparisons(c, [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in pairs])
+        for row, label in zip(result["comparisons"], versus_labels(pairs)):
+            row["versus"] = label
     elif c.test == "ratio" and c.key.startswith("shift_"):
         folder = roles.finetuned_folder(c.dataset, roles.profile.shift.epochs, shift=True)
         result = pre.ratio_compare(shift_counts(roles.runs(c.dataset, "Plugin", folder), c.dataset),
@@ -293,6 +295,51 @@ def training_domain_words(profile: Profile) -> pd.DataFrame:
     return analysis.style_words([r for ex in train + hyper for r in ex.references])
 
 
+def _base_label(model: str) -> str:
+    """A run folder's base, briefly: "original", "fine-tuned 5 ep", "top5-residual"."""
+    if "@" in model:
+        return model.split("@", 1)[1]
+    tuned = re.search(r"-(\d+)ep$", model)
+    return f"fine-tuned {tuned.group(1)} ep" if tuned else "original"
+
+
+def versus_labels(pairs: Sequence[tuple[list[dict], list[dict]]]) -> list[str]:
+    """What each comparison of a claim compares, by what varies among them: "vs ICL-1" (the
+    baselines), "Plugin-2L vs Plugin" (the models compared), "on fine-tuned 5 ep" (the bases)."""
+    a_methods = {a[0]["method"] for a, _ in pairs}
+    models = {a[0]["model"] for a, _ in pairs}
+    labels = []
+    for a, b in pairs:
+        first, second = a[0], b[0]
+        if first["model"] != second["model"]:
+            labels.append(f"{first['method']} on {_base_label(first['model'])} vs on {_base_label(second['model'])}")
+        elif len(a_methods) > 1:
+            labels.append(f"{first['method']} vs {second['method']}")
+        elif len(models) > 1:
+            labels.append(f"on {_base_label(first['model'])}")
+        else:
+            labels.append(f"vs {second['method']}")
+    return labels
+
+
+# What each test's Holm-adjusted p-value on a comparison is the p-value of.
+P_LABELS = {"superiority": "Holm p", "non-superiority": "Holm p of better by the margin",
+            "equivalence": "Holm p of TOST"}
+
+
+def weakest_comparison(c: pre.Claim, rows: Sequence[dict]) -> dict:
+    """The comparison that sets a claim's verdict: the weakest verdict, then the largest BLEU
+    p-value, then the effect furthest from the claim (smallest gain; largest gain or gap)."""
+    verdict = pre.weakest([r["verdict"] for r in rows])
+    candidates = [r for r in rows if r["verdict"] == verdict] or list(rows)
+
+    def weakness(r: dict) -> tuple[float, float]:
+        gain = r["difference"]["BLEU"]
+        return r["p (Holm)"]["BLEU"], -gain if c.test == "superiority" else abs(gain)
+
+    return max(candidates, key=weakness)
+
+
 def summary(c: pre.Claim, result: dict) -> str:
     """One line: the effect, its p-value or interval, and n."""
     n = result.get("n") or (result.get("comparisons") or [{}])[0].get("n") or {}
@@ -300,11 +347,14 @@ def summary(c: pre.Claim, result: dict) -> str:
     if result["verdict"] == pre.NOT_MEASURABLE and "premise" in result:
         return f"premise fails: {_premise_line(result['premise'])}"
     if "comparisons" in result:
-        parts = []
-        for r in result["comparisons"]:
-            key = "p (Holm)"
-            parts.append(f"BLEU {r['difference']['BLEU']:+.4f} (Holm p {r[key]['BLEU']:.3f})")
-        return "; ".join(parts) + f"; {scale}"
+        rows = result["comparisons"]
+        shown = weakest_comparison(c, rows)
+        line = (f"BLEU {shown['difference']['BLEU']:+.4f} ({P_LABELS.get(c.test, 'Holm p')} "
+                f"{shown['p (Holm)']['BLEU']:.3f})")
+        where = [f"weakest of {len(rows)}"] if len(rows) > 1 else []
+        where += [shown["versus"]] if shown.get("versus") else []
+        head = f"{', '.join(where)}: " if where else ""
+        return f"{head}{line}; {scale}"
     if "difference" in result:
         return f"share {result['difference']:+.3f} (p {result['p']:.3f}, 95% CI {result['ci95'][0]:+.3f}..{result['ci95'][1]:+.3f}); {scale}"
     if "inputs favouring A" in result:

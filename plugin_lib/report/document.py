@@ -273,9 +273,14 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
     paper its confirmatory statistic and verdict (or that it waits for its runs), with the
     exploratory verdict beside it; the tallies of both; links to both reports."""
     frozen = (freeze.FROZEN_AT or "not yet frozen")[:7]
-    lines = [f"**Confirmatory**: `bash run_all.sh --profile {confirm.name}` on a 2-core CPU ({_scale(confirm)}, "
+    # Until every notebook of the confirmation has run there is no REPORT.md to link: the claims
+    # are judged as their runs complete (docs/preregistration.md).
+    report = (config.results_dir(confirm) / "REPORT.md").exists()
+    where = (f"[`results/{confirm.name}/REPORT.md`](results/{confirm.name}/REPORT.md)" if report else
+             f"under way, judged as its runs complete ([docs/preregistration.md](docs/preregistration.md))")
+    lines = [f"**Confirmatory**: the `{confirm.name}` profile on a 2-core CPU ({_scale(confirm)}, "
              f"never decoded by `{local.name}`), judged by rules frozen in git in `{frozen}` before these numbers: "
-             f"[`results/{confirm.name}/REPORT.md`](results/{confirm.name}/REPORT.md). **Exploratory**: the "
+             f"{where}. **Exploratory**: the "
              f"`{local.name}` profile ({_scale(local)}), judged by rules written after its numbers: "
              f"[`results/{local.name}/REPORT.md`](results/{local.name}/REPORT.md).", ""]
     by_key = {c["key"]: c for c in confirmed}
@@ -292,8 +297,9 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
         waiting = sum(c.scope == scope for c in preregistered.CLAIMS) - len(now)
         lines += [f"{SCOPE_TITLES[scope]}, confirmatory ({len(now)}{f'; {waiting} waiting' if waiting else ''}): "
                   f"{tally(now)}. Exploratory ({len(then)}): {tally(then)}.", ""]
+    home = f"`results/{confirm.name}/REPORT.md`" if report else f"`results/{confirm.name}/claims/`"
     return lines + ["Each claim's frozen rule and full statistic, and the checks beyond the paper, are in "
-                    f"`results/{confirm.name}/REPORT.md`; the exploratory ones in `results/{local.name}/REPORT.md`.", ""]
+                    f"{home}; the exploratory ones in `results/{local.name}/REPORT.md`.", ""]
 
 
 def readme_block(profile: Profile | str) -> list[str]:
