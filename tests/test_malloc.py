@@ -2,6 +2,7 @@
 import glob
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -26,3 +27,17 @@ def test_glibc_takes_the_values_it_is_given():
     for setting in malloc.TUNABLES.split(":"):
         name, value = setting.split("=")
         assert int(values[name].split()[0], 16) == int(value), name
+
+
+def test_a_process_started_without_them_restarts_itself_with_them():
+    """What the grid's command does first: the same command line, now with the tunables."""
+    show = "import os; print(b'GLIBC_TUNABLES=glibc.malloc.' in open('/proc/self/environ', 'rb').read())"
+    restart = f"from plugin_lib.utils import malloc; malloc.restart_with_tunables([{sys.executable!r}, '-c', {show!r}])"
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    if sys.platform != "linux":
+        pytest.skip("restarts only on Linux")
+    assert subprocess.run([sys.executable, "-c", restart], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "True"
+    already = {**env, "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}  # set by the caller: runs on, no restart
+    assert subprocess.run([sys.executable, "-c", restart + "; print('no restart')"], env=already,
+                          capture_output=True, text=True, check=True).stdout.strip() == "no restart"

@@ -9,11 +9,14 @@ blocks be reused. Results are bitwise the same; benchmarks/bench_malloc.py measu
 
 glibc reads the tunables when a process starts, so they are set for child processes: the
 scripts export them (``python -m plugin_lib.utils.malloc`` prints the value), the grid forwards
-them to its Ray and Slurm workers. Elsewhere (musl, macOS) the variable is ignored.
+them to its Ray and Slurm workers, and the grid's command restarts itself with them
+(``restart_with_tunables``). Elsewhere (musl, macOS) the variable is ignored.
 """
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
 
 TUNABLES = "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=68719476736"
 
@@ -25,6 +28,17 @@ def tunables(current: str | None = None) -> str:
     if "glibc.malloc." in current:
         return current
     return f"{current}:{TUNABLES}" if current else TUNABLES
+
+
+def restart_with_tunables(argv: Sequence[str] | None = None) -> None:
+    """Replace this process by ``argv`` (by default its own command line, ``sys.orig_argv``)
+    started with these settings, on Linux when it started without malloc tunables; else return."""
+    if sys.platform != "linux" or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+        return
+    argv = list(argv or sys.orig_argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, {**os.environ, "GLIBC_TUNABLES": tunables()})
 
 
 if __name__ == "__main__":

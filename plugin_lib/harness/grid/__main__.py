@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ... import data
+from ...utils import malloc
 from ...experiments import ablations, confirmation, shift, table5, table8, topk
 from .. import preflight
 from .. import profile as config
@@ -202,4 +203,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    malloc.restart_with_tunables()  # the plan's probe and the local executor compute here
     sys.exit(main())
