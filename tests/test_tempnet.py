@@ -223,3 +223,33 @@ def test_greedy_per_token_tempnet_is_still_zeroshot(tiny_base, prompts):
     greedy, _ = tempnet_generate(tiny_base, prompts, net, seed=0, do_sample=False, per_token=True, temperature=0.6,
                                  **settings)
     assert greedy == generate(tiny_base, prompts, None, **settings)
+
+
+# ---------------------------------------------------------------- the control: the base sampled as TempNet samples
+
+
+def test_a_fixed_temperature_gives_the_generation_configs_own_distribution(tiny_base):
+    """With every temperature 1, TempNet's processor leaves the distribution that transformers'
+    repetition penalty and generation temperature give (up to normalisation)."""
+    from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper
+
+    from plugin_lib.harness.tempnet import FixedTemperature, TempNetLogitsProcessor
+
+    torch.manual_seed(2)
+    ids, scores = torch.tensor([[5, 6, 7], [8, 9, 9]]), torch.randn(2, tiny_base.vocab_size) * 3
+    ours = TempNetLogitsProcessor(FixedTemperature(), 1.1, per_token=True, temperature=0.6)(ids, scores.clone())
+    theirs = TemperatureLogitsWarper(0.6)(ids, RepetitionPenaltyLogitsProcessor(1.1)(ids, scores.clone()))
+    torch.testing.assert_close(ours.softmax(-1), theirs.softmax(-1))
+
+
+def test_the_sampled_base_control_is_stored_per_seed_and_reused(tiny_profile, toy_task, monkeypatch):
+    from plugin_lib.experiments import main_tables
+
+    monkeypatch.setattr(main_tables, "compute_metrics", lambda predictions, references: {"BLEU": 0.0})
+    toy_task.tempnet = dataclasses.replace(tiny_profile.tempnet, temperature=0.6, per="token")
+    runs = main_tables.sampled_base_runs(tiny_profile, toy_task)
+    assert [r["seed"] for r in runs] == list(tiny_profile.seeds)
+    assert runs[0]["predictions"] == methods.predict(toy_task, "TempNet", main_tables.FixedTemperature(),
+                                                     tiny_profile.seeds[0], tiny_profile.decoding, progress=False)
+    monkeypatch.setattr(methods, "predict", lambda *args, **kwargs: pytest.fail("decoded again"))
+    assert main_tables.sampled_base_runs(tiny_profile, toy_task) == runs

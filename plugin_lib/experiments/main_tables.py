@@ -1,17 +1,24 @@
 """Notebooks 01-04: the main tables (paper Tables 1-4), ours beside the paper's."""
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
 from .. import paper as published
-from ..harness.profile import Profile
-from ..metrics import METRIC_NAMES
+from ..harness import methods, runner
+from ..harness.profile import Profile, load_profile, results_dir
+from ..harness.tempnet import FixedTemperature
+from ..metrics import METRIC_NAMES, compute_metrics
 from ..report import budget as training_budget
 from ..report import stats, tables, verdicts
 from ..report.claims import n_seeds, record_claim
 from ..report.stats import BOOTSTRAP_METRICS
 from ..report.tables import wins
+from ..report.writer import save_table
+from ..utils.io import atomic_write_json, read_json
 
 MAIN_TABLE_RULE = (
     "Per base model: direction if the Plugin has the best mean over seeds on at least 4 of the 7 metrics; "
@@ -101,3 +108,67 @@ def record_claims(profile: Profile | str, summary: pd.DataFrame, dataset: str, s
         rule=MAIN_TABLE_RULE,
         statistic=statistic,
     )
+
+
+# ---------------------------------------------------------------- a control for TempNet's scores
+
+
+def sampled_base_runs(profile: Profile, task: methods.Task) -> list[dict]:
+    """Exploratory, not a preregistered claim. The base alone sampled exactly as TempNet samples
+    (its generation config, each seed's generator; temperature 1 in TempNet's place), per seed:
+    what sampling itself costs the base. A TempNet below greedy Zeroshot is read against it.
+    Stored under ``diagnostics/sampled_base/`` and reused while its test inputs are the task's."""
+    ids = [ex.id for ex in task.test]
+    folder = results_dir(profile) / "diagnostics" / "sampled_base" / task.dataset / task.base.name
+    found = []
+    for seed in profile.seeds:
+        path = folder / f"seed{seed}.json"
+        record = read_json(path) if path.exists() else None
+        if record is None or record["test_ids"] != ids:
+            predictions = methods.predict(task, "TempNet", FixedTemperature(), seed, profile.decoding)
+            record = {"dataset": task.dataset, "model": task.base.name, "method": "base sampled as TempNet", "seed": seed,
+                      "metrics": compute_metrics(predictions, [list(ex.references) for ex in task.test]),
+                      "predictions": predictions, "test_ids": ids}
+            atomic_write_json(path, record)
+        found.append(record)
+    return found
+
+
+def sampled_base_table(profile: Profile, dataset: str, model_name: str | None = None) -> pd.DataFrame:
+    """Mean over seeds of the seven metrics: greedy Zeroshot, the base sampled as TempNet samples,
+    and TempNet (the stored runs), on the same test inputs; saved as ``sampled_base_<dataset>``."""
+    model_name = model_name or profile.base_models[0]
+    control = sampled_base_runs(profile, runner.load_task(model_name, dataset, profile))
+    stored = [r for r in runner.load_runs(profile, dataset)
+              if r["model"] == model_name and r["method"] in ("Zeroshot", "TempNet")]
+    rows = []
+    for label, runs in (("Zeroshot (greedy)", [r for r in stored if r["method"] == "Zeroshot"]),
+                        ("base sampled as TempNet", control),
+                        ("TempNet", [r for r in stored if r["method"] == "TempNet"])):
+        if runs and any(r["test_ids"] != control[0]["test_ids"] for r in runs):
+            raise ValueError(f"{dataset}: stored {label} runs are on other test inputs than the control; "
+                             "run the notebook's table first.")
+        if runs:
+            rows.append({"method": label, "seeds": len(runs),
+                         **{m: float(np.mean([r["metrics"][m] for r in runs])) for m in METRIC_NAMES}})
+    table = pd.DataFrame(rows)
+    save_table(table, f"sampled_base_{dataset}", profile,
+               caption=f"{dataset}: the base alone sampled as TempNet samples (exploratory control), "
+                       f"mean over seeds, {len(control[0]['test_ids'])} test inputs")
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Exploratory control for TempNet: the base alone sampled as "
+                                                 "TempNet samples, beside Zeroshot and TempNet.")
+    parser.add_argument("command", choices=("sampled-base",))
+    parser.add_argument("--profile", default="local")
+    parser.add_argument("--datasets", nargs="+", default=["e2e"])
+    args = parser.parse_args(argv)
+    profile = load_profile(args.profile)
+    for dataset in args.datasets:
+        print(sampled_base_table(profile, dataset).to_string(index=False, float_format="%.4f"))
+
+
+if __name__ == "__main__":
+    main()

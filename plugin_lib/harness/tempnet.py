@@ -97,6 +97,19 @@ class TempNet(nn.Module):
         return self.tau_min + (self.tau_max - self.tau_min) * torch.sigmoid(z)
 
 
+class FixedTemperature(nn.Module):
+    """TempNet's stand-in that gives every row the temperature ``tau``: in ``tempnet_generate``
+    (or ``methods.predict(task, "TempNet", ...)``) it samples the base alone exactly as TempNet
+    samples, which is the control for TempNet's scores."""
+
+    def __init__(self, tau: float = 1.0):
+        super().__init__()
+        self.tau = nn.Parameter(torch.tensor(float(tau)), requires_grad=False)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.tau.expand(logits.shape[0])
+
+
 def make_tempnet(vocab_size: int, settings: TempNetSettings, seed: int) -> TempNet:
     check_settings(settings)
     torch.manual_seed(seed)
