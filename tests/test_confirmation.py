@@ -1,5 +1,6 @@
 """experiments.confirmation: the frozen rules applied to a confirm store (made-up runs)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from conftest import FAKE_REFERENCES
 import real_data
 
 IDS = list(FAKE_REFERENCES)
+ROOT = Path(__file__).resolve().parents[1]
 BASE = "smollm2-135m-instruct"
 
 
@@ -255,3 +257,24 @@ def test_comparisons_are_named_by_what_varies_among_them():
         "Plugin on fine-tuned 5 ep vs on original"]
     assert confirmation.versus_labels([(runs("Plugin", f"{BASE}@top5-residual"),
                                         runs("Zeroshot", f"{BASE}@top5-residual"))]) == ["vs Zeroshot"]
+
+
+def test_the_sync_copies_finished_records_and_drops_a_selection_still_searching(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sync_confirmation", ROOT / "scripts" / "sync_confirmation.py")
+    sync = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sync)
+    store, target = tmp_path / "store", tmp_path / "repo"
+    runs = store / "runs" / "e2e" / BASE
+    (runs / "cache").mkdir(parents=True)
+    (runs / "cache" / "rows.json").write_text("{}")
+    (runs / "Plugin-seed0.json").write_text('{"seed": 0}')
+    (runs / "Plugin-selection.json").write_text('{"configs": {}, "grid": {"lr": [0.001]}}')
+    (runs / "TempNet-selection.json").write_text('{"configs": {}}')  # still searching
+    (target / "runs" / "e2e" / BASE).mkdir(parents=True)
+    (target / "runs" / "e2e" / BASE / "TempNet-selection.json").write_text('{"configs": {}}')  # synced mid-search
+    assert sync.sync(store, target) == (2, 1)
+    copied = sorted(p.relative_to(target).as_posix() for p in target.rglob("*.json"))
+    assert copied == [f"runs/e2e/{BASE}/Plugin-seed0.json", f"runs/e2e/{BASE}/Plugin-selection.json"]
+    assert sync.sync(store, target) == (0, 0)  # nothing new
