@@ -40,6 +40,7 @@ from ..core.api import ApiBlackBox
 from ..core.blackbox import BlackBoxLM
 from ..metrics import compute_metrics
 from ..utils.io import atomic_write_json, current_umask, read_json, remove_stale_temporaries, temporary_prefix
+from ..utils import malloc
 from ..utils.locks import StoreLock
 from . import methods, models
 from . import profile as config
@@ -305,6 +306,7 @@ def select_hparams(
     def evaluate(hparams: dict) -> float:
         if config_tag(hparams) not in record["configs"]:
             record.update(_train_config(task, method, profile, hparams, arch=arch, label=label, progress=progress))
+            malloc.release()  # each training's model and optimiser are freed now: give their pages back
         return record["configs"][config_tag(hparams)]["val_loss"]
 
     # The same rule for every method: a choice at an edge pushes that edge one step further.

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ...core.blackbox import TopKBlackBox
 from ...core.train import BaseOutputCache
+from ...utils import malloc
 from .. import finetune, methods, models, runner
 from ..profile import Profile
 
@@ -302,8 +303,15 @@ def worker_task(ref: TaskRef, profile: Profile) -> methods.Task:
 
 
 def execute(unit: Unit, pool: BasePool | None = None) -> dict:
-    """Compute the unit (nothing, if its record is current) in this process; a short summary."""
-    pool = pool or _POOL
+    """Compute the unit (nothing, if its record is current) in this process; a short summary.
+    A worker runs many units: the free heap goes back to the kernel after each (``malloc.release``)."""
+    try:
+        return _execute(unit, pool or _POOL)
+    finally:
+        malloc.release()
+
+
+def _execute(unit: Unit, pool: BasePool) -> dict:
     started = time.perf_counter()
     if unit.kind in CALLED:
         unit.call()
