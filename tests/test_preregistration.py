@@ -158,6 +158,27 @@ def test_equivalence_is_tost_and_a_clear_gap_is_not_equivalent():
     assert gap["verdict"] == pre.NOT_REPRODUCED
 
 
+def test_the_report_shows_comparisons_as_a_table_of_differences_intervals_and_holm_p():
+    from plugin_lib.report import document
+
+    better = [_run(s, _outputs(11), 0.9) for s in range(3)]
+    worse = [_run(0, _outputs(3), 0.2)]
+    superior = {**pre.superiority(pre.compare(better, worse, REFERENCES, resamples=300)), "versus": "vs B"}
+    null = {**pre.non_superiority(pre.compare(better, better, REFERENCES, resamples=300)), "versus": "deeper"}
+    claims = [{"key": key, "claim": key, "paper": "", "ours": "s", "verdict": result["verdict"], "rule": "r",
+               "scope": "paper", "statistic": {"summary": "s", "n": result["n"],
+                                                "result": {"verdict": result["verdict"], "comparisons": [result]}}}
+              for key, result in (("better", superior), ("null", null))]
+    text = "\n".join(document.claims_table(claims, document.PREREGISTERED_LEGEND))
+    assert "{'" not in text  # no Python reprs of the records
+    assert "| claim | paper | ours (the statistic) | verdict |" in text  # ours is the statistic: one column
+    low, high = superior["ci95"]["BLEU"]
+    bleu = f"{superior['difference']['BLEU']:+.4f} [{low:+.4f}, {high:+.4f}], p {superior['p (Holm)']['BLEU']:.3f}"
+    assert (f"| vs B | reproduced | {len(superior['ahead on'])} | {len(superior['significant on'])} | {bleu} |"
+            in text)
+    assert "| comparison | verdict | not better by the margin on | BLEU: A - B [90% CI], Holm p |" in text
+
+
 def test_ratio_compare_pools_counts_per_seed():
     n = 40
     plugin = [(np.full(n, 3), np.full(n, 10)) for _ in range(3)]

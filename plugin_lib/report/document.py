@@ -17,6 +17,7 @@ from ..utils.io import atomic_write_text, read_json
 from ..harness.profile import Profile
 from . import freeze, preregistered
 from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims
+from .stats import BOOTSTRAP_METRICS
 
 # Notebook stem prefix -> the paper item it reproduces and the result files it writes.
 SECTIONS = [
@@ -126,8 +127,7 @@ VERDICT_LEGEND = (
 
 
 PREREGISTERED_LEGEND = (
-    "Each verdict follows its claim's rule, frozen in `plugin_lib/report/preregistered.py` before these numbers "
-    "existed (printed with its statistic under *Rules and statistics*; in brief in "
+    "Each claim's rule is printed with its statistic under *Rules and statistics* (in brief in "
     "[docs/preregistration.md](../../docs/preregistration.md)). Paired comparisons use a two-level bootstrap "
     "(seeds, then inputs) and Holm's adjustment over BLEU, ROUGE-1, ROUGE-2 and NIST. **reproduced**: the paper's "
     "direction on most of the seven metrics and significant on most of the four, or, for a null claim, "
@@ -156,21 +156,68 @@ def _value(value) -> str:
     return str(value)
 
 
+def _records(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
 def statistic_details(statistic: dict, prefix: str = "") -> list[str]:
     """Lines of a statistic: nested keys joined by " / ", a dict of plain values on one line
-    ("key value, key value"), ``n`` first, floats to 4 significant digits."""
+    ("key value, key value"), ``n`` first, floats to 4 significant digits. Lists of records
+    (a claim's comparisons, BDPL's seeds) are left to :func:`statistic_tables`."""
     lines = []
     for key in sorted(statistic, key=lambda k: k != "n"):
         value, name = statistic[key], f"{prefix}{key}"
-        if key == "summary":
+        if key == "summary" or _records(value):
             continue
-        if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):
+        if isinstance(value, dict) and any(isinstance(v, dict) or _records(v) for v in value.values()):
             lines += statistic_details(value, f"{name} / ")
         elif isinstance(value, dict):
             lines.append(f"{name}: " + ", ".join(f"{k} {_value(v)}" for k, v in value.items()))
         else:
             lines.append(f"{name}: {_value(value)}")
     return lines
+
+
+def _comparison_cells(comparison: dict, metrics: list[str], interval: str) -> list[str]:
+    """Per metric: the mean difference A - B, its interval and the Holm-adjusted p."""
+    cells = []
+    for metric in metrics:
+        low, high = comparison[interval][metric]
+        cells.append(f"{comparison['difference'][metric]:+.4f} [{low:+.4f}, {high:+.4f}], "
+                     f"p {comparison['p (Holm)'][metric]:.3f}")
+    return cells
+
+
+def records_table(records: list[dict]) -> list[str]:
+    """A list of records as one Markdown table. Paired comparisons (records with ``versus``): per B
+    its verdict, the metric lists' sizes ("ahead on": 7 of the seven) and, per bootstrap metric,
+    the difference, its interval and Holm p. Other records: their plain values, one per column."""
+    first = records[0]
+    if "versus" in first and "difference" in first:
+        interval = "ci95" if "ci95" in first else "ci90"
+        metrics = [m for m in BOOTSTRAP_METRICS if m in first[interval]]
+        metrics += [m for m in first[interval] if m not in metrics]
+        listed = [k for k, v in first.items() if isinstance(v, list) and all(isinstance(x, str) for x in v)]
+        header = ["comparison", "verdict", *listed,
+                  *(f"{m}: A - B [{interval[2:]}% CI], Holm p" for m in metrics)]
+        rows = [[c["versus"], c["verdict"], *(str(len(c[k])) for k in listed),
+                 *_comparison_cells(c, metrics, interval)] for c in records]
+    else:
+        header = [k for k, v in first.items() if not isinstance(v, (dict, list))]
+        rows = [[_value(r.get(k)) for k in header] for r in records]
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |",
+            *("| " + " | ".join(row) + " |" for row in rows)]
+
+
+def statistic_tables(statistic: dict, prefix: str = "") -> list[tuple[str, list[dict]]]:
+    """The lists of records inside a statistic, by their " / "-joined key."""
+    found = []
+    for key, value in statistic.items():
+        if _records(value):
+            found.append((f"{prefix}{key}", value))
+        elif isinstance(value, dict):
+            found += statistic_tables(value, f"{prefix}{key} / ")
+    return found
 
 
 # A claim record without a rule predates the stated rules: its verdict was not given by a test
@@ -196,8 +243,9 @@ def tally(claims: list[dict]) -> str:
 
 
 def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
-    """REPORT.md's verdicts: per scope a table (claim, paper, ours, statistic, verdict) and its
-    tally, then every claim's rule and full statistic."""
+    """REPORT.md's verdicts: per scope a table (claim, paper, ours, statistic, verdict; no
+    statistic column where each is the same as ours) and its tally, then every claim's rule and
+    full statistic, its comparisons as tables."""
     if not claims:
         return ["No claim has been checked in this profile yet.", ""]
     lines = [legend, ""]
@@ -207,9 +255,13 @@ def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
         if not chosen:
             lines += ["None checked in this profile yet.", ""]
             continue
-        lines += ["| claim | paper | ours | statistic | verdict |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {c['claim']} | {c['paper']} | {c['ours']} | {statistic_summary(c)} | {shown_verdict(c)} |"
-                  for c in chosen]
+        if all(c["ours"] == statistic_summary(c) for c in chosen):
+            lines += ["| claim | paper | ours (the statistic) | verdict |", "| --- | --- | --- | --- |"]
+            lines += [f"| {c['claim']} | {c['paper']} | {c['ours']} | {shown_verdict(c)} |" for c in chosen]
+        else:
+            lines += ["| claim | paper | ours | statistic | verdict |", "| --- | --- | --- | --- | --- |"]
+            lines += [f"| {c['claim']} | {c['paper']} | {c['ours']} | {statistic_summary(c)} | {shown_verdict(c)} |"
+                      for c in chosen]
         lines += ["", f"{SCOPE_TITLES[scope]}, in all ({len(chosen)}): {tally(chosen)}.", ""]
     lines += ["### Rules and statistics", ""]
     for c in claims:
@@ -222,6 +274,8 @@ def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
         note = (f" (the rule alone gives *{c['rule_verdict']}*; this profile only checks that the code runs)"
                 if c.get("rule_verdict") and c["rule_verdict"] != c["verdict"] else "")
         lines += [f"- verdict: {shown_verdict(c)}{note}", ""]
+        for name, records in statistic_tables(statistic) if isinstance(statistic, dict) else ():
+            lines += [f"*{name}*", "", *records_table(records), ""]
     return lines
 
 
