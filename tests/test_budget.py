@@ -1,4 +1,6 @@
 """report.budget: runs still improving at the epoch cap and choices at a grid edge are flagged."""
+import pytest
+
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.report import budget
 
@@ -35,3 +37,26 @@ def test_audit_flags_the_cap_and_the_edges_per_method(tmp_path, monkeypatch):
     assert flags[("m", "WeightedComb")][0] == f"{budget.STILL_IMPROVING} in 1/2 seeds"
     assert "lr" in flags[("m", "Plugin")][0]
     assert "WeightedComb (m)" in budget.summary(frame.reset_index())
+
+
+def test_the_late_gain_tells_a_plateau_from_a_descent():
+    def history(*losses):
+        return {"history": [{"epoch": e, "val_loss": v} for e, v in enumerate(losses, start=1)]}
+
+    plateau = history(1.0, 0.5, 0.40, 0.41, 0.399, 0.4, 0.398)  # gain 0.602, of which 0.002 late
+    assert budget.late_gain(plateau, 3) == pytest.approx(0.002 / 0.602)
+    descent = history(1.0, 0.9, 0.8, 0.7, 0.6)
+    assert budget.late_gain(descent, 2) == pytest.approx(0.2 / 0.4)
+    assert budget.late_gain(history(1.0, 1.1, 1.2), 1) == 0.0  # never improved
+    assert budget.late_gain({"best_epoch": 3, "epochs_run": 3}, 2) is None  # a record without a history
+
+
+def test_a_flagged_run_says_how_much_it_gained_late(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    profile = load_profile("local")  # cap 8, patience 2
+    flat = run("TempNet", 0, 8, 8, lr=1e-3, weight_decay=0.01)
+    flat["training"]["history"] = [{"val_loss": v} for v in (2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.99, 0.98)]
+    frame = budget.audit([flat], profile)
+    assert frame.loc[0, "late gain"] == pytest.approx(0.02 / 1.02)
+    assert budget.flags(frame)[("m", "TempNet")][0] == (f"{budget.STILL_IMPROVING} in 1/1 seed, at most 2.0% of "
+                                                       "its gain in its last 2 epochs")

@@ -9,6 +9,10 @@ Two flags per (model, method):
   one searched (grids of two or more values), so the search may have stopped short of its
   optimum. ``grid.extend_edges`` pushes such edges (``harness.runner.select_hparams``); with 0,
   the flag stays.
+
+Beside the first flag, its size: the share of the run's hyper-validation gain (its first epoch's
+loss minus its best) made in its last ``patience`` epochs. A plateau that drifts down by noise
+shows a share near 0; a run cut off mid-descent, a large one.
 """
 from __future__ import annotations
 
@@ -30,6 +34,16 @@ def still_improving(training: dict | None, max_epochs: int) -> bool:
     return training["best_epoch"] == training["epochs_run"] == max_epochs
 
 
+def late_gain(training: dict | None, patience: int) -> float | None:
+    """The share of a run's hyper-validation gain made in its last ``patience`` epochs; None
+    without a per-epoch history longer than ``patience``."""
+    losses = [epoch["val_loss"] for epoch in (training or {}).get("history", [])]
+    if len(losses) <= patience:
+        return None
+    total = losses[0] - min(losses)
+    return (min(losses[:-patience]) - min(losses)) / total if total > 0 else 0.0
+
+
 def searched_grid(profile: Profile, record: dict) -> dict[str, list[float]] | None:
     """The values a trained run's grid search covered: the selection record's own list, or the
     profile's grid for records made before selections stored it; None for untrained methods."""
@@ -44,8 +58,9 @@ def searched_grid(profile: Profile, record: dict) -> dict[str, list[float]] | No
 
 
 def audit(records: list[dict], profile: Profile) -> pd.DataFrame:
-    """One row per trained (model, method): seeds still improving at the cap, the epochs, and
-    the hyperparameters chosen at a grid edge."""
+    """One row per trained (model, method): seeds still improving at the cap (and the largest
+    share of its gain such a seed made in its last ``patience`` epochs, :func:`late_gain`), the
+    epochs, and the hyperparameters chosen at a grid edge."""
     rows = {}
     for record in records:
         grid = searched_grid(profile, record)
@@ -53,15 +68,20 @@ def audit(records: list[dict], profile: Profile) -> pd.DataFrame:
             continue
         key = (record["model"], record["method"])
         row = rows.setdefault(key, {"model": record["model"], "method": record["method"], "seeds": 0,
-                                    "still improving at cap": 0, "best epochs": [],
-                                    "cap": profile.training.max_epochs, "chosen": record["hparams"],
+                                    "still improving at cap": 0, "late gain": None, "best epochs": [],
+                                    "cap": profile.training.max_epochs,
+                                    "patience": profile.training.patience, "chosen": record["hparams"],
                                     "at grid edge": runner.grid_edges(grid, record["hparams"])})
         row["seeds"] += 1
         row["best epochs"].append(record["training"]["best_epoch"])
-        row["still improving at cap"] += still_improving(record["training"], profile.training.max_epochs)
+        if still_improving(record["training"], profile.training.max_epochs):
+            row["still improving at cap"] += 1
+            share = late_gain(record["training"], profile.training.patience)
+            if share is not None:
+                row["late gain"] = max(share, row["late gain"] or 0.0)
     frame = pd.DataFrame(list(rows.values()),
-                         columns=["model", "method", "seeds", "still improving at cap", "best epochs", "cap",
-                                  "chosen", "at grid edge"])
+                         columns=["model", "method", "seeds", "still improving at cap", "late gain", "best epochs",
+                                  "cap", "patience", "chosen", "at grid edge"])
     frame["best epochs"] = frame["best epochs"].map(lambda e: ", ".join(map(str, e)))
     frame["chosen"] = frame["chosen"].map(lambda h: ", ".join(f"{k}={v:g}" for k, v in sorted(h.items())))
     frame["at grid edge"] = frame["at grid edge"].map(lambda keys: ", ".join(keys) or "none")
@@ -74,7 +94,9 @@ def flags(frame: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
     for _, row in frame.iterrows():
         found = []
         if row["still improving at cap"]:
-            found.append(f"{STILL_IMPROVING} in {row['still improving at cap']}/{n_seeds(row['seeds'])}")
+            late = (f", at most {row['late gain']:.1%} of its gain in its last {row['patience']} epochs"
+                    if pd.notna(row["late gain"]) else "")
+            found.append(f"{STILL_IMPROVING} in {row['still improving at cap']}/{n_seeds(row['seeds'])}{late}")
         if row["at grid edge"] != "none":
             found.append(f"{AT_EDGE} ({row['at grid edge']})")
         if found:
