@@ -204,3 +204,13 @@ def test_confirmatory_verdicts_lead_the_readme_with_the_exploratory_ones_beside_
     assert document.PREREGISTERED_LEGEND in report and document.VERDICT_LEGEND not in report
     block = "\n".join(document.readme_block("local"))  # now there is a report to link
     assert "[`results/confirm/REPORT.md`](results/confirm/REPORT.md)" in block
+
+
+def test_exploratory_controls_get_their_own_labelled_section(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    assert "## Exploratory controls" not in document.write_report("local").read_text()  # none run
+    (tmp_path / "local" / "tables").mkdir()
+    (tmp_path / "local" / "tables" / "sampled_base_e2e.md").write_text("| method | BLEU |\n| - | - |\n| x | 0.1 |\n")
+    text = document.write_report("local").read_text()
+    section = text[text.index("## Exploratory controls"):]
+    assert "so exploratory" in section and "**sampled_base_e2e**" in section and "| x | 0.1 |" in section

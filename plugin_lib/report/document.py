@@ -97,6 +97,24 @@ def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]
     return lines
 
 
+# Controls run after the numbers they explain were seen (``experiments.main_tables``): no rule
+# judges them, and the report says so.
+CONTROLS = ["sampled_base", "icl_copying"]
+
+
+def _controls_section(root: Path) -> list[str]:
+    tables = sorted(p for stem in CONTROLS for p in (root / "tables").glob(f"{stem}_*.md"))
+    if not tables:
+        return []
+    lines = ["## Exploratory controls", "",
+             "Run after the numbers they explain were seen, so exploratory: why TempNet and ICL score below "
+             "Zeroshot on some datasets (`python -m plugin_lib.experiments.main_tables sampled-base|icl-copying "
+             "--profile NAME --datasets ...`; read in [docs/preregistration.md](../../docs/preregistration.md)).", ""]
+    for table in tables:
+        lines += [f"**{table.stem}**", "", *_table(table), ""]
+    return lines
+
+
 # Claim records written before scopes existed: the checks beyond the paper, by key.
 _BEYOND_PAPER_KEYS = ("topk_", "theorem1")
 SCOPE_TITLES = {"paper": "The paper's claims", "beyond": "Checks beyond the paper"}
@@ -108,6 +126,8 @@ EXPLORATORY = (
     "that a skeptic need accept. The preregistered confirmation re-tests every claim on fresh test inputs under "
     "rules frozen in git before its numbers ([docs/preregistration.md](../../docs/preregistration.md))."
 )
+
+
 def preregistered_note(prof: Profile) -> str:
     """What makes a preregistered profile's verdicts confirmatory, with the freezing commit."""
     return (f"**Preregistered.** Every verdict below follows a rule of `plugin_lib/report/preregistered.py`, frozen in "
@@ -310,6 +330,7 @@ def write_report(profile: Profile | str) -> Path:
     ]
     for prefix, title, stems in SECTIONS:
         lines += _section(root, prefix, title, stems)
+    lines += _controls_section(root)
     times = [f"# Wall times: profile `{prof.name}`", "", "Measured by run_all.sh on the machine that ran each "
              "notebook; kept apart from REPORT.md, whose results do not change when a notebook is re-executed.",
              "", *times_table(root)]
