@@ -1,4 +1,5 @@
 """report.budget: runs still improving at the epoch cap and choices at a grid edge are flagged."""
+import pandas as pd
 import pytest
 
 from plugin_lib.harness.profile import load_profile
@@ -60,3 +61,30 @@ def test_a_flagged_run_says_how_much_it_gained_late(tmp_path, monkeypatch):
     assert frame.loc[0, "late gain"] == pytest.approx(0.02 / 1.02)
     assert budget.flags(frame)[("m", "TempNet")][0] == (f"{budget.STILL_IMPROVING} in 1/1 seed, at most 2.0% of "
                                                        "its gain in its last 2 epochs")
+
+
+def test_an_unknown_late_gain_is_not_reported_as_a_plateau(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    nan = {"history": [{"val_loss": float("nan")}, {"val_loss": 1.0}, {"val_loss": 0.9}]}
+    assert budget.late_gain(nan, 1) is None
+    profile = load_profile("local")  # cap 8
+    with_history = run("TempNet", 0, 8, 8, lr=1e-3, weight_decay=0.01)
+    with_history["training"]["history"] = [{"val_loss": v} for v in (2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.99)]
+    without = run("TempNet", 1, 8, 8, lr=1e-3, weight_decay=0.01)  # a record made before histories
+    frame = budget.audit([with_history, without], profile)
+    assert frame.loc[0, "still improving at cap"] == 2 and pd.isna(frame.loc[0, "late gain"])
+    assert budget.flags(frame)[("m", "TempNet")][0] == f"{budget.STILL_IMPROVING} in 2/2 seeds"
+
+
+def test_the_audit_prints_per_dataset(tmp_path, monkeypatch, capsys):
+    from plugin_lib.utils.io import atomic_write_json
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    budget.main(["--profile", "local", "--datasets", "webnlg"])
+    assert capsys.readouterr().out == "webnlg: no trained run stored\n"
+    atomic_write_json(tmp_path / "local" / "runs" / "e2e" / "m" / "Plugin-seed0.json",
+                      run("Plugin", 0, 8, 8, lr=1e-3, weight_decay=0.01))
+    budget.main(["--profile", "local", "--datasets", "e2e"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"e2e: Plugin (m): {budget.STILL_IMPROVING} in 1/1 seed, {budget.AT_EDGE} (lr)\n")
+    assert "lr=0.001, weight_decay=0.01" in out  # then the table

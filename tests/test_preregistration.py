@@ -172,11 +172,29 @@ def test_the_report_shows_comparisons_as_a_table_of_differences_intervals_and_ho
     text = "\n".join(document.claims_table(claims, document.PREREGISTERED_LEGEND))
     assert "{'" not in text  # no Python reprs of the records
     assert "| claim | paper | ours (the statistic) | verdict |" in text  # ours is the statistic: one column
-    low, high = superior["ci95"]["BLEU"]
-    bleu = f"{superior['difference']['BLEU']:+.4f} [{low:+.4f}, {high:+.4f}], p {superior['p (Holm)']['BLEU']:.3f}"
-    assert (f"| vs B | reproduced | {len(superior['ahead on'])} | {len(superior['significant on'])} | {bleu} |"
-            in text)
-    assert "| comparison | verdict | not better by the margin on | BLEU: A - B [90% CI], Holm p |" in text
+    assert "(in full: [claims/better.json](claims/better.json))" in text
+
+    def cell(result, metric, interval):
+        low, high = result[interval][metric]
+        return f"{result['difference'][metric]:+.4f} [{low:+.4f}, {high:+.4f}], p {result['p (Holm)'][metric]:.3f}"
+
+    ahead, significant = len(superior["ahead on"]), len(superior["significant on"])
+    assert (ahead, significant) == (7, 4)
+    others = ", ".join(f"{m} {superior['effect'][m]:+.4f}" for m in ("ROUGE-L", "METEOR", "CIDEr"))
+    assert (f"| vs B | reproduced | 7/7 | 4/4 | {' | '.join(cell(superior, m, 'ci95') for m in pre.BOOTSTRAP_METRICS)}"
+            f" | {others} |") in text
+    assert ("| comparison | verdict | not better by the margin on | "
+            "BLEU: A - B [90% CI], Holm p, not better by the margin |") in text
+    assert f"| deeper | reproduced | 4/4 | {cell(null, 'BLEU', 'ci90')} |" in text
+
+
+def test_other_record_lists_become_tables_with_every_key_and_escaped_cells():
+    from plugin_lib.report import document
+
+    per_seed = [{"seed": 0, "prefix": "a | b", "learned": False}, {"seed": 1, "prefix": "", "gain": 0.5}]
+    table = document.records_table(per_seed)
+    assert table[0] == "| seed | prefix | learned | gain |"
+    assert table[2] == "| 0 | a \\| b | False | n/a |" and table[3] == "| 1 |  | n/a | 0.5 |"
 
 
 def test_ratio_compare_pools_counts_per_seed():

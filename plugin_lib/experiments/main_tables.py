@@ -13,7 +13,6 @@ from ..harness import methods, runner
 from ..harness.profile import Profile, load_profile, results_dir
 from ..harness.tempnet import FixedTemperature
 from ..metrics import METRIC_NAMES, compute_metrics
-from ..metrics.mteval import corpus_bleu
 from ..report import budget as training_budget
 from ..report import stats, tables, verdicts
 from ..report.claims import n_seeds, record_claim
@@ -138,7 +137,8 @@ def sampled_base_runs(profile: Profile, task: methods.Task) -> list[dict]:
 
 def sampled_base_table(profile: Profile, dataset: str, model_name: str | None = None) -> pd.DataFrame:
     """Mean over seeds of the seven metrics: greedy Zeroshot, the base sampled as TempNet samples,
-    and TempNet (the stored runs), on the same test inputs; saved as ``sampled_base_<dataset>``."""
+    and TempNet (the stored runs), on the same test inputs; saved as ``sampled_base_<dataset>``
+    (a stem ``report.document.CONTROLS`` lists)."""
     model_name = model_name or profile.base_models[0]
     control = sampled_base_runs(profile, runner.load_task(model_name, dataset, profile))
     stored = [r for r in runner.load_runs(profile, dataset)
@@ -189,16 +189,23 @@ def icl_copying_table(profile: Profile, dataset: str, model_name: str | None = N
     ICL method (stored runs, mean over seeds), the share of outputs that copy their
     demonstrations (:func:`copies_demonstrations`) and that echo the facts' layout
     (:func:`echoes_layout`), each beside Zeroshot's share on the same inputs and demonstrations;
-    and BLEU on the inputs where neither output does either, against Zeroshot's BLEU there:
-    a deficit that stays there is not explained by copying. Saved as ``icl_copying_<dataset>``."""
+    and BLEU on the inputs where neither output does either ("clean"; NaN where none is),
+    against Zeroshot's BLEU there: a deficit that stays there is not explained by copying.
+    Saved as ``icl_copying_<dataset>`` (a stem ``report.document.CONTROLS`` lists)."""
     model_name = model_name or profile.base_models[0]
     task = task or runner.load_task(model_name, dataset, profile)
     stored = [r for r in runner.load_runs(profile, dataset) if r["model"] == model_name]
-    zeroshot = next((r for r in stored if r["method"] == "Zeroshot"), None)
     ids = [ex.id for ex in task.test]
-    if zeroshot is None or zeroshot["test_ids"] != ids:
+    zeroshot = next((r for r in stored if r["method"] == "Zeroshot" and r["test_ids"] == ids), None)
+    if zeroshot is None:
         raise ValueError(f"{dataset}: no stored Zeroshot run on the task's test inputs; run the notebook's table first.")
     references = [list(ex.references) for ex in task.test]
+
+    def bleu(outputs: list[str], chosen: list[int]) -> float:
+        if not chosen:
+            return float("nan")
+        return compute_metrics([outputs[i] for i in chosen], [references[i] for i in chosen], ["BLEU"])["BLEU"]
+
     rows = []
     for method, shots in methods.ICL_SHOTS.items():
         runs = [r for r in stored if r["method"] == method]
@@ -207,26 +214,33 @@ def icl_copying_table(profile: Profile, dataset: str, model_name: str | None = N
         per_seed = []
         for run in runs:
             demonstrations = task.demonstrations(shots, run["seed"])
-            flags = {who: ([copies_demonstrations(out, ex, demos)
-                            for out, ex, demos in zip(outputs, task.test, demonstrations)],
-                           [echoes_layout(out) for out in outputs])
-                     for who, outputs in ((method, run["predictions"]), ("Zeroshot", zeroshot["predictions"]))}
-            clean = [i for i in range(len(ids)) if not any(flags[w][k][i] for w in flags for k in (0, 1))]
-            clean_references = [references[i] for i in clean]
+            flagged = {}
+            for who, outputs in ((method, run["predictions"]), ("Zeroshot", zeroshot["predictions"])):
+                flagged[who] = {
+                    "copies": [copies_demonstrations(out, ex, demos)
+                               for out, ex, demos in zip(outputs, task.test, demonstrations)],
+                    "echoes": [echoes_layout(out) for out in outputs]}
+            clean = [i for i in range(len(ids))
+                     if not any(flags[kind][i] for flags in flagged.values() for kind in ("copies", "echoes"))]
             per_seed.append({
-                "copies demonstrations": np.mean(flags[method][0]), "Zeroshot copies": np.mean(flags["Zeroshot"][0]),
-                "echoes layout": np.mean(flags[method][1]), "Zeroshot echoes": np.mean(flags["Zeroshot"][1]),
+                "copies demonstrations": np.mean(flagged[method]["copies"]),
+                "Zeroshot copies": np.mean(flagged["Zeroshot"]["copies"]),
+                "echoes layout": np.mean(flagged[method]["echoes"]),
+                "Zeroshot echoes": np.mean(flagged["Zeroshot"]["echoes"]),
                 "BLEU": run["metrics"]["BLEU"], "Zeroshot BLEU": zeroshot["metrics"]["BLEU"],
                 "clean inputs": len(clean),
-                "BLEU (clean)": corpus_bleu([run["predictions"][i] for i in clean], clean_references),
-                "Zeroshot BLEU (clean)": corpus_bleu([zeroshot["predictions"][i] for i in clean], clean_references)})
+                "BLEU (clean)": bleu(run["predictions"], clean),
+                "Zeroshot BLEU (clean)": bleu(zeroshot["predictions"], clean)})
         if per_seed:
             rows.append({"method": method, "seeds": len(per_seed),
                          **{key: float(np.mean([row[key] for row in per_seed])) for key in per_seed[0]}})
     table = pd.DataFrame(rows)
+    one_draw = " (the authors' prompts: one demonstration draw, so the seeds repeat one run)" \
+        if task.prompt_style == "authors" else ""
     save_table(table, f"icl_copying_{dataset}", profile,
                caption=f"{dataset}: ICL outputs that copy their demonstrations or echo the facts' layout, beside "
-                       f"Zeroshot's on the same inputs, and BLEU where neither does (exploratory), {len(ids)} test inputs")
+                       f"Zeroshot's on the same inputs, and BLEU where neither does (exploratory), {len(ids)} test "
+                       f"inputs, mean over seeds{one_draw}")
     return table
 
 

@@ -16,10 +16,15 @@ shows a share near 0; a run cut off mid-descent, a large one.
 """
 from __future__ import annotations
 
+import argparse
+import math
+from collections.abc import Sequence
+
 import pandas as pd
 
+from ..data import DATASETS
 from ..harness import runner
-from ..harness.profile import Profile
+from ..harness.profile import Profile, load_profile
 from ..utils.io import read_json
 from .claims import n_seeds
 
@@ -36,9 +41,9 @@ def still_improving(training: dict | None, max_epochs: int) -> bool:
 
 def late_gain(training: dict | None, patience: int) -> float | None:
     """The share of a run's hyper-validation gain made in its last ``patience`` epochs; None
-    without a per-epoch history longer than ``patience``."""
+    without a per-epoch history longer than ``patience``, or with a non-finite loss in it."""
     losses = [epoch["val_loss"] for epoch in (training or {}).get("history", [])]
-    if len(losses) <= patience:
+    if len(losses) <= patience or not all(math.isfinite(loss) for loss in losses):
         return None
     total = losses[0] - min(losses)
     return (min(losses[:-patience]) - min(losses)) / total if total > 0 else 0.0
@@ -68,7 +73,7 @@ def audit(records: list[dict], profile: Profile) -> pd.DataFrame:
             continue
         key = (record["model"], record["method"])
         row = rows.setdefault(key, {"model": record["model"], "method": record["method"], "seeds": 0,
-                                    "still improving at cap": 0, "late gain": None, "best epochs": [],
+                                    "still improving at cap": 0, "late gains": [], "best epochs": [],
                                     "cap": profile.training.max_epochs,
                                     "patience": profile.training.patience, "chosen": record["hparams"],
                                     "at grid edge": runner.grid_edges(grid, record["hparams"])})
@@ -76,12 +81,14 @@ def audit(records: list[dict], profile: Profile) -> pd.DataFrame:
         row["best epochs"].append(record["training"]["best_epoch"])
         if still_improving(record["training"], profile.training.max_epochs):
             row["still improving at cap"] += 1
-            share = late_gain(record["training"], profile.training.patience)
-            if share is not None:
-                row["late gain"] = max(share, row["late gain"] or 0.0)
+            row["late gains"].append(late_gain(record["training"], profile.training.patience))
+    for row in rows.values():  # the largest, known only when every flagged seed has a history
+        gains = row.pop("late gains")
+        row["late gain"] = max(gains) if gains and None not in gains else None
     frame = pd.DataFrame(list(rows.values()),
                          columns=["model", "method", "seeds", "still improving at cap", "late gain", "best epochs",
                                   "cap", "patience", "chosen", "at grid edge"])
+    frame["late gain"] = frame["late gain"].astype(float)  # NaN where unknown or not flagged
     frame["best epochs"] = frame["best epochs"].map(lambda e: ", ".join(map(str, e)))
     frame["chosen"] = frame["chosen"].map(lambda h: ", ".join(f"{k}={v:g}" for k, v in sorted(h.items())))
     frame["at grid edge"] = frame["at grid edge"].map(lambda keys: ", ".join(keys) or "none")
@@ -110,3 +117,21 @@ def summary(frame: pd.DataFrame) -> str:
     if not found:
         return "no trained method still improving at the epoch cap or chosen at a grid edge"
     return "; ".join(f"{method} ({model}): {', '.join(words)}" for (model, method), words in found.items())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The training-budget audit of a profile's stored runs, per dataset "
+                                                 "(the notebooks save it as main_<dataset>_budget).")
+    parser.add_argument("--profile", default="local")
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    args = parser.parse_args(argv)
+    profile = load_profile(args.profile)
+    for dataset in args.datasets:
+        frame = audit(runner.load_runs(profile, dataset), profile)
+        print(f"{dataset}:", summary(frame) if len(frame) else "no trained run stored")
+        if len(frame):
+            print(frame.to_string(index=False, float_format="%.4f"), end="\n\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from ..harness import models
 from ..harness import profile as config
-from ..utils.io import atomic_write_text, read_json
 from ..harness.profile import Profile
+from ..metrics import METRIC_NAMES
+from ..utils.io import atomic_write_text, read_json
 from . import freeze, preregistered
 from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims
 from .stats import BOOTSTRAP_METRICS
@@ -198,33 +199,54 @@ def statistic_details(statistic: dict, prefix: str = "") -> list[str]:
     return lines
 
 
-def _comparison_cells(comparison: dict, metrics: list[str], interval: str) -> list[str]:
-    """Per metric: the mean difference A - B, its interval and the Holm-adjusted p."""
-    cells = []
+def _cell(value) -> str:
+    """A value as a Markdown table cell: "|" escaped, on one line."""
+    return _value(value).replace("|", "\\|").replace("\n", " ")
+
+
+# What a comparison's Holm-adjusted p tests, by the metric list its test fills in
+# (``report.preregistered``: superiority, non-superiority, equivalence).
+_P_MEANINGS = {"not better by the margin on": "Holm p, not better by the margin",
+               "equivalent on": "Holm p, TOST", "significant on": "Holm p"}
+
+
+def _comparison_row(comparison: dict, listed: list[str], metrics: list[str]) -> list[str]:
+    """A comparison's cells: its label and verdict; per metric list "k/N" and the metrics left
+    out; per bootstrap metric the difference A - B, its interval and Holm p; the effect (A's mean
+    minus B's) on the other metrics."""
+    interval = "ci95" if "ci95" in comparison else "ci90"
+    cells = [_cell(comparison["versus"]), comparison["verdict"]]
+    for key in listed:
+        pool = METRIC_NAMES if key == "ahead on" else metrics
+        missing = [m for m in pool if m not in comparison[key]]
+        cells.append(f"{len(comparison[key])}/{len(pool)}" + (f" (not {', '.join(missing)})" if missing else ""))
     for metric in metrics:
         low, high = comparison[interval][metric]
         cells.append(f"{comparison['difference'][metric]:+.4f} [{low:+.4f}, {high:+.4f}], "
                      f"p {comparison['p (Holm)'][metric]:.3f}")
+    others = [m for m in comparison.get("effect", {}) if m not in metrics]
+    cells.append(", ".join(f"{m} {comparison['effect'][m]:+.4f}" for m in others) or "-")
     return cells
 
 
 def records_table(records: list[dict]) -> list[str]:
-    """A list of records as one Markdown table. Paired comparisons (records with ``versus``): per B
-    its verdict, the metric lists' sizes ("ahead on": 7 of the seven) and, per bootstrap metric,
-    the difference, its interval and Holm p. Other records: their plain values, one per column."""
-    first = records[0]
-    if "versus" in first and "difference" in first:
-        interval = "ci95" if "ci95" in first else "ci90"
-        metrics = [m for m in BOOTSTRAP_METRICS if m in first[interval]]
-        metrics += [m for m in first[interval] if m not in metrics]
+    """A list of records as one Markdown table. Paired comparisons (records with ``versus``, as
+    ``report.preregistered`` makes them): per B its verdict, its metric lists, and per bootstrap
+    metric the difference, its interval and Holm-adjusted p (``_P_MEANINGS`` says of what).
+    Other records: their plain values, one column per key any of them has."""
+    if all("versus" in r and "difference" in r for r in records):
+        first = records[0]
+        metrics = [m for m in BOOTSTRAP_METRICS if m in first["difference"]]
+        metrics += [m for m in first["difference"] if m not in metrics]
         listed = [k for k, v in first.items() if isinstance(v, list) and all(isinstance(x, str) for x in v)]
+        meaning = next((_P_MEANINGS[k] for k in _P_MEANINGS if k in first), "Holm p")
+        levels = {"95%" if "ci95" in r else "90%" for r in records}
         header = ["comparison", "verdict", *listed,
-                  *(f"{m}: A - B [{interval[2:]}% CI], Holm p" for m in metrics)]
-        rows = [[c["versus"], c["verdict"], *(str(len(c[k])) for k in listed),
-                 *_comparison_cells(c, metrics, interval)] for c in records]
+                  *(f"{m}: A - B [{'/'.join(sorted(levels))} CI], {meaning}" for m in metrics), "other metrics: A - B"]
+        rows = [_comparison_row(r, listed, metrics) for r in records]
     else:
-        header = [k for k, v in first.items() if not isinstance(v, (dict, list))]
-        rows = [[_value(r.get(k)) for k in header] for r in records]
+        header = list(dict.fromkeys(k for r in records for k, v in r.items() if not isinstance(v, (dict, list))))
+        rows = [[_cell(r.get(k)) for k in header] for r in records]
     return ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |",
             *("| " + " | ".join(row) + " |" for row in rows)]
 
@@ -295,7 +317,8 @@ def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
                 if c.get("rule_verdict") and c["rule_verdict"] != c["verdict"] else "")
         lines += [f"- verdict: {shown_verdict(c)}{note}", ""]
         for name, records in statistic_tables(statistic) if isinstance(statistic, dict) else ():
-            lines += [f"*{name}*", "", *records_table(records), ""]
+            lines += [f"*{name}* (in full: [claims/{c['key']}.json](claims/{c['key']}.json))", "",
+                      *records_table(records), ""]
     return lines
 
 
