@@ -278,3 +278,14 @@ def test_the_sync_copies_finished_records_and_drops_a_selection_still_searching(
     copied = sorted(p.relative_to(target).as_posix() for p in target.rglob("*.json"))
     assert copied == [f"runs/e2e/{BASE}/Plugin-seed0.json", f"runs/e2e/{BASE}/Plugin-selection.json"]
     assert sync.sync(store, target) == (0, 0)  # nothing new
+
+
+def test_summaries_never_print_a_p_value_as_zero():
+    from plugin_lib.report import preregistered as pre
+
+    assert confirmation.p_text(0.0004997501249375312) == "< 0.001"  # 1/2001, the smallest bootstrap p
+    assert confirmation.p_text(0.0019990004997) == "0.002" and confirmation.p_text(0.057) == "0.057"
+    coverage = next(c for c in pre.CLAIMS if c.key == "adidas_coverage")
+    ratio = {"verdict": pre.REPRODUCED, "difference": 0.176, "p": 0.0004997, "ci95": [0.161, 0.191],
+             "n": {"inputs": 200, "seeds": 3}}
+    assert confirmation.summary(coverage, ratio) == "share +0.176 (p < 0.001, 95% CI +0.161..+0.191); 200 inputs, 3 seeds"

@@ -340,6 +340,11 @@ def weakest_comparison(c: pre.Claim, rows: Sequence[dict]) -> dict:
     return max(candidates, key=weakness)
 
 
+def p_text(p: float) -> str:
+    """A p-value to three decimals; one that rounds to 0 as "< 0.001", not "0.000"."""
+    return "< 0.001" if p < 0.0005 else f"{p:.3f}"
+
+
 def summary(c: pre.Claim, result: dict) -> str:
     """One line: the effect, its p-value or interval, and n."""
     n = result.get("n") or (result.get("comparisons") or [{}])[0].get("n") or {}
@@ -350,15 +355,15 @@ def summary(c: pre.Claim, result: dict) -> str:
         rows = result["comparisons"]
         shown = weakest_comparison(c, rows)
         line = (f"BLEU {shown['difference']['BLEU']:+.4f} ({P_LABELS.get(c.test, 'Holm p')} "
-                f"{shown['p (Holm)']['BLEU']:.3f})")
+                f"{p_text(shown['p (Holm)']['BLEU'])})")
         where = [f"weakest of {len(rows)}"] if len(rows) > 1 else []
         where += [shown["versus"]] if shown.get("versus") else []
         head = f"{', '.join(where)}: " if where else ""
         return f"{head}{line}; {scale}"
     if "difference" in result:
-        return f"share {result['difference']:+.3f} (p {result['p']:.3f}, 95% CI {result['ci95'][0]:+.3f}..{result['ci95'][1]:+.3f}); {scale}"
+        return f"share {result['difference']:+.3f} (p {p_text(result['p'])}, 95% CI {result['ci95'][0]:+.3f}..{result['ci95'][1]:+.3f}); {scale}"
     if "inputs favouring A" in result:
-        return f"{result['inputs favouring A']} vs {result['inputs favouring B']} inputs (sign test p {result['p']:.3f}); {scale}"
+        return f"{result['inputs favouring A']} vs {result['inputs favouring B']} inputs (sign test p {p_text(result['p'])}); {scale}"
     if "plugin_flops" in result:
         return f"{result['plugin_flops'] / 1e9:.1f} / {result['lora_flops'] / 1e9:.1f} GFLOPs (exact)"
     if "slope" in result:
@@ -371,7 +376,7 @@ def _premise_line(found: dict) -> str:
         return "; ".join(f"seed {s['seed']}: gain {s['gain']:+.3f}, top probability x C {s['concentration']:.2f}"
                          for s in found["per seed"])
     if "reference share" in found and found.get("share") is not None:
-        return f"target share {found['share']:.1%} vs references {found['reference share']:.1%} (p {found['p']:.3f})"
+        return f"target share {found['share']:.1%} vs references {found['reference share']:.1%} (p {p_text(found['p'])})"
     return found.get("why") or f"verdict {found.get('verdict')}"
 
 
