@@ -278,6 +278,12 @@ def test_the_sync_copies_finished_records_and_drops_a_selection_still_searching(
     copied = sorted(p.relative_to(target).as_posix() for p in target.rglob("*.json"))
     assert copied == [f"runs/e2e/{BASE}/Plugin-seed0.json", f"runs/e2e/{BASE}/Plugin-selection.json"]
     assert sync.sync(store, target) == (0, 0)  # nothing new
+    (store / "figures").mkdir()
+    (store / "figures" / "main_e2e.png").write_bytes(b"png")
+    (store / "REPORT.md").write_text("# a report of notebook 01 only (run_all.sh --only 01)")
+    assert sync.sync(store, target) == (1, 0) and not (target / "REPORT.md").exists()
+    assert (target / "figures" / "main_e2e.png").read_bytes() == b"png"
+    assert sync.sync(store, target, report=True) == (1, 0) and (target / "REPORT.md").exists()
 
 
 def test_summaries_never_print_a_p_value_as_zero():
