@@ -295,3 +295,11 @@ def test_summaries_never_print_a_p_value_as_zero():
     ratio = {"verdict": pre.REPRODUCED, "difference": 0.176, "p": 0.0004997, "ci95": [0.161, 0.191],
              "n": {"inputs": 200, "seeds": 3}}
     assert confirmation.summary(coverage, ratio) == "share +0.176 (p < 0.001, 95% CI +0.161..+0.191); 200 inputs, 3 seeds"
+
+
+def test_a_summary_names_only_the_sizes_a_claim_has():
+    from plugin_lib.report import preregistered as pre
+
+    theorem = next(c for c in pre.CLAIMS if c.key == "theorem1")
+    slope = {"verdict": pre.REPRODUCED, "slope": -1.006, "ci95": [-1.029, -0.984], "n": {"inputs": None, "seeds": 10}}
+    assert confirmation.summary(theorem, slope) == "slope -1.006 (95% CI -1.029..-0.984); 10 seeds"

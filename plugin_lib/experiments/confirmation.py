@@ -348,7 +348,8 @@ def p_text(p: float) -> str:
 def summary(c: pre.Claim, result: dict) -> str:
     """One line: the effect, its p-value or interval, and n."""
     n = result.get("n") or (result.get("comparisons") or [{}])[0].get("n") or {}
-    scale = f"{n.get('inputs')} inputs, {n_seeds(n.get('seeds'))}" if n else ""
+    scale = ", ".join(([f"{n['inputs']} inputs"] if n.get("inputs") is not None else [])
+                      + ([n_seeds(n["seeds"])] if n.get("seeds") is not None else []))
     if result["verdict"] == pre.NOT_MEASURABLE and "premise" in result:
         return f"premise fails: {_premise_line(result['premise'])}"
     if "comparisons" in result:
