@@ -72,13 +72,16 @@ def test_no_function_or_class_definitions(path):
         assert not defined, f"{path.name}: move definitions into plugin_lib"
 
 
-def test_readme_opens_every_notebook_in_colab():
+def test_the_readme_lists_every_notebook_and_docs_colab_opens_each_in_colab():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    colab = (ROOT / "docs" / "colab.md").read_text(encoding="utf-8")
     clone_url = re.search(r'"(https://github\.com/[^"]+)"', source(code_cells(NOTEBOOKS[0])[0]))
     repo = clone_url.group(1).removeprefix("https://github.com/")
+    assert "(docs/colab.md)" in readme
     for path in NOTEBOOKS:
+        assert f"(notebooks/{path.name})" in readme, f"README does not list {path.name}"
         link = f"https://colab.research.google.com/github/{repo}/blob/main/notebooks/{path.name}"
-        assert link in readme, f"README lacks the Colab link of {path.name}"
+        assert link in colab, f"docs/colab.md lacks the Colab link of {path.name}"
 
 
 def _without_parameters(path: Path) -> list[str]:

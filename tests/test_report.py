@@ -192,6 +192,12 @@ def test_confirmatory_verdicts_lead_the_readme_with_the_exploratory_ones_beside_
     block = "\n".join(document.readme_block("local"))
     assert "| the paper's claim | confirmatory statistic | confirmatory | exploratory |" in block
     assert f"| {judged.claim} | {STATISTIC['summary']} | **direction only** | reproduced |" in block
+    full = {**STATISTIC, "summary": "BLEU +0.02; 200 inputs, 3 seeds"}  # the profile's full scale: said once
+    claims.record_claim("confirm", "main_e2e", judged.claim, "", "BLEU +0.02", "direction only",
+                        rule=preregistered.rule_text(judged), statistic=full, preregistered=True)
+    block = "\n".join(document.readme_block("local"))
+    assert f"| {judged.claim} | BLEU +0.02 | **direction only** | reproduced |" in block
+    assert "Each confirmatory statistic is on all 200 test inputs and 3 seeds unless it says otherwise." in block
     waiting = next(c for c in preregistered.CLAIMS if c.key == "complexity_e2e_1")
     assert f"| {waiting.claim} |  | *waiting for its runs* | not reproduced |" in block
     paper = sum(c.scope == "paper" for c in preregistered.CLAIMS)

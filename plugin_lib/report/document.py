@@ -17,7 +17,7 @@ from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..utils.io import atomic_write_text, read_json
 from . import freeze, preregistered
-from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims
+from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims, n_seeds
 from .stats import BOOTSTRAP_METRICS
 
 # Notebook stem prefix -> the paper item it reproduces and the result files it writes.
@@ -383,10 +383,15 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
              f"[`results/{local.name}/REPORT.md`](results/{local.name}/REPORT.md).", ""]
     by_key = {c["key"]: c for c in confirmed}
     before = {c["key"]: c for c in explored}
-    lines += ["| the paper's claim | confirmatory statistic | confirmatory | exploratory |", "| --- | --- | --- | --- |"]
+    # Most statistics end with the profile's full scale; said once above the table instead.
+    full_scale = f"; {confirm.rows.test} inputs, {n_seeds(len(confirm.seeds))}"
+    lines += [f"Each confirmatory statistic is on all {confirm.rows.test} test inputs and "
+              f"{n_seeds(len(confirm.seeds))} unless it says otherwise.", "",
+              "| the paper's claim | confirmatory statistic | confirmatory | exploratory |", "| --- | --- | --- | --- |"]
     for claim in (c for c in preregistered.CLAIMS if c.scope == "paper"):
         found, old = by_key.get(claim.key), before.get(claim.key)
         statistic, verdict = (statistic_summary(found), shown_verdict(found)) if found else ("", "*waiting for its runs*")
+        statistic = statistic.removesuffix(full_scale)
         lines.append(f"| {claim.claim} | {statistic} | {verdict} | {old['verdict'] if old else '-'} |")
     lines.append("")
     for scope in SCOPES:
