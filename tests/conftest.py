@@ -2,12 +2,15 @@
 tokenizer for tests that need many forward passes."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from plugin_lib.core.blackbox import BlackBoxLM
 from plugin_lib.core.reweighter import make_reweighter
+from plugin_lib.core.train import TokenObjective
 from plugin_lib.harness.models import load_base_model
 
 PROMPTS = [
@@ -177,3 +180,22 @@ def profile(tiny_profile):
 def task(toy_task):
     """The runner tests' task: ``toy_task``."""
     return toy_task
+
+
+@contextlib.contextmanager
+def killed_at_validation(number: int, error: type[BaseException] = KeyboardInterrupt):
+    """``fit`` killed at the end of epoch ``number``: its validation there raises ``error``,
+    as a killed process would stop (the epochs before are done, and checkpointed if asked)."""
+    real, calls = TokenObjective.mean_nll, []
+
+    def dying(self, model, batch_size=16):
+        calls.append(1)
+        if len(calls) == number:
+            raise error
+        return real(self, model, batch_size)
+
+    TokenObjective.mean_nll = dying
+    try:
+        yield
+    finally:
+        TokenObjective.mean_nll = real

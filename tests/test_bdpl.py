@@ -4,6 +4,7 @@ the empty prompt, learning on a synthetic reward, candidate n-grams and the blac
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -233,6 +234,55 @@ def test_seeded_runs_are_identical_and_seeds_differ():
     assert [h["prompts"] for h in first.history] != [h["prompts"] for h in other.history]
 
 
+class Interrupt(Exception):
+    """Stands for a process killed mid-search."""
+
+
+class StopsAfter(ToyReward):
+    """ToyReward that raises ``Interrupt`` on its call number ``calls_allowed + 1``."""
+
+    def __init__(self, calls_allowed: int):
+        super().__init__()
+        self.calls_allowed = calls_allowed
+
+    def __call__(self, prefix, indices):
+        if self.calls >= self.calls_allowed:
+            raise Interrupt
+        return super().__call__(prefix, indices)
+
+
+@pytest.mark.parametrize("killed_at", [0, 7, 33, 74])
+def test_a_search_interrupted_and_resumed_ends_exactly_as_an_uninterrupted_one(killed_at):
+    whole = optimize_prompt(ToyReward(), CANDIDATES, settings(prompt_length=3), budget=75, seed=4)
+    saved = []  # what a checkpoint file would hold: the state after each step, through JSON
+    with pytest.raises(Interrupt):
+        optimize_prompt(StopsAfter(killed_at), CANDIDATES, settings(prompt_length=3), budget=75, seed=4,
+                        on_step=lambda state: saved.append(json.loads(json.dumps(state))))
+    reward = ToyReward()
+    resumed = optimize_prompt(reward, CANDIDATES, settings(prompt_length=3), budget=75, seed=4,
+                              resume=saved[-1] if saved else None)
+    assert len(saved) == killed_at // 20  # steps of 20 calls completed before the kill
+    assert reward.calls == 75 - 20 * len(saved)  # no paid call made twice
+    np.testing.assert_array_equal(resumed.probs, whole.probs)
+    assert resumed.history == whole.history and resumed.calls_used == whole.calls_used == 75
+
+
+def test_a_saved_state_from_other_candidates_or_another_budget_is_refused():
+    saved = []
+    optimize_prompt(ToyReward(), CANDIDATES, PAPER, budget=40, seed=0, on_step=saved.append)
+    with pytest.raises(ValueError, match="other candidate"):
+        optimize_prompt(ToyReward(), CANDIDATES[:4], PAPER, budget=40, resume=saved[0])
+    with pytest.raises(ValueError, match="75 calls"):
+        optimize_prompt(ToyReward(), CANDIDATES, PAPER, budget=75, resume=saved[0])
+    with pytest.raises(ValueError, match="seed 1"):
+        optimize_prompt(ToyReward(), CANDIDATES, PAPER, budget=40, seed=1, resume=saved[0])
+    with pytest.raises(ValueError, match="settings"):
+        optimize_prompt(ToyReward(), CANDIDATES, settings(lr=0.5), budget=40, resume=saved[0])
+    # The state handed out after a step does not change with later steps (its history is a copy).
+    resumed = optimize_prompt(ToyReward(), CANDIDATES, PAPER, budget=40, resume=saved[0])
+    assert resumed.history == optimize_prompt(ToyReward(), CANDIDATES, PAPER, budget=40).history
+
+
 # ---------------------------------------------------------------- learning on a synthetic reward
 
 
@@ -379,6 +429,23 @@ def test_train_bdpl_never_ends_worse_than_no_prefix_on_hyper_validation(tiny_bas
     assert chosen["prefix"] == result.prefix
     assert chosen["hyper_reward"] == max(row["hyper_reward"] for row in result.selection)
     assert chosen["hyper_reward"] >= result.selection[0]["hyper_reward"]
+
+
+def test_train_bdpl_resumes_from_its_checkpoint_without_scoring_a_prefix_twice(tiny_base, monkeypatch):
+    train, hyper = _examples(0, 4), _examples(4, 3)
+    small = settings(num_candidates=6, prompt_length=2, samples_per_step=2, batch_size=2)
+    args = (tiny_base, train, hyper, lambda e: f"Describe: {e.source}", small)
+    checkpoints = []
+    whole = train_bdpl(*args, budget=6, save_checkpoint=lambda c: checkpoints.append(json.loads(json.dumps(c))))
+    assert [bool(c["scores"]) for c in checkpoints] == [False] * 3 + [True] * (len(checkpoints) - 3)
+    scored = []
+    real = LoglikReward.score_all
+    monkeypatch.setattr(LoglikReward, "score_all", lambda self, text, b: scored.append(text) or real(self, text, b))
+    after_one_score = checkpoints[3]  # the loop done, the empty prefix scored
+    resumed = train_bdpl(*args, budget=6, checkpoint=after_one_score)
+    assert "" not in scored and len(scored) == len({row["prefix"] for row in whole.selection}) - 1
+    assert (resumed.prefix, resumed.origin, resumed.selection) == (whole.prefix, whole.origin, whole.selection)
+    assert resumed.trajectory.history == whole.trajectory.history
 
 
 def test_train_bdpl_refuses_an_unknown_reward_and_missing_data(tiny_base):

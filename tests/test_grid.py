@@ -130,6 +130,22 @@ def _unit(key, needs=()):
     return grid.Unit("run", key, grid.TaskRef("smollm2-135m-instruct", "e2e"), load_profile("smoke"), needs=needs)
 
 
+def test_units_can_be_chosen_and_skipped_by_key_with_their_dependencies():
+    from plugin_lib.harness.grid.__main__ import select_units
+
+    # a -> c -> e, b -> c, d alone
+    units = [_unit("x/a"), _unit("x/b"), _unit("x/c", ("x/a", "x/b")), _unit("y/d"), _unit("x/e", ("x/c",))]
+    keys = lambda chosen: [u.key for u in chosen]
+    assert keys(select_units(units)) == ["x/a", "x/b", "x/c", "y/d", "x/e"]
+    assert keys(select_units(units, ["*/c"])) == ["x/a", "x/b", "x/c"]  # with what it needs
+    assert keys(select_units(units, skip=["x/b"])) == ["x/a", "y/d"]  # c and e would compute b
+    assert keys(select_units(units, ["x/*"], ["x/e"])) == ["x/a", "x/b", "x/c"]
+    with pytest.raises(ValueError, match="matches no unit"):
+        select_units(units, ["z/*"])
+    with pytest.raises(ValueError, match="leaves no unit"):
+        select_units(units, ["x/c"], ["x/a"])
+
+
 def test_wall_time_is_list_scheduling_over_the_dependency_graph():
     # a -> c, b -> c, d alone: 4 units of 10, 10, 30, 5 seconds
     units = [_unit("a"), _unit("b"), _unit("c", ("a", "b")), _unit("d")]

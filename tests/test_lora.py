@@ -10,6 +10,8 @@ from plugin_lib.core.reweighter import count_parameters
 from plugin_lib.core.train import TrainConfig, encode_pairs
 from plugin_lib.harness.lora import add_lora, fit_lora, lora_black_box, lora_objective, lora_targets
 
+from conftest import killed_at_validation
+
 PAIRS = [
     ("name[The Eagle], eatType[pub]", "The Eagle is a pub."),
     ("name[Aromi], food[Chinese]", "Aromi serves Chinese food."),
@@ -104,3 +106,26 @@ def test_decoding_merged_equals_unmerged(trained, tokenizer):
     merged = generate(merged_box, prompts, max_new_tokens=8, progress=False)
     assert merged == unmerged
     assert all(isinstance(text, str) for text in merged)
+
+
+def test_an_interrupted_lora_training_resumes_to_the_same_adapters(tokenizer, tmp_path):
+    """The harness's LoRA model (its state dict: the adapters only) through fit's checkpoint;
+    LoRA's dropout draws from the global generator, which the checkpoint brings back."""
+    from plugin_lib.core.train import fit
+    from plugin_lib.harness.methods import LoraModel
+
+    encoded = encode_pairs(tokenizer, [p for p, _ in PAIRS], [t for _, t in PAIRS])
+    train = lora_objective(encoded, tokenizer.pad_token_id)
+    cfg = TrainConfig(lr=2e-2, weight_decay=0.0, max_epochs=4, patience=4, batch_size=2, warmup_ratio=0.0)
+    whole = LoraModel(add_lora(tiny_llama(tokenizer), r=4, seed=0, dropout=0.3))
+    expected = fit(whole, train, train, cfg, progress=False)
+    path = tmp_path / "lora.pt"
+    with killed_at_validation(3), pytest.raises(KeyboardInterrupt):
+        fit(LoraModel(add_lora(tiny_llama(tokenizer), r=4, seed=0, dropout=0.3)), train, train, cfg,
+            progress=False, checkpoint=path, checkpoint_every_s=0)
+    torch.manual_seed(99)
+    resumed = LoraModel(add_lora(tiny_llama(tokenizer), r=4, seed=0, dropout=0.3))
+    result = fit(resumed, train, train, cfg, progress=False, checkpoint=path, checkpoint_every_s=0)
+    assert result.history == expected.history
+    assert resumed.state_dict().keys() == whole.state_dict().keys()
+    assert all(torch.equal(v, whole.state_dict()[k]) for k, v in resumed.state_dict().items())

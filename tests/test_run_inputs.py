@@ -22,7 +22,7 @@ from plugin_lib.core.train import BaseOutputCache, encode_pairs
 from plugin_lib.experiments import table5, table8
 from plugin_lib.harness import methods, runner
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
-from plugin_lib.utils.io import CorruptFileError, read_json, remove_stale_temporaries
+from plugin_lib.utils.io import CorruptFileError, current_umask, read_json, remove_stale_temporaries
 
 import real_data
 
@@ -221,7 +221,7 @@ def test_weights_are_saved_under_a_unique_name_and_never_half_written(tmp_path, 
     runner._save_state(model, path)
     runner._save_state(model, path)
     assert [p.name for p in tmp_path.iterdir()] == ["Plugin-best.pt"]
-    assert path.stat().st_mode & 0o777 == 0o666 & ~runner.current_umask()
+    assert path.stat().st_mode & 0o777 == 0o666 & ~current_umask()
     assert torch.load(path)["weight"].shape == (2, 2)
 
 

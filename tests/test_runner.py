@@ -2,6 +2,7 @@ import dataclasses
 
 import pytest
 
+from plugin_lib.core.train import TokenObjective
 from plugin_lib.harness import methods, runner
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils.io import atomic_write_json
@@ -24,18 +25,25 @@ def test_finished_runs_are_not_redone_unless_settings_change(task, profile, monk
 
 
 def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatch):
-    trained = []
+    trained, checkpoints = [], []
     real_train = methods.train_method
 
-    def counting_train(task_, method, arch, hparams, seed, training, progress=True):
+    def counting_train(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
         trained.append(hparams["lr"])
+        checkpoints.append(checkpoint)
         return real_train(task_, method, {**arch, "hidden_size": 16, "intermediate_size": 32},
-                          hparams, seed, training, progress=progress)
+                          hparams, seed, training, progress=progress, checkpoint=checkpoint)
 
     monkeypatch.setattr(methods, "train_method", counting_train)
     monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
     first = runner.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == [1e-3, 5e-3]
+    # Each configuration's training keeps its state in a file of its own while it runs (fit resumes
+    # from it after a kill), named after the configuration and the search's fingerprints.
+    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    assert [(c.parent, c.name.rsplit("-", 1)[0]) for c in checkpoints] == [
+        (folder / ".checkpoints", f"Plugin-{tag}") for tag in first["configs"]]
+    assert not any(c.exists() for c in checkpoints)  # removed when the training ended
     losses = {tag: c["val_loss"] for tag, c in first["configs"].items()}
     assert first["best"] == min(losses, key=losses.get)
 
@@ -51,6 +59,29 @@ def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatc
     record = runner.run_experiment(task, "Plugin", profile.seeds[0], profile, progress=False)
     assert record["hparams"] == again["configs"][again["best"]]["hparams"]
     assert record["training"]["val_loss"] == again["configs"][again["best"]]["val_loss"]
+
+
+def test_a_later_seed_killed_while_decoding_is_not_trained_again(task, profile, monkeypatch):
+    """The training of a seed after the first keeps its finished state until the run's record is
+    stored: a kill during decoding costs the decoding only."""
+    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    profile = profile.replace(seeds=[0, 1])
+    runner.select_hparams(task, "Plugin", profile, progress=False)
+    real_predict = methods.predict
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(methods, "predict", killed)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_experiment(task, "Plugin", 1, profile, progress=False)
+    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    (kept,) = (folder / ".checkpoints").glob("Plugin-seed1-lr=*.pt")
+    monkeypatch.setattr(methods, "predict", real_predict)
+    monkeypatch.setattr(TokenObjective, "nll", lambda *a, **k: pytest.fail("trained again"))
+    record = runner.run_experiment(task, "Plugin", 1, profile, progress=False)
+    assert record["training"]["epochs_run"] >= 1 and len(record["predictions"]) == len(task.test)
+    assert not kept.exists()  # removed once the record is stored
 
 
 def test_hparam_grid_per_method():
@@ -89,7 +120,7 @@ def _fake_training(trained, best_lr):
     import torch
     from types import SimpleNamespace
 
-    def train(task_, method, arch, hparams, seed, training, progress=True):
+    def train(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
         trained.append(hparams["lr"])
         loss = 1.0 + abs(math.log(hparams["lr"] / best_lr))
         result = SimpleNamespace(best_val_loss=loss, best_epoch=1, epochs_run=1, seconds=0.0, history=[])
@@ -136,7 +167,7 @@ def _fake_two_key_training(trained, best):
     import torch
     from types import SimpleNamespace
 
-    def train(task_, method, arch, hparams, seed, training, progress=True):
+    def train(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
         trained.append((hparams["lr"], hparams["weight_decay"]))
         loss = 1.0 + sum(abs(math.log(hparams[k] / v)) for k, v in best.items())
         return torch.nn.Linear(1, 1), SimpleNamespace(best_val_loss=loss, best_epoch=1, epochs_run=1, seconds=0.0,

@@ -98,6 +98,7 @@ def test_two_processes_search_one_grid_without_training_a_configuration_twice(tm
     assert sorted(record["configs"]) == TAGS
     assert record["best"] == min(record["configs"], key=lambda t: record["configs"][t]["val_loss"])
     assert not list((tmp_path / "store").rglob("*.tmp")) and not list((tmp_path / "store").rglob("*.partial"))
+    assert not list((tmp_path / "store").rglob(".checkpoints/*"))  # each training's state, removed once recorded
 
 
 @pytest.mark.slow

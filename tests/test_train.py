@@ -19,6 +19,8 @@ from plugin_lib.core.train import (
     small_model_log_probs,
 )
 
+from conftest import killed_at_validation
+
 PROMPTS = [f"Describe item {i}: colour {c}, size {s}." for i, (c, s) in
            enumerate([("red", "small"), ("blue", "large"), ("green", "medium"), ("black", "tiny")] * 3)]
 TARGETS = [f"A {s} {c} item, number {i}." for i, (c, s) in
@@ -191,3 +193,106 @@ def test_fit_checks_the_vocabulary_before_training(tiny_base, tokenizer, pairs):
     largest = max(max(p.input_ids) for p in pairs)
     with pytest.raises(ValueError, match=rf"Token id {largest} is outside .* 64 tokens.*plugin_lib\.make_reweighter"):
         fit(make_reweighter("linear", 64, hidden_size=8), *alone, cfg, progress=False)
+
+
+class Killed(Exception):
+    """Stands for a process killed mid-training."""
+
+
+def _dropout_reweighter(small_reweighter):
+    model = small_reweighter("llama", seed=1)
+    for layer in model.model.layers:  # dropout draws from the global generator: its state must come back too
+        layer.self_attn.attention_dropout = 0.3
+    return model
+
+
+def test_an_interrupted_fit_resumes_from_its_checkpoint_to_the_same_model(
+        tiny_base, small_reweighter, tokenizer, pairs, tmp_path):
+    train, val = _objectives(tiny_base, tokenizer, pairs)
+    cfg = TrainConfig(lr=2e-2, max_epochs=6, patience=10, batch_size=4, seed=5)
+    whole_model = _dropout_reweighter(small_reweighter)
+    whole = fit(whole_model, train, val, cfg, progress=False)
+    path = tmp_path / "partial" / "fit.pt"
+    with killed_at_validation(4, Killed), pytest.raises(Killed):
+        fit(_dropout_reweighter(small_reweighter), train, val, cfg, progress=False, checkpoint=path,
+            checkpoint_every_s=0)
+    assert path.exists()  # written after epochs 1-3
+    torch.manual_seed(12345)  # a new process: the global generator is elsewhere
+    resumed_model = _dropout_reweighter(small_reweighter)
+    resumed = fit(resumed_model, train, val, cfg, progress=False, checkpoint=path, checkpoint_every_s=0)
+    assert resumed.history == whole.history and len(whole.history) == 6
+    assert (resumed.best_epoch, resumed.best_val_loss, resumed.optimizer_steps) == (
+        whole.best_epoch, whole.best_val_loss, whole.optimizer_steps)
+    assert all(torch.equal(v, whole_model.state_dict()[k]) for k, v in resumed_model.state_dict().items())
+    assert not path.exists()  # removed once training ends
+
+
+class ScriptedValidation:
+    """A validation objective whose losses follow ``losses[start:]``; it raises ``Killed`` at
+    the validation number ``kill_at`` (1-based, counted from ``start``)."""
+
+    def __init__(self, real: TokenObjective, losses, start: int = 0, kill_at: int | None = None):
+        self.real, self.losses, self.next, self.kill_at, self.calls = real, list(losses), start, kill_at, 0
+
+    def __len__(self):
+        return len(self.real)
+
+    def check_model(self, model):
+        self.real.check_model(model)
+
+    def mean_nll(self, model):
+        self.calls += 1
+        if self.calls == self.kill_at:
+            raise Killed
+        self.next += 1
+        return self.losses[self.next - 1]
+
+
+def test_a_resumed_fit_keeps_the_best_epoch_and_the_patience_count_of_before_the_kill(
+        tiny_base, small_reweighter, tokenizer, pairs, tmp_path):
+    train, val = _objectives(tiny_base, tokenizer, pairs)
+    losses = [3.0, 2.0, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0]  # the best at epoch 2, then worse: stops after epoch 5
+    cfg = TrainConfig(lr=2e-2, max_epochs=8, patience=3, batch_size=4, seed=5)
+    whole_model = small_reweighter("llama", seed=1)
+    whole = fit(whole_model, train, ScriptedValidation(val, losses), cfg, progress=False)
+    assert (whole.best_epoch, whole.epochs_run) == (2, 5)
+    path = tmp_path / "fit.pt"
+    with pytest.raises(Killed):  # killed in epoch 4: the checkpoint holds epochs 1-3 (best 2, one stale)
+        fit(small_reweighter("llama", seed=1), train, ScriptedValidation(val, losses, kill_at=4), cfg,
+            progress=False, checkpoint=path, checkpoint_every_s=0)
+    resumed_model = small_reweighter("llama", seed=1)
+    resumed = fit(resumed_model, train, ScriptedValidation(val, losses, start=3), cfg, progress=False,
+                  checkpoint=path, checkpoint_every_s=0)
+    assert (resumed.best_epoch, resumed.best_val_loss, resumed.epochs_run) == (2, 2.0, 5)
+    assert resumed.history == whole.history
+    assert all(torch.equal(v, whole_model.state_dict()[k]) for k, v in resumed_model.state_dict().items())
+
+
+def test_a_kept_checkpoint_returns_the_finished_training_without_training_again(
+        tiny_base, small_reweighter, tokenizer, pairs, tmp_path, monkeypatch):
+    train, val = _objectives(tiny_base, tokenizer, pairs)
+    cfg = TrainConfig(lr=2e-2, max_epochs=3, patience=10, batch_size=4, seed=5)
+    path = tmp_path / "fit.pt"
+    first_model = small_reweighter("llama", seed=1)
+    first = fit(first_model, train, val, cfg, progress=False, checkpoint=path, keep_checkpoint=True)
+    assert path.exists()  # the finished result, until the caller has stored its own
+    monkeypatch.setattr(TokenObjective, "nll", lambda *a, **k: pytest.fail("trained again"))
+    again_model = small_reweighter("llama", seed=2)
+    again = fit(again_model, train, val, cfg, progress=False, checkpoint=path)
+    assert again == first
+    assert all(torch.equal(v, first_model.state_dict()[k]) for k, v in again_model.state_dict().items())
+
+
+def test_a_checkpoint_of_another_configuration_or_a_damaged_one_is_not_resumed(
+        tiny_base, small_reweighter, tokenizer, pairs, tmp_path):
+    train, val = _objectives(tiny_base, tokenizer, pairs)
+    path = tmp_path / "fit.pt"
+    other = TrainConfig(lr=5e-3, max_epochs=3, patience=10, batch_size=4, seed=5)
+    fit(small_reweighter("llama", seed=1), train, val, other, progress=False, checkpoint=path, keep_checkpoint=True)
+    cfg = TrainConfig(lr=2e-2, max_epochs=3, patience=10, batch_size=4, seed=5)
+    fresh = fit(small_reweighter("llama", seed=1), train, val, cfg, progress=False)
+    assert fit(small_reweighter("llama", seed=1), train, val, cfg, progress=False, checkpoint=path).history == fresh.history
+    path.write_bytes(b"truncated")
+    with pytest.warns(UserWarning, match="cannot be read"):
+        again = fit(small_reweighter("llama", seed=1), train, val, cfg, progress=False, checkpoint=path)
+    assert again.history == fresh.history and not path.exists()

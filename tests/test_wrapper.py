@@ -3,6 +3,7 @@ the paper's numbers beside ours, and the FLOP and parameter counts on the offlin
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -66,6 +67,37 @@ def test_prompt_is_learned_once_within_the_budget_and_reused(task, profile, monk
                                                                              "lr": 0.01}})
     table5.learn_prompt(task, faster, seed=0, budget=10)  # other optimiser settings: learned again
     assert len(calls) > 10
+
+
+def test_an_interrupted_prompt_search_resumes_from_its_checkpoint(task, profile, monkeypatch):
+    whole = table5.learn_prompt(task, profile, seed=1, budget=10)
+    path = bdpl.prompt_path(profile, "e2e", "tiny-llama", 1, 10)
+    checkpoint = table5.checkpoint_path(path)
+    assert not checkpoint.exists()  # removed once the record is written
+    path.unlink()
+    calls = _count_calls(monkeypatch, task.base)
+    real = bdpl.LoglikReward.score_all
+
+    def killed(self, text, batch_size):  # the process dies at the first hyper-validation score
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bdpl.LoglikReward, "score_all", killed)
+    with pytest.raises(KeyboardInterrupt):
+        table5.learn_prompt(task, profile, seed=1, budget=10)
+    assert checkpoint.exists() and not path.exists() and len(calls) == 10
+    monkeypatch.setattr(bdpl.LoglikReward, "score_all", real)
+    calls.clear()
+    resumed = table5.learn_prompt(task, profile, seed=1, budget=10)
+    assert len(calls) == resumed["selection_calls"]  # the 10 paid calls are not made again
+    same = ("prefix", "origin", "history", "probs", "selection", "selection_calls", "reward_per_call")
+    assert {k: resumed[k] for k in same} == {k: whole[k] for k in same}
+    assert not checkpoint.exists()
+    # A checkpoint made under other settings or from other data is not resumed from.
+    path.unlink()
+    checkpoint.write_text(json.dumps({"settings": "other", "inputs": "other", "state": {}, "seconds": 1.0}))
+    calls.clear()
+    assert table5.learn_prompt(task, profile, seed=1, budget=10)["history"] == whole["history"]
+    assert len(calls) == 10 + whole["selection_calls"]
 
 
 def test_reward_per_call_figure(task, profile):

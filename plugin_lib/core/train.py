@@ -25,9 +25,10 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -513,6 +514,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+CHECKPOINT_EVERY_S = 600.0
+
+
 def fit(
     model: torch.nn.Module,
     train: TokenObjective,
@@ -520,10 +524,32 @@ def fit(
     cfg: TrainConfig,
     *,
     progress: bool = True,
+    checkpoint: str | Path | None = None,
+    checkpoint_every_s: float = CHECKPOINT_EVERY_S,
+    keep_checkpoint: bool = False,
 ) -> FitResult:
-    """Train ``model`` (only its parameters) on ``train``; keep the epoch with the lowest ``val`` loss."""
+    """Train ``model`` (only its parameters) on ``train``; keep the epoch with the lowest ``val`` loss.
+
+    With ``checkpoint``, the whole training state (weights, optimiser, schedule, random
+    generators, the best epoch so far, the history) is written there at the end of an epoch
+    once ``checkpoint_every_s`` seconds have passed since the last write, and a checkpoint found
+    there from the same configuration, data sizes and device type is resumed from: an
+    interrupted training ends exactly as an uninterrupted one. When training ends the file is
+    removed, or with ``keep_checkpoint`` replaced by the finished result, which a later call
+    returns without training (for a caller that stores its own result later: it removes the
+    file then). The caller names the file after everything else the training depends on (the
+    data, the model, the hyperparameters outside ``cfg``).
+    """
     train.check_model(model)
     val.check_model(model)
+    device_type = next(model.parameters()).device.type
+    identity = {"config": asdict(cfg), "train_pairs": len(train), "val_pairs": len(val), "device": device_type}
+    resumed = _load_checkpoint(checkpoint, identity)
+    if resumed is not None and resumed["finished"]:
+        model.load_state_dict(resumed["best_state"])
+        model.eval()
+        return FitResult(resumed["best_epoch"], resumed["best_loss"], len(resumed["history"]), resumed["steps"],
+                         resumed["seconds"], resumed["history"])
     seed_everything(cfg.seed)
     order_rng = torch.Generator().manual_seed(cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -532,14 +558,37 @@ def fit(
     total_steps = steps_per_epoch * cfg.max_epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
 
-    device_type = next(model.parameters()).device.type
     autocast = torch.autocast(
         device_type, dtype=getattr(torch, cfg.autocast or "bfloat16"), enabled=cfg.autocast is not None
     )
     best_loss, best_epoch, best_state, stale, steps = math.inf, 0, None, 0, 0
     history: list[dict] = []
-    started = time.perf_counter()
-    epochs = tqdm(range(1, cfg.max_epochs + 1), desc="epochs", disable=not progress)
+    if resumed is not None:
+        model.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        scheduler.load_state_dict(resumed["scheduler"])
+        torch.set_rng_state(resumed["torch_rng"])
+        if resumed["cuda_rng"] is not None:
+            torch.cuda.set_rng_state(resumed["cuda_rng"])
+        order_rng.set_state(resumed["order_rng"])
+        best_loss, best_epoch, best_state = resumed["best_loss"], resumed["best_epoch"], resumed["best_state"]
+        stale, steps, history = resumed["stale"], resumed["steps"], resumed["history"]
+    spent = resumed["seconds"] if resumed is not None else 0.0
+    started = last_saved = time.perf_counter()
+
+    def state(finished: bool) -> dict:
+        kept = {**identity, "finished": finished, "best_loss": best_loss, "best_epoch": best_epoch,
+                "best_state": best_state, "steps": steps, "history": history,
+                "seconds": spent + time.perf_counter() - started}
+        if finished:
+            return kept
+        return {**kept, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "stale": stale,
+                "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state() if device_type == "cuda" else None,
+                "order_rng": order_rng.get_state()}
+
+    epochs = tqdm(range(len(history) + 1, cfg.max_epochs + 1), desc="epochs", disable=not progress,
+                  initial=len(history), total=cfg.max_epochs)
     for epoch in epochs:
         model.train()
         order = torch.randperm(len(train), generator=order_rng).tolist()
@@ -572,9 +621,49 @@ def fit(
             stale += 1
             if stale >= cfg.patience:
                 break
+        if checkpoint is not None and epoch < cfg.max_epochs and time.perf_counter() - last_saved >= checkpoint_every_s:
+            _save_atomically(checkpoint, state(finished=False))
+            last_saved = time.perf_counter()
     model.load_state_dict(best_state)
     model.eval()
-    return FitResult(best_epoch, best_loss, len(history), steps, time.perf_counter() - started, history)
+    seconds = spent + time.perf_counter() - started
+    if checkpoint is not None and keep_checkpoint:
+        _save_atomically(checkpoint, {**state(finished=True), "seconds": seconds})
+    elif checkpoint is not None:
+        Path(checkpoint).unlink(missing_ok=True)
+    return FitResult(best_epoch, best_loss, len(history), steps, seconds, history)
+
+
+def _save_atomically(path: str | Path, state: dict) -> None:
+    """``torch.save`` into a temporary beside ``path``, flushed and renamed when complete: a
+    kill mid-write leaves the previous checkpoint whole. (The core keeps its own writer rather
+    than ``utils.io``'s: it imports nothing outside the core; the harness reaps temporaries.)"""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # the user's normal permissions, not mkstemp's 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_checkpoint(path: str | Path | None, identity: dict) -> dict | None:
+    """The training state kept at ``path`` by ``fit``, if there is a readable one of this
+    configuration, data and device type (an unreadable one is trained over, with a warning)."""
+    if path is None or not Path(path).exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        warnings.warn(f"The training checkpoint {path} cannot be read ({err}); training from the start.")
+        return None
+    return state if all(state.get(k) == v for k, v in identity.items()) else None
 
 
 def reachable_plugin_log_probs(base_log_probs: torch.Tensor, small_logits: torch.Tensor) -> torch.Tensor:

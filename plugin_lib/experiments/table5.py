@@ -32,6 +32,7 @@ import functools
 import hashlib
 import json
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -44,7 +45,7 @@ from ..data import prompts
 from ..harness import bdpl, grid, methods, preflight, runner
 from ..harness.profile import Bdpl, Profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
-from ..utils.io import atomic_write_json, read_json
+from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
 
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
 BDPL_REWARDS = ("loglik", "rougeL")  # harness.bdpl.train_bdpl
@@ -108,7 +109,7 @@ def stored_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: in
 
 
 def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
-                 reward: str = "loglik") -> dict:
+                 reward: str = "loglik", progress: bool = False) -> dict:
     """BDPL's prefix for ``task`` and ``seed``: learned on the training part and chosen on
     hyper-validation (``bdpl.train_bdpl``, settings ``profile.wrapper.bdpl``) once, then read back.
 
@@ -116,17 +117,48 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
     argmax prompt and largest probability per position (``history``), the final
     probabilities, and the hyper-validation reward of every final candidate, the empty
     prefix among them (``selection``; ``selection_calls`` black-box calls, outside the budget).
+
+    One process learns it (the others wait and read the record). Its work so far is kept after
+    every step in a checkpoint beside the record (``checkpoint_path``), so that an interrupted
+    search (thousands of calls: hours on a CPU) goes on where it stopped, to the same prompt.
     """
     if task.prompt_prefix:
         raise ValueError("BDPL learns a prefix for an unprefixed task.")
     stored = stored_prompt(task, profile, seed, budget=budget, reward=reward)
     if stored is not None:
         return stored
-    settings = profile.wrapper.bdpl
     path = bdpl.prompt_path(profile, task.dataset, task.base.name, seed, budget)
+    with runner.unit_lock(path.parent, path.stem):
+        remove_stale_temporaries(path.parent)
+        stored = stored_prompt(task, profile, seed, budget=budget, reward=reward)
+        if stored is not None:  # learned meanwhile, or killed between the record and the checkpoint's removal
+            checkpoint_path(path).unlink(missing_ok=True)
+            return stored
+        return _learn_prompt(task, profile, seed, budget, reward, path, progress)
+
+
+def checkpoint_path(prompt_path: Path) -> Path:
+    """Where a prompt's unfinished search is kept: ``.<record name>.partial`` beside it (not a
+    ``*.json``, so nothing that reads records takes it for one)."""
+    return prompt_path.with_name(f".{prompt_path.name}.partial")
+
+
+def _learn_prompt(task: methods.Task, profile: Profile, seed: int, budget: int, reward: str, path: Path,
+                  progress: bool) -> dict:
+    settings = profile.wrapper.bdpl
     fingerprint = _prompt_settings(task, seed, budget, reward, settings)
     inputs = runner.inputs_fingerprint(task)
+    partial = checkpoint_path(path)
+    saved = read_json(partial) if partial.exists() else None
+    if saved is not None and (saved.get("settings"), saved.get("inputs")) != (fingerprint, inputs):
+        saved = None  # made under other settings or from other data: start again
+    spent = saved["seconds"] if saved is not None else 0.0
     started = time.perf_counter()
+
+    def save_checkpoint(state: dict) -> None:
+        atomic_write_json(partial, {"settings": fingerprint, "inputs": inputs, "state": state,
+                                    "seconds": spent + time.perf_counter() - started})
+
     result = bdpl.train_bdpl(
         task.base,
         task.train,
@@ -139,6 +171,9 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
         # The chat template wraps prefix + task prompt, exactly as Task.prompt does.
         format_prompt=functools.partial(prompts.format_for_model, tokenizer=task.base.tokenizer,
                                         use_chat_template=task.use_chat_template),
+        checkpoint=saved["state"] if saved is not None else None,
+        save_checkpoint=save_checkpoint,
+        progress=progress,
     )
     trajectory = result.trajectory
     hyper_rewards = {row["origin"]: row["hyper_reward"] for row in result.selection}
@@ -151,9 +186,10 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
         "reward_per_call": trajectory.rewards_per_call, "mean_rewards": trajectory.mean_rewards,
         "history": trajectory.history, "candidates": list(trajectory.candidates), "probs": trajectory.probs.tolist(),
         "top_probs": bdpl.sampling_probs(trajectory.probs).max(axis=1).tolist(), "train_inputs": len(task.train),
-        "hyper_inputs": len(task.hyper), "seconds": time.perf_counter() - started,
+        "hyper_inputs": len(task.hyper), "seconds": spent + time.perf_counter() - started,
     }
     atomic_write_json(path, record)
+    partial.unlink(missing_ok=True)
     return read_json(path)  # as stored (lists, not tuples), the same as a later read
 
 
@@ -182,7 +218,7 @@ def prompt_lengths(task: methods.Task) -> dict:
 def run_bdpl(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
              reward: str = "loglik", progress: bool = False) -> tuple[dict, list[dict]]:
     """The seed's BDPL prompt and its two runs, "BDPL" and "BDPL+Plugin" (stored, resumable)."""
-    prompt = learn_prompt(task, profile, seed, budget=budget, reward=reward)
+    prompt = learn_prompt(task, profile, seed, budget=budget, reward=reward, progress=progress)
     prefixed = prefixed_task(task, prompt["prefix"])
     first = profile.seeds[0]
     alone, combined = bdpl.run_labels(profile, budget)

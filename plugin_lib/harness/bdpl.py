@@ -71,6 +71,7 @@ For generation, which their classification code does not cover:
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections import Counter
@@ -83,6 +84,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from rouge_score import rouge_scorer
+from tqdm.auto import tqdm
 
 from ..core.blackbox import BlackBoxLM
 from ..core.decode import generate
@@ -431,12 +433,19 @@ def optimize_prompt(
     *,
     budget: ApiBudget | int = DEFAULT_BUDGET,
     seed: int = 0,
+    resume: dict | None = None,
+    on_step: Callable[[dict], None] | None = None,
+    progress: bool = False,
 ) -> Trajectory:
     """BDPL's training loop (the module docstring): per step, sample prompts, score each on
     one minibatch (one API call each), step AdamW along the estimator, project.
 
     The loop spends the budget exactly (``step_sizes``); ``budget`` may be shared (an
     ``ApiBudget``) or a number of calls.
+
+    Resumable: after every step ``on_step`` gets the loop's whole state (a JSON-able dict:
+    the rows, AdamW's moments, the generator's state, the history, the calls spent); given
+    back as ``resume``, the loop goes on from there and ends exactly as an uninterrupted one.
     """
     check_settings(settings)
     if len(candidates) < 1:
@@ -446,8 +455,12 @@ def optimize_prompt(
     probs = torch.full((settings.prompt_length, len(candidates)), 1.0 / len(candidates), dtype=torch.float64,
                        requires_grad=True)
     optimizer = torch.optim.AdamW([probs], lr=settings.lr, weight_decay=settings.weight_decay)
-    history = []
-    for step, size in enumerate(step_sizes(budget.remaining, settings.samples_per_step), start=1):
+    sizes, history = step_sizes(budget.remaining, settings.samples_per_step), []
+    if resume is not None:
+        sizes, history = _restore(resume, candidates, settings, seed, budget, rng, probs, optimizer)
+    bar = tqdm(total=len(sizes), initial=len(history), desc=f"BDPL, {budget.total} calls (seed {seed})",
+               disable=not progress)
+    for step, size in enumerate(sizes[len(history):], start=len(history) + 1):
         batch = rng.choice(len(reward), size=min(settings.batch_size, len(reward)), replace=False).tolist()
         samples = [sample_prompt(probs.detach().numpy(), rng) for _ in range(size)]
         rewards = []
@@ -465,7 +478,51 @@ def optimize_prompt(
             top = sampling_probs(probs.detach().numpy()).max(axis=1).tolist()
         history.append({"step": step, "prompts": [list(s) for s in samples], "rewards": rewards,
                         "calls_used": budget.used, "argmax": argmax, "top_probs": top})
+        bar.update()
+        if on_step is not None:
+            on_step(_loop_state(candidates, settings, seed, sizes, budget, rng, probs, optimizer, history))
+    bar.close()
     return Trajectory(tuple(candidates), probs.detach().numpy().copy(), budget.used, history)
+
+
+def _loop_state(candidates, settings, seed, sizes, budget, rng, probs, optimizer, history) -> dict:
+    """``optimize_prompt``'s state after a step, as JSON (floats round-trip exactly)."""
+    moments = optimizer.state.get(probs)
+    return {
+        "candidates": list(candidates), "settings": dataclasses.asdict(settings), "seed": seed,
+        "sizes": list(sizes), "calls_used": budget.used, "rng": rng.bit_generator.state,
+        "probs": probs.detach().tolist(), "history": list(history),
+        "adamw": None if not moments else {"step": float(moments["step"]), "exp_avg": moments["exp_avg"].tolist(),
+                                           "exp_avg_sq": moments["exp_avg_sq"].tolist()},
+    }
+
+
+def _restore(state: dict, candidates, settings, seed, budget: ApiBudget, rng, probs, optimizer
+             ) -> tuple[list[int], list[dict]]:
+    """Put ``optimize_prompt``'s variables back as ``state`` left them; (step sizes, history)."""
+    if state["candidates"] != list(candidates):
+        raise ValueError("The saved BDPL state was made with other candidate phrases; it cannot be resumed.")
+    # A state saved before these two keys existed has neither (its caller's fingerprint covers them).
+    saved_with = (state.get("settings", dataclasses.asdict(settings)), state.get("seed", seed))
+    if saved_with != (dataclasses.asdict(settings), seed):
+        raise ValueError(f"The saved BDPL state was made with settings {state['settings']} and seed {state['seed']}, "
+                         f"not {dataclasses.asdict(settings)} and seed {seed}; it cannot be resumed.")
+    sizes, history = list(state["sizes"]), list(state["history"])
+    if budget.used + sum(sizes) != budget.total or state["calls_used"] != budget.used + sum(sizes[:len(history)]):
+        raise ValueError(f"The saved BDPL state spent {state['calls_used']} of {budget.used + sum(sizes)} calls; "
+                         f"this budget is {budget.total} calls with {budget.used} used.")
+    budget.used = state["calls_used"]
+    rng.bit_generator.state = state["rng"]
+    with torch.no_grad():
+        probs.copy_(torch.tensor(state["probs"], dtype=probs.dtype))
+    if state["adamw"] is not None:
+        moments = state["adamw"]
+        optimizer.load_state_dict({
+            "state": {0: {"step": torch.tensor(moments["step"]),
+                          "exp_avg": torch.tensor(moments["exp_avg"], dtype=probs.dtype),
+                          "exp_avg_sq": torch.tensor(moments["exp_avg_sq"], dtype=probs.dtype)}},
+            "param_groups": optimizer.state_dict()["param_groups"]})
+    return sizes, history
 
 
 def choose_prefix(learned: Sequence[tuple[str, str]], score: Callable[[str], tuple[float, int]]
@@ -507,6 +564,9 @@ def train_bdpl(
     reward: str = "loglik",
     candidates: Sequence[str] | None = None,
     format_prompt: Callable[[str], str] = _identity,
+    checkpoint: dict | None = None,
+    save_checkpoint: Callable[[dict], None] | None = None,
+    progress: bool = False,
 ) -> BDPLResult:
     """BDPL on a task: candidates from the ``train`` references, the prompt optimised on
     ``train`` within ``budget``, the final prefix chosen on ``hyper`` (``choose_prefix``).
@@ -514,16 +574,36 @@ def train_bdpl(
     ``task_prompt(example)`` is the task prompt (e.g. ``prompts.build_prompt``); the learned
     prefix goes in front of it. ``reward`` is "loglik" (items: one per reference) or "rougeL"
     (items: one per input).
+
+    Resumable: ``save_checkpoint`` gets, after every step and every hyper-validation score, a
+    JSON-able dict (the loop's state, ``optimize_prompt``, and the scores so far); given back
+    as ``checkpoint``, the work goes on from there to the same result.
     """
     if not train or not hyper:
         raise ValueError(f"BDPL needs training and hyper-validation examples, got {len(train)} and {len(hyper)}.")
     if candidates is None:
         candidates = candidate_ngrams([r for e in train for r in e.references], settings.num_candidates)
+    saved = {"loop": None, "scores": {}, **(checkpoint or {})}
+
+    def keep(part: str, value) -> None:
+        saved[part] = value
+        if save_checkpoint is not None:
+            save_checkpoint(saved)
+
     trajectory = optimize_prompt(_rewards(reward, base, train, task_prompt, format_prompt), candidates, settings,
-                                 budget=budget, seed=seed)
+                                 budget=budget, seed=seed, resume=saved["loop"],
+                                 on_step=lambda state: keep("loop", state), progress=progress)
     on_hyper = _rewards(reward, base, hyper, task_prompt, format_prompt)
-    prefix, origin, selection, calls = choose_prefix(
-        trajectory.step_prefixes(), lambda text: on_hyper.score_all(text, settings.batch_size))
+    scores = dict(saved["scores"])
+
+    def score(text: str) -> tuple[float, int]:
+        if text not in scores:
+            scores[text] = list(on_hyper.score_all(text, settings.batch_size))
+            keep("scores", scores)
+        value, calls = scores[text]
+        return value, calls
+
+    prefix, origin, selection, calls = choose_prefix(trajectory.step_prefixes(), score)
     return BDPLResult(prefix, origin, trajectory, selection, calls)
 
 

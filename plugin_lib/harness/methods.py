@@ -284,9 +284,12 @@ def objective(task: Task, method: str, split: str, hparams: dict) -> TokenObject
 
 
 def train_method(
-    task: Task, method: str, arch: dict, hparams: dict, seed: int, training: Training, *, progress: bool = True
+    task: Task, method: str, arch: dict, hparams: dict, seed: int, training: Training, *, progress: bool = True,
+    checkpoint: Path | None = None,
 ) -> tuple[nn.Module, FitResult]:
-    """Train the small model of ``method`` on the task's training part; early-stop on hyper."""
+    """Train the small model of ``method`` on the task's training part; early-stop on hyper.
+    ``checkpoint``: where an interrupted training resumes from (``core.train.fit``); it holds the
+    finished training until the caller, having stored its result, removes it."""
     model = build_model(task, method, arch, seed)
     cfg = TrainConfig(
         lr=hparams["lr"],
@@ -298,7 +301,8 @@ def train_method(
         seed=seed,
     )
     train, hyper = (objective(task, method, split, hparams) for split in ("train", "hyper"))
-    return model, fit(model, train, hyper, cfg, progress=progress)
+    return model, fit(model, train, hyper, cfg, progress=progress, checkpoint=checkpoint,
+                      keep_checkpoint=checkpoint is not None)
 
 
 # ---------------------------------------------------------------- decoding

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import glob
 import hashlib
 import itertools
 import json
-import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from .. import data
 from ..core.api import ApiBlackBox
 from ..core.blackbox import BlackBoxLM
 from ..metrics import compute_metrics
-from ..utils.io import atomic_write_json, current_umask, read_json, remove_stale_temporaries, temporary_prefix
+from ..utils.io import atomic_write_json, atomic_write_with, read_json, remove_stale_temporaries
 from ..utils import malloc
 from ..utils.locks import StoreLock
 from . import methods, models
@@ -171,19 +170,27 @@ def unit_lock(folder: Path, name: str) -> StoreLock:
     return StoreLock(folder / ".locks" / f"{name}.lock")
 
 
+def fit_checkpoint(folder: Path, name: str, fingerprint: str, inputs: str) -> Path:
+    """Where the training of unit ``name`` keeps its state (``core.train.fit``) until its result
+    is stored, in ``<run folder>/.checkpoints/``: named after the unit (its hyperparameters among
+    them) and the fingerprints of its settings and its data, so that no training of other
+    settings or data resumes from it. The unit's checkpoints of other fingerprints untouched for
+    an hour, and temporaries of killed writers, are removed."""
+    kept = folder / ".checkpoints"
+    remove_stale_temporaries(kept)
+    key = hashlib.sha256(f"{fingerprint}:{inputs}".encode()).hexdigest()[:12]
+    path = kept / f"{name}-{key}.pt"
+    for other in kept.glob(f"{glob.escape(name)}-*.pt") if kept.is_dir() else ():
+        if other != path and len(other.stem) == len(path.stem) and time.time() - other.stat().st_mtime > 3600:
+            other.unlink(missing_ok=True)
+    return path
+
+
 def _save_state(model: torch.nn.Module, path: Path) -> None:
-    """The model's weights at ``path``, atomically: into a temporary file unique to this call
-    in the same folder, renamed when complete, removed on any failure (a full disk, Ctrl-C)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
+    """The model's weights at ``path``, atomically (``atomic_write_with``)."""
     try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o666 & ~current_umask())  # the user's normal permissions, not 0600
-        with os.fdopen(fd, "wb") as f:
-            torch.save(model.state_dict(), f)
-        os.replace(tmp, path)
+        atomic_write_with(path, lambda f: torch.save(model.state_dict(), f))
     except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
         needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         free = shutil.disk_usage(path.parent).free
         if isinstance(err, (OSError, RuntimeError)) and free < 2 * needed:
@@ -234,12 +241,14 @@ def _train_config(task: methods.Task, method: str, profile: Profile, hparams: di
     def fresh() -> dict:
         return _selection_record(record_path, fingerprint, inputs)
 
+    checkpoint = fit_checkpoint(folder, f"{label}-{tag}", fingerprint, inputs)
     with unit_lock(folder, f"{label}-{tag}"):
         record = fresh()
         if tag in record["configs"]:
+            checkpoint.unlink(missing_ok=True)
             return record
         model, result = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
-                                             progress=progress)
+                                             progress=progress, checkpoint=checkpoint)
         with unit_lock(folder, f"{label}-selection"):
             latest = fresh()
             best = latest["best"]
@@ -255,6 +264,7 @@ def _train_config(task: methods.Task, method: str, profile: Profile, hparams: di
                 "history": result.history,
             }
             atomic_write_json(record_path, latest)
+        checkpoint.unlink(missing_ok=True)
         return latest
 
 
@@ -358,9 +368,13 @@ def trained_model(task: methods.Task, method: str, profile: Profile, *, arch: di
         with unit_lock(folder, f"{label}-best"):
             if not state.exists():
                 hparams = selection["configs"][selection["best"]]["hparams"]
-                model, _ = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
-                                                progress=False)
+                _, _, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
+                checkpoint = fit_checkpoint(folder, f"{label}-{selection['best']}", fingerprint, inputs)
+                model, _ = methods.train_method(  # the chosen configuration's training again: its checkpoint
+                    task, method, arch, hparams, profile.seeds[0], profile.training, progress=False,
+                    checkpoint=checkpoint)
                 _save_state(model, state)
+                checkpoint.unlink(missing_ok=True)
                 return model.eval()
     model = methods.build_model(task, method, arch, profile.seeds[0])
     model.load_state_dict(torch.load(state, map_location=task.base.device))
@@ -416,7 +430,7 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
     remove_stale_temporaries(folder)
     started = time.perf_counter()
     usage_before = task.base.usage.snapshot() if isinstance(task.base, ApiBlackBox) else None
-    model, hparams, training = None, None, None
+    model, hparams, training, checkpoint = None, None, None, None
     if method in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
         selection = selection or select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
         chosen = selection["configs"][selection["best"]]
@@ -425,7 +439,10 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
             model = trained_model(task, method, profile, arch=arch, label=label)
             training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
         else:
-            model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress)
+            # kept until the record is stored: a kill while decoding does not train it again
+            checkpoint = fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
+            model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress,
+                                                 checkpoint=checkpoint)
             training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
                         "epochs_run": result.epochs_run, "history": result.history}
     if method == "TempNet-greedy":
@@ -462,6 +479,8 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
         # built by the run that needs it first; later runs read it from disk) and decoding.
         record["api_usage"] = task.base.usage.minus(usage_before).as_dict()
     atomic_write_json(path, record)
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
     return record
 
 

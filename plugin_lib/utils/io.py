@@ -9,7 +9,8 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from .locks import owner_gone, owner_tag
 
@@ -28,7 +29,9 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """``write(f)`` into a temporary file unique to this call beside ``path``, flushed to disk and
+    renamed to ``path`` when complete; removed on any failure (a full disk, Ctrl-C)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
@@ -36,7 +39,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp creates 0600
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -44,6 +47,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    return atomic_write_with(path, lambda f: f.write(data))
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -71,6 +72,29 @@ def notebook_units(profile: Profile, only: Sequence[str] = (), problems: dict[st
     return grid_units.merge(found)
 
 
+def select_units(units: Sequence[grid_units.Unit], keep: Sequence[str] = (), skip: Sequence[str] = ()
+                 ) -> list[grid_units.Unit]:
+    """The units whose keys match a pattern of ``keep`` (``fnmatch``; all when empty) with the
+    units they need, less the units matching ``skip`` and every unit that needs one of those
+    (it would compute them itself). E.g. one process on a long unit, another on the rest."""
+    def matches(unit: grid_units.Unit, patterns: Sequence[str]) -> bool:
+        return any(fnmatch.fnmatchcase(unit.key, p) for p in patterns)
+
+    dropped = {u.key for u in units if matches(u, skip)}
+    for unit in planning.topological(units):  # dependency order: a dropped unit's dependents follow it
+        if set(unit.needs) & dropped:
+            dropped.add(unit.key)
+    kept = [u for u in units if u.key not in dropped]
+    if keep:
+        if not any(matches(u, keep) for u in units):
+            raise ValueError(f"--units {' '.join(keep)} matches no unit; `plan` lists their keys.")
+        wanted = [u for u in kept if matches(u, keep)]
+        if not wanted:
+            raise ValueError(f"--units {' '.join(keep)} --skip {' '.join(skip)} leaves no unit to run.")
+        kept = planning.with_needs(kept, wanted)
+    return kept
+
+
 def _hours(seconds: float) -> str:
     return f"{seconds / 3600:,.2f}"
 
@@ -132,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--profile", required=True, choices=config.profile_names())
         p.add_argument("--only", nargs="+", default=[], metavar="NB", help="notebooks whose names start with these")
         p.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory of one GPU (GPU shares, wall times)")
+        p.add_argument("--units", nargs="+", default=[], metavar="KEY",
+                       help="only the units whose keys match these patterns (fnmatch), with what they need")
+        p.add_argument("--skip", nargs="+", default=[], metavar="KEY",
+                       help="leave out the units whose keys match these patterns, and those that need them")
     plan_parser = sub.choices["plan"]
     plan_parser.add_argument("--summary", action="store_true", help="totals only, not one line per unit")
     plan_parser.add_argument("--csv", type=Path, help="also write the units to this CSV file")
@@ -155,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems: dict[str, str] = {}
     try:
         units = notebook_units(profile, args.only, problems if args.command == "plan" else None)
+        units = select_units(units, args.units, args.skip)
     except (ValueError, data.MissingDataError) as err:
         parser.error(str(err))
     if args.command == "plan":
