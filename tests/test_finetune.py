@@ -13,7 +13,7 @@ from plugin_lib.harness import finetune, methods, models
 from plugin_lib.harness.finetune import FinetuneConfig, finetune_base
 from plugin_lib.harness.models import load_base_model
 from plugin_lib.harness.profile import load_profile
-from plugin_lib.utils.io import read_json
+from plugin_lib.utils.io import atomic_write_json, read_json
 
 CFG = FinetuneConfig(lr=1e-2, batch_size=2, trainable_layers=1)
 
@@ -146,3 +146,26 @@ def test_a_finetuned_base_is_trained_only_when_its_weights_are_needed(cache, tin
     shutil.rmtree(tuned.path)  # elsewhere: the record is there, the model is not
     again = finetune.finetuned_bases(str(tiny_dir), pool, setup, prompt_style="authors", records=records)[1]
     assert again.info() == read_json(record) and not again.path.exists()
+
+
+def test_a_finetuned_base_trained_to_other_weights_is_refused(cache, tiny_dir, tmp_path):
+    """The same recipe on another processor trains to other weights: the runs stored on the
+    kept record's weights must not be mixed with new runs on these."""
+    profile = load_profile("smoke")
+    setup = dataclasses.replace(profile.ablations, finetune_epochs=(0, 1),
+                                finetune=dataclasses.replace(profile.ablations.finetune, trainable_layers=1))
+    pool = finetune.Pool(_examples(), "toy", "four toy inputs")
+    records = tmp_path / "records"
+    tuned = finetune.finetuned_bases(str(tiny_dir), pool, setup, prompt_style="authors", records=records)[1]
+    finetune.prepare(tuned)
+    assert tuned.info() == finetune.finetune_info(tuned.path)  # the same training: accepted
+    record = records / f"{tuned.path.name}.json"
+    elsewhere = read_json(record)
+    elsewhere["history"][0]["train_loss"] += 1e-6  # what the other machine measured
+    elsewhere["history"][0]["seconds"] += 1.0
+    atomic_write_json(record, elsewhere)
+    again = finetune.finetuned_bases(str(tiny_dir), pool, setup, prompt_style="authors", records=records)[1]
+    with pytest.raises(RuntimeError, match="trained to other weights.*move that record and those runs aside"):
+        finetune.load_finetuned_base(again).vocab_size
+    shutil.rmtree(again.path)  # a fresh clone: only the record, no weights to compare
+    assert again.info() == elsewhere

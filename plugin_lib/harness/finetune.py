@@ -342,13 +342,40 @@ class FinetunedBase:
         return f"finetuned/{self.path.name}"
 
     def info(self) -> dict:
-        """Its ``finetune.json``: the kept copy, else the model's (fine-tuning it if need be)."""
+        """Its ``finetune.json``: the kept copy, else the model's (fine-tuning it if need be).
+        Where both exist they must describe the same training (:func:`check_same_training`)."""
         if self.record is not None and self.record.is_file():
-            return read_json(self.record)
+            kept = read_json(self.record)
+            if is_complete(self.path):
+                check_same_training(kept, finetune_info(self.path), self)
+            return kept
         info = finetune_info(self.train())
         if self.record is not None:
             atomic_write_json(self.record, info)
         return info
+
+
+def check_same_training(kept: dict, here: dict, base: FinetunedBase) -> None:
+    """Refuse a fine-tuned base whose weights here are not the ones its kept record describes.
+
+    The runs stored on a fine-tuned base are keyed on its recipe (data, settings, seed), which
+    fixes its weights only on the same kind of processor: another CPU or GPU rounds differently,
+    and the same recipe trains to other weights (measured: an epoch's training loss 1.8986240
+    on one machine, 1.8986157 on another). New runs on these weights beside stored runs made on
+    the others would compare two different bases, so the training losses, which any difference
+    in the weights changes, must agree exactly."""
+    losses = [[epoch["train_loss"] for epoch in info.get("history", [])] for info in (kept, here)]
+    if losses[0] == losses[1]:
+        return
+    runs = base.record.parent.parent / "runs" / str(kept.get("dataset")) / f"finetuned--{base.path.name}"
+    raise RuntimeError(
+        f"The fine-tuned base {base.name} in {base.path} was trained to other weights than the ones "
+        f"its kept record {base.record} describes (training loss per epoch {losses[1]} here, "
+        f"{losses[0]} there: another processor rounds differently). The runs stored in {runs} were "
+        "made on those weights. To compute runs on this base here, move that record and those runs "
+        "aside (they are recomputed on these weights); to keep them, put the weights they were made "
+        f"with in {base.path}."
+    )
 
 
 def prepare(base: FinetunedBase) -> Path:
