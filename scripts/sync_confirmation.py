@@ -6,27 +6,52 @@ With ``--report``, after the complete ``run_all.sh --profile confirm``, also REP
 and the executed notebooks: the README links REPORT.md as soon as it is in results/confirm, so a
 report of some notebooks only (``--only``) is never copied without it.
 
-    python scripts/sync_confirmation.py --store /work/confirm-store   # the PLUGIN_RESULTS_DIR of the runs
+The work still under way is kept too, apart from the results, in results/confirm-resume: the
+configurations a selection has finished (its record before it gets its "grid") and a BDPL
+search's state (``.<prompt>.json.partial``). A store is lost with its machine; what is committed
+survives, so ``--restore`` on a new machine lays both into a fresh store and the grid resumes a
+search at its next configuration or step instead of its first.
+
+    python scripts/sync_confirmation.py --store /work/confirm-store             # after runs finish
+    python scripts/sync_confirmation.py --store /work/confirm-store --restore   # a new machine, first
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIPPED_FOLDERS = {".locks", "cache"}
+SKIPPED_FOLDERS = {".locks", "cache", ".checkpoints"}
 
 
 def finished(path: Path) -> bool:
     return not path.name.endswith("-selection.json") or "grid" in json.loads(path.read_text(encoding="utf-8"))
 
 
+def in_progress(path: Path) -> bool:
+    """A search's kept state: a selection record still searching, or a BDPL search's checkpoint."""
+    return (path.name.startswith(".") and path.name.endswith(".json.partial")) or not finished(path)
+
+
+def _copy_if_changed(path: Path, destination: Path) -> bool:
+    if destination.exists() and destination.read_bytes() == path.read_bytes():
+        return False
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(path, destination)
+    return True
+
+
+def _records(store: Path, pattern: str) -> list[Path]:
+    return [p for p in store.rglob(pattern) if not SKIPPED_FOLDERS & set(p.relative_to(store).parts)]
+
+
 def sync(store: Path, target: Path, report: bool = False) -> tuple[int, int]:
     """(files copied or updated, unfinished selections removed from ``target``)."""
     copied = removed = 0
-    sources = [p for p in store.rglob("*.json") if not SKIPPED_FOLDERS & set(p.relative_to(store).parts)]
+    sources = _records(store, "*.json")
     sources += [p for folder in ("tables", "figures") for p in (store / folder).glob("*") if p.is_file()]
     if report:
         sources += [p for p in (store / "REPORT.md", store / "TIMES.md") if p.is_file()]
@@ -38,11 +63,47 @@ def sync(store: Path, target: Path, report: bool = False) -> tuple[int, int]:
                 destination.unlink()
                 removed += 1
             continue
-        if not destination.exists() or destination.read_bytes() != path.read_bytes():
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, destination)
-            copied += 1
+        copied += _copy_if_changed(path, destination)
     return copied, removed
+
+
+def _finished_elsewhere(kept: Path, store: Path, resume: Path) -> bool:
+    """Whether a kept search state is over: its selection finished, or its BDPL prompt is recorded."""
+    relative = kept.relative_to(resume)
+    if kept.name.endswith(".json.partial"):
+        record = store / relative.with_name(kept.name[1:-len(".partial")])
+        return record.is_file() and not (store / relative).exists()
+    current = store / relative
+    return current.is_file() and finished(current)
+
+
+def save_resume_state(store: Path, resume: Path) -> tuple[int, int]:
+    """Copy the store's searches under way into ``resume``; drop the states of searches that have
+    ended since. Returns (states copied or updated, states dropped)."""
+    saved = dropped = 0
+    for path in _records(store, "*-selection.json") + _records(store, ".*.json.partial"):
+        if in_progress(path):
+            saved += _copy_if_changed(path, resume / path.relative_to(store))
+    for kept in [p for p in resume.rglob("*") if p.is_file()] if resume.is_dir() else []:
+        if _finished_elsewhere(kept, store, resume):
+            kept.unlink()
+            dropped += 1
+    return saved, dropped
+
+
+def restore(target: Path, resume: Path, store: Path) -> int:
+    """Lay the committed records, then the kept search states, into ``store`` wherever it has no
+    file of that name (a store's own file is as new as the committed one, or newer). Returns the
+    files laid."""
+    laid = 0
+    for source in (target, resume):
+        for path in [p for p in source.rglob("*") if p.is_file()] if source.is_dir() else []:
+            destination = store / path.relative_to(source)
+            if not destination.exists():
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, destination)
+                laid += 1
+    return laid
 
 
 def main() -> None:
@@ -51,13 +112,28 @@ def main() -> None:
     parser.add_argument("--profile", default="confirm")
     parser.add_argument("--report", action="store_true",
                         help="also REPORT.md, TIMES.md and the executed notebooks (after a complete run_all.sh)")
+    parser.add_argument("--restore", action="store_true",
+                        help="the other way: lay the committed records and kept search states into the store "
+                             "(a new machine), and link its local claims to this checkout's")
     args = parser.parse_args()
     store = args.store / args.profile
+    target, resume = ROOT / "results" / args.profile, ROOT / "results" / f"{args.profile}-resume"
+    if args.restore:
+        laid = restore(target, resume, store)
+        # each verdict quotes the paper's number from the exploratory claim of the same key
+        claims = args.store / "local" / "claims"
+        if not claims.exists():
+            claims.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(ROOT / "results" / "local" / "claims", claims)
+        print(f"{laid} files laid into {store} from results/{args.profile} and results/{args.profile}-resume")
+        return
     if not store.is_dir():
         raise SystemExit(f"sync_confirmation.py: no {args.profile} results under {args.store}; pass the "
                          "PLUGIN_RESULTS_DIR the grid wrote to.")
-    copied, removed = sync(store, ROOT / "results" / args.profile, report=args.report)
-    print(f"{copied} records copied or updated, {removed} unfinished selections removed, in results/{args.profile}")
+    copied, removed = sync(store, target, report=args.report)
+    saved, dropped = save_resume_state(store, resume)
+    print(f"{copied} records copied or updated, {removed} unfinished selections removed, in results/{args.profile}; "
+          f"{saved} search states kept and {dropped} ended ones dropped, in results/{args.profile}-resume")
 
 
 if __name__ == "__main__":

@@ -286,6 +286,42 @@ def test_the_sync_copies_finished_records_and_drops_a_selection_still_searching(
     assert sync.sync(store, target, report=True) == (1, 0) and (target / "REPORT.md").exists()
 
 
+def test_searches_under_way_are_kept_apart_and_restored_into_a_new_store(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sync_confirmation", ROOT / "scripts" / "sync_confirmation.py")
+    sync = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sync)
+    store, target, resume = tmp_path / "store", tmp_path / "repo", tmp_path / "repo-resume"
+    runs = store / "runs" / "e2e" / BASE
+    (runs / "bdpl-prompts").mkdir(parents=True)
+    (runs / "Plugin-seed0.json").write_text('{"seed": 0}')
+    (runs / "TempNet-selection.json").write_text('{"configs": {"lr=0.001": {}}}')  # still searching
+    (runs / "bdpl-prompts" / ".seed0-1200calls.json.partial").write_text('{"state": {"step": 60}}')
+    assert sync.sync(store, target) == (1, 0)
+    assert sync.save_resume_state(store, resume) == (2, 0)
+    kept = sorted(p.relative_to(resume).as_posix() for p in resume.rglob("*") if p.is_file())
+    assert kept == [f"runs/e2e/{BASE}/TempNet-selection.json", f"runs/e2e/{BASE}/bdpl-prompts/.seed0-1200calls.json.partial"]
+    assert not (target / "runs" / "e2e" / BASE / "TempNet-selection.json").exists()  # results hold only finished ones
+    assert sync.save_resume_state(store, resume) == (0, 0)
+
+    # the machine is lost: a new store gets the records and the searches' states, then resumes them
+    fresh = tmp_path / "fresh"
+    assert sync.restore(target, resume, fresh) == 3
+    assert json.loads((fresh / "runs" / "e2e" / BASE / "TempNet-selection.json").read_text())["configs"] == {"lr=0.001": {}}
+    newer = fresh / "runs" / "e2e" / BASE / "TempNet-selection.json"
+    newer.write_text('{"configs": {"lr=0.001": {}, "lr=0.003": {}}}')
+    assert sync.restore(target, resume, fresh) == 0 and "lr=0.003" in newer.read_text()  # the store's own is kept
+
+    # both searches end: their kept states go
+    newer.write_text('{"configs": {"lr=0.001": {}, "lr=0.003": {}}, "grid": {"lr": [0.001, 0.003]}}')
+    (fresh / "runs" / "e2e" / BASE / "bdpl-prompts" / ".seed0-1200calls.json.partial").unlink()
+    (fresh / "runs" / "e2e" / BASE / "bdpl-prompts" / "seed0-1200calls.json").write_text('{"prefix": ""}')
+    assert sync.save_resume_state(fresh, resume) == (0, 2)
+    assert not [p for p in resume.rglob("*") if p.is_file()]
+    assert sync.sync(fresh, target) == (2, 0)
+
+
 def test_summaries_never_print_a_p_value_as_zero():
     from plugin_lib.report import preregistered as pre
 
