@@ -322,6 +322,18 @@ def test_searches_under_way_are_kept_apart_and_restored_into_a_new_store(tmp_pat
     assert sync.sync(fresh, target) == (2, 0)
 
 
+def test_git_keeps_the_search_states_that_the_sync_keeps_and_ignores_them_in_a_store():
+    import subprocess
+
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT).returncode == 0
+
+    prompts = f"runs/e2e/{BASE}/bdpl-prompts/.seed1.json.partial"
+    assert not ignored(f"results/confirm-resume/{prompts}")
+    assert not ignored(f"results/confirm-resume/runs/e2e/{BASE}/Plugin-MLP-selection.json")
+    assert ignored(f"results/confirm/{prompts}") and ignored(f"results/local/{prompts}")
+
+
 def test_summaries_never_print_a_p_value_as_zero():
     from plugin_lib.report import preregistered as pre
 
