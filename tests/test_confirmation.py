@@ -114,8 +114,7 @@ def test_bdpl_without_learning_is_not_measurable(store):
     put("BDPL", 2)
     (claim,) = confirmation.judge(profile, keys=["table5_plugin_vs_bdpl"], check_inputs=False)
     assert claim["verdict"] == "not measurable at this scale"
-    assert claim["statistic"]["summary"] == ("premise fails: BDPL learned in 0/3 seeds (top probability x C 1.01, "
-                                             "needs >= 2; gain on the empty prompt +0.020 nats/token, needs >= 0.01)")
+    assert claim["statistic"]["summary"].startswith("premise fails: seed 0: gain +0.020")
 
 
 def test_a_failed_premise_is_ready_to_judge_without_the_runs_it_rules_out(store):

@@ -372,19 +372,10 @@ def summary(c: pre.Claim, result: dict) -> str:
     return f"narrowest std on {len(result.get('narrowest on', []))}/7 metrics; {scale}"
 
 
-def _span(values: list[float], spec: str) -> str:
-    """"a" when the values agree to ``spec``'s precision, else "lowest..highest"."""
-    low, high = format(min(values), spec), format(max(values), spec)
-    return low if low == high else f"{low}..{high}"
-
-
 def _premise_line(found: dict) -> str:
-    if "per seed" in found:  # BDPL's: how many seeds learned, and the two numbers that decide it
-        seeds = found["per seed"]
-        gains, tops = [s["gain"] for s in seeds], [s["concentration"] for s in seeds]
-        return (f"BDPL learned in {sum(s['learned'] for s in seeds)}/{len(seeds)} seeds (top probability x C "
-                f"{_span(tops, '.2f')}, needs >= {pre.BDPL_MIN_CONCENTRATION:g}; gain on the empty prompt "
-                f"{_span(gains, '+.3f')} nats/token, needs >= {pre.BDPL_MIN_GAIN:g})")
+    if "per seed" in found:
+        return "; ".join(f"seed {s['seed']}: gain {s['gain']:+.3f}, top probability x C {s['concentration']:.2f}"
+                         for s in found["per seed"])
     if "reference share" in found and found.get("share") is not None:
         return f"target share {found['share']:.1%} vs references {found['reference share']:.1%} (p {p_text(found['p'])})"
     return found.get("why") or f"verdict {found.get('verdict')}"
