@@ -31,11 +31,6 @@ def finished(path: Path) -> bool:
     return not path.name.endswith("-selection.json") or "grid" in json.loads(path.read_text(encoding="utf-8"))
 
 
-def in_progress(path: Path) -> bool:
-    """A search's kept state: a selection record still searching, or a BDPL search's checkpoint."""
-    return (path.name.startswith(".") and path.name.endswith(".json.partial")) or not finished(path)
-
-
 def _copy_if_changed(path: Path, destination: Path) -> bool:
     if destination.exists() and destination.read_bytes() == path.read_bytes():
         return False
@@ -81,10 +76,10 @@ def save_resume_state(store: Path, resume: Path) -> tuple[int, int]:
     """Copy the store's searches under way into ``resume``; drop the states of searches that have
     ended since. Returns (states copied or updated, states dropped)."""
     saved = dropped = 0
-    for path in _records(store, "*-selection.json") + _records(store, ".*.json.partial"):
-        if in_progress(path):
-            saved += _copy_if_changed(path, resume / path.relative_to(store))
-    for kept in [p for p in resume.rglob("*") if p.is_file()] if resume.is_dir() else []:
+    searching = [p for p in _records(store, "*-selection.json") if not finished(p)]
+    for path in searching + _records(store, ".*.json.partial"):  # a BDPL checkpoint is always under way
+        saved += _copy_if_changed(path, resume / path.relative_to(store))
+    for kept in [p for p in resume.rglob("*") if p.is_file()]:
         if _finished_elsewhere(kept, store, resume):
             kept.unlink()
             dropped += 1
@@ -97,7 +92,7 @@ def restore(target: Path, resume: Path, store: Path) -> int:
     files laid."""
     laid = 0
     for source in (target, resume):
-        for path in [p for p in source.rglob("*") if p.is_file()] if source.is_dir() else []:
+        for path in [p for p in source.rglob("*") if p.is_file()]:
             destination = store / path.relative_to(source)
             if not destination.exists():
                 destination.parent.mkdir(parents=True, exist_ok=True)

@@ -259,12 +259,18 @@ def test_comparisons_are_named_by_what_varies_among_them():
                                         runs("Zeroshot", f"{BASE}@top5-residual"))]) == ["vs Zeroshot"]
 
 
-def test_the_sync_copies_finished_records_and_drops_a_selection_still_searching(tmp_path):
+def sync_script():
+    """scripts/sync_confirmation.py as a module (scripts/ is not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("sync_confirmation", ROOT / "scripts" / "sync_confirmation.py")
-    sync = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sync)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sync_copies_finished_records_and_drops_a_selection_still_searching(tmp_path):
+    sync = sync_script()
     store, target = tmp_path / "store", tmp_path / "repo"
     runs = store / "runs" / "e2e" / BASE
     (runs / "cache").mkdir(parents=True)
@@ -287,11 +293,7 @@ def test_the_sync_copies_finished_records_and_drops_a_selection_still_searching(
 
 
 def test_searches_under_way_are_kept_apart_and_restored_into_a_new_store(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sync_confirmation", ROOT / "scripts" / "sync_confirmation.py")
-    sync = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sync)
+    sync = sync_script()
     store, target, resume = tmp_path / "store", tmp_path / "repo", tmp_path / "repo-resume"
     runs = store / "runs" / "e2e" / BASE
     (runs / "bdpl-prompts").mkdir(parents=True)
