@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from plugin_lib.experiments import confirmation
-from plugin_lib.harness import runner
+from plugin_lib.harness import bdpl, runner
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import freeze
@@ -40,6 +40,17 @@ def store(tmp_path, monkeypatch):
             (folder / f"{label}-seed{seed}.json").write_text(json.dumps(record))
 
     return profile, put
+
+
+def put_bdpl_prompts(profile, prefix, hyper_reward, top_prob, budget=75):
+    """Stores BDPL's learned prompt for every seed at one API-call budget (75: the paper's);
+    the hyper-validation reward without a prefix is -2.2 throughout."""
+    for seed in profile.seeds:
+        path = bdpl.prompt_path(profile, "e2e", BASE, seed, budget)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "seed": seed, "prefix": prefix, "hyper_reward": hyper_reward, "hyper_reward_no_prefix": -2.2,
+            "top_probs": [top_prob] * 6, "bdpl": {"num_candidates": 50}}))
 
 
 def test_a_claim_waits_for_its_runs_then_is_judged_and_recorded(store):
@@ -104,12 +115,7 @@ def test_runs_on_other_test_inputs_are_refused(store):
 
 def test_bdpl_without_learning_is_not_measurable(store):
     profile, put = store
-    folder = runner.runs_dir(profile, "e2e", BASE) / "bdpl-prompts"
-    folder.mkdir(parents=True)
-    for seed in profile.seeds:
-        (folder / f"seed{seed}.json").write_text(json.dumps({
-            "seed": seed, "prefix": "a b", "hyper_reward": -2.18, "hyper_reward_no_prefix": -2.2,
-            "top_probs": [0.0203] * 6, "bdpl": {"num_candidates": 50}}))
+    put_bdpl_prompts(profile, prefix="a b", hyper_reward=-2.18, top_prob=0.0203)
     put("Plugin", 10)
     put("BDPL", 2)
     (claim,) = confirmation.judge(profile, keys=["table5_plugin_vs_bdpl"], check_inputs=False)
@@ -123,12 +129,7 @@ def test_a_failed_premise_is_ready_to_judge_without_the_runs_it_rules_out(store)
     from plugin_lib.report import preregistered as pre
 
     profile, _ = store
-    folder = runner.runs_dir(profile, "e2e", BASE) / "bdpl-prompts"
-    folder.mkdir(parents=True)
-    for seed in profile.seeds:
-        (folder / f"seed{seed}.json").write_text(json.dumps({
-            "seed": seed, "prefix": "", "hyper_reward": -2.2, "hyper_reward_no_prefix": -2.2,
-            "top_probs": [0.0201] * 6, "bdpl": {"num_candidates": 50}}))
+    put_bdpl_prompts(profile, prefix="", hyper_reward=-2.2, top_prob=0.0201)
     claim = next(c for c in pre.CLAIMS if c.key == "table5_plugin_vs_bdpl")
     confirmation.gather(confirmation.Roles(profile, check_inputs=False), claim)  # no Missing: ready
     (judged,) = confirmation.judge(profile, keys=[claim.key], check_inputs=False)
@@ -183,16 +184,9 @@ def test_a_notebooks_own_rule_never_lands_among_the_preregistered_claims(store):
 
 
 def test_the_learning_budget_is_the_first_at_which_seed_0_learns(store):
-    from plugin_lib.harness import bdpl
-
     profile, put = store
     for budget, top in ((300, 0.0203), (1200, 0.2)):
-        for seed in profile.seeds:
-            path = bdpl.prompt_path(profile, "e2e", BASE, seed, budget)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"seed": seed, "prefix": "a b", "hyper_reward": -2.1,
-                                        "hyper_reward_no_prefix": -2.2, "top_probs": [top] * 6,
-                                        "bdpl": {"num_candidates": 50}}))
+        put_bdpl_prompts(profile, prefix="a b", hyper_reward=-2.1, top_prob=top, budget=budget)
     assert bdpl.prompt_path(profile, "e2e", BASE, 0, 1200).name == "calls1200-seed0.json"
     assert bdpl.prompt_path(profile, "e2e", BASE, 0, 75).name == "seed0.json"  # the paper's budget
     assert confirmation.Roles(profile, check_inputs=False).learning_budget() == 1200
