@@ -14,6 +14,11 @@ search at its next configuration or step instead of its first.
 
     python scripts/sync_confirmation.py --store /work/confirm-store             # after runs finish
     python scripts/sync_confirmation.py --store /work/confirm-store --restore   # a new machine, first
+
+A committed verdict is final. ``run_all.sh --profile confirm`` judges every claim again, and on
+another processor the same runs give statistics that differ in their last digits; the sync never
+replaces a committed claim, and puts it back into the store (then re-writes the store's REPORT.md
+from it, with ``--report``).
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +48,18 @@ def _copy_if_changed(path: Path, destination: Path) -> bool:
 
 def _records(store: Path, pattern: str) -> list[Path]:
     return [p for p in store.rglob(pattern) if not SKIPPED_FOLDERS & set(p.relative_to(store).parts)]
+
+
+def keep_committed_claims(store: Path, target: Path) -> list[str]:
+    """Put every claim committed in ``target`` back into ``store`` where the store's copy differs
+    (judged again after it was committed); returns their names."""
+    kept = []
+    for committed in sorted((target / "claims").glob("*.json")):
+        judged_again = store / "claims" / committed.name
+        if judged_again.is_file() and judged_again.read_bytes() != committed.read_bytes():
+            shutil.copy2(committed, judged_again)
+            kept.append(committed.stem)
+    return kept
 
 
 def sync(store: Path, target: Path, report: bool = False) -> tuple[int, int]:
@@ -125,6 +144,12 @@ def main() -> None:
     if not store.is_dir():
         raise SystemExit(f"sync_confirmation.py: no {args.profile} results under {args.store}; pass the "
                          "PLUGIN_RESULTS_DIR the grid wrote to.")
+    kept = keep_committed_claims(store, target)
+    if kept:
+        print(f"judged again since committed, kept as committed (a judged claim is final): {', '.join(kept)}")
+        if args.report:  # the store's report was written from the claims judged again
+            subprocess.run([sys.executable, "-m", "plugin_lib.report", "--profile", args.profile], check=True,
+                           cwd=ROOT, env={**os.environ, "PLUGIN_RESULTS_DIR": str(args.store)})
     copied, removed = sync(store, target, report=args.report)
     saved, dropped = save_resume_state(store, resume)
     print(f"{copied} records copied or updated, {removed} unfinished selections removed, in results/{args.profile}; "

@@ -347,3 +347,19 @@ def test_a_summary_names_only_the_sizes_a_claim_has():
     theorem = next(c for c in pre.CLAIMS if c.key == "theorem1")
     slope = {"verdict": pre.REPRODUCED, "slope": -1.006, "ci95": [-1.029, -0.984], "n": {"inputs": None, "seeds": 10}}
     assert confirmation.summary(theorem, slope) == "slope -1.006 (95% CI -1.029..-0.984); 10 seeds"
+
+
+def test_the_sync_never_replaces_a_committed_claim_and_puts_it_back_into_the_store(tmp_path):
+    sync = sync_script()
+    store, target = tmp_path / "store", tmp_path / "repo"
+    (store / "claims").mkdir(parents=True)
+    (target / "claims").mkdir(parents=True)
+    (target / "claims" / "main_e2e.json").write_text('{"slope": -1.0062694}')
+    (store / "claims" / "main_e2e.json").write_text('{"slope": -1.0062743}')  # judged again elsewhere
+    (store / "claims" / "theorem1.json").write_text('{"slope": -1.0}')  # judged for the first time
+    assert sync.keep_committed_claims(store, target) == ["main_e2e"]
+    assert (store / "claims" / "main_e2e.json").read_text() == '{"slope": -1.0062694}'
+    assert sync.sync(store, target) == (1, 0)
+    assert (target / "claims" / "main_e2e.json").read_text() == '{"slope": -1.0062694}'
+    assert (target / "claims" / "theorem1.json").read_text() == '{"slope": -1.0}'
+    assert sync.keep_committed_claims(store, target) == []
