@@ -508,6 +508,10 @@ class ApiBlackBox(BlackBoxLM):
     def usage(self) -> Usage:
         return self.client.usage
 
+    def output_head(self) -> None:
+        """None: a server returns log-probabilities only, so its cache holds them (top-k filled in)."""
+        return None
+
     def __repr__(self) -> str:
         return (f"ApiBlackBox({self.name!r}, {self.client.root!r}, k={self.k}, rule={self.rule!r}, "
                 f"teacher_forcing={self.teacher_forcing!r}, speculate={self.speculate}, "

@@ -96,6 +96,50 @@ class BlackBoxLM:
         logits = self.logits(input_ids, attention_mask)
         return logits[positions.to(logits.device)]
 
+    # ---- the compact base-output cache (core.cache): for a model that runs in this process,
+    # its final hidden states at the target positions are stored instead of its V log-probabilities,
+    # and its own output layer turns them back into exactly those log-probabilities when read.
+    # What leaves the cache is still only the next-token distribution (``OutputHead.log_probs``).
+
+    @property
+    def states_name(self) -> str:
+        """The model whose hidden states this box's outputs come from (a view shares its base's)."""
+        return self.name
+
+    def view(self, logits: torch.Tensor) -> torch.Tensor:
+        """What this box makes of the model's logits (the model's own: unchanged)."""
+        return logits
+
+    def output_head(self) -> OutputHead | None:
+        """The model's output layer as an :class:`OutputHead`, or None where it is not one
+        linear map (then only the full-vocabulary cache can hold this box's outputs)."""
+        head = self._model.get_output_embeddings()
+        if not isinstance(head, torch.nn.Linear):
+            return None
+        return OutputHead(head.weight, head.bias, self.view)
+
+    @torch.no_grad()
+    def hidden_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The output layer's input (N, d), in the model's dtype, at the positions where the
+        boolean mask ``positions`` is true (row-major, as ``logits_at``). ValueError where the
+        model changes the output layer's result before returning it (a logit soft-cap, a scale):
+        the hidden states would not give back its logits."""
+        head = self._model.get_output_embeddings()
+        seen: dict[str, torch.Tensor] = {}
+
+        def keep(_module, inputs, output):
+            seen["hidden"], seen["logits"] = inputs[0], output
+
+        handle = head.register_forward_hook(keep)
+        try:
+            logits = BlackBoxLM.logits(self, input_ids, attention_mask)
+        finally:
+            handle.remove()
+        if "hidden" not in seen or not torch.equal(seen["logits"].to(logits.dtype), logits):
+            raise ValueError(f"{self.name}: the model's logits are not its output layer's output, so its hidden "
+                             "states cannot stand for them; use the full-vocabulary cache (layout 'full').")
+        return seen["hidden"][positions.to(logits.device)]
+
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
         """transformers' ``generate`` (with its KV cache); ``logits_processor`` is the Plugin's hook."""
@@ -105,6 +149,38 @@ class BlackBoxLM:
 
     def __repr__(self) -> str:
         return f"BlackBoxLM({self.name!r}, vocab_size={self.vocab_size}, device={self.device})"
+
+
+class OutputHead:
+    """A base's output layer, ``logits = hidden @ weight.T + bias``, then the box's ``view``: maps
+    stored final hidden states to the log-probabilities the box returns for them, in float32.
+
+    Computed in the weight's dtype on the weight's device, as the model computes its logits, so
+    the rows equal those of a full-vocabulary cache within that dtype's rounding."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, view=None):
+        self.weight, self.bias, self._view = weight, bias, view or (lambda logits: logits)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def width(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.weight.device
+
+    @torch.no_grad()
+    def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(hidden.to(self.weight.device, self.weight.dtype), self.weight, self.bias)
+        return F.log_softmax(self._view(logits).float(), dim=-1)
+
+    def to(self, device: torch.device | str) -> "OutputHead":
+        bias = None if self.bias is None else self.bias.to(device)
+        return OutputHead(self.weight.to(device), bias, self._view)
 
 
 def restrict_log_probs(scores: torch.Tensor, k: int | None, rule: str = DEFAULT_RULE) -> torch.Tensor:
@@ -157,10 +233,17 @@ class TopKBlackBox(BlackBoxLM):
         _check(k, rule)
         # The view runs the very same frozen model; only what leaves it changes.
         super().__init__(base._model, base.tokenizer, name or f"{base.name}@top{k or 'all'}-{rule}")
-        self.k, self.rule = k, rule
+        self.k, self.rule, self._states_name = k, rule, base.states_name
 
     def restrict(self, scores: torch.Tensor) -> torch.Tensor:
         return restrict_log_probs(scores, self.k, self.rule)
+
+    @property
+    def states_name(self) -> str:
+        return self._states_name
+
+    def view(self, logits: torch.Tensor) -> torch.Tensor:
+        return self.restrict(logits)
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The API's log-probabilities (B, T, V) for every position (normalised: any

@@ -146,7 +146,7 @@ class TempNetObjective(TokenObjective):
         super().__post_init__()
 
     def check_model(self, model: TempNet) -> None:
-        width, vocab = model.project[0].in_features, self.cache.rows.shape[1]
+        width, vocab = model.project[0].in_features, self.cache.vocab_size
         if width != vocab:
             raise ValueError(f"TempNet reads {width} logits per token but the base scores {vocab} tokens: "
                              "make it with make_tempnet(base.vocab_size, ...).")
@@ -174,8 +174,8 @@ def cache_temperatures(model: TempNet, cache: BaseOutputCache, batch_size: int =
     first = [int(i) for i in cache.offsets[:-1]]
     out = []
     for start in range(0, len(first), batch_size):
-        rows = cache.rows[first[start : start + batch_size]]  # a copy, memory-mapped or not
-        out.append(model(torch.as_tensor(rows).to(device)).cpu())
+        rows = cache.get_rows(first[start : start + batch_size])  # a copy, memory-mapped or not
+        out.append(model(rows.to(device)).cpu())
     model.train(was_training)
     return torch.cat(out)
 

@@ -1,0 +1,479 @@
+"""The frozen base's outputs on the training pairs, computed once: ``BaseOutputCache``.
+
+Every epoch, seed, hyperparameter setting and method (Plugin, WeightedComb, TempNet) reads the
+same base outputs, so the base runs once per pair. Two layouts hold them:
+
+- ``full``: the base's log-probabilities at every target position, V values a token (float32,
+  or float16 for a half-precision base). Reading is a copy. What a black box behind an API
+  gives (its top-k log-probabilities filled in) can only be stored this way.
+- ``compact``: for a model that runs in this process, its final hidden state at every target
+  position (the output layer's input, d values a token, in the model's dtype: 4,096 for
+  LLaMA-3.1-8B instead of 128,256), turned into exactly those log-probabilities when a batch is
+  read, by the model's own output layer on its device (``blackbox.OutputHead``). The
+  reweighting model still sees only the next-token distribution: nothing else leaves the
+  cache, so it learns nothing a black box with logit access would not give it. Top-k views of
+  one base read the same stored states (the view applies to the log-probabilities).
+
+``choose_layout`` picks one (``layout="auto"``) and ``choose_placement`` where its rows live;
+the build prints both.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .blackbox import BlackBoxLM, OutputHead
+from .loss import target_positions
+from .pairs import EncodedPair, collate
+
+STALE_PARTIAL_S = 3600
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def remove_stale_partials(directory: Path, max_age_s: float = STALE_PARTIAL_S) -> list[Path]:
+    """Remove ``.base-*.partial`` files in ``directory`` untouched for ``max_age_s`` seconds:
+    caches whose build was killed (a live build touches its file after every batch)."""
+    removed, cutoff = [], time.time() - max_age_s
+    for partial in Path(directory).glob(".base-*.partial"):
+        try:
+            if partial.stat().st_mtime < cutoff:
+                partial.unlink()
+                removed.append(partial)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def reserve_disk_space(path: Path) -> None:
+    """Give the (sparse) file ``path`` disk blocks for all its bytes now.
+
+    A write into a memory-mapped page that a full disk cannot back kills the process with
+    SIGBUS instead of raising, so a full disk must show before the first write, as an OSError
+    that says what to do. Where the filesystem cannot allocate ahead, its free space is checked.
+    """
+    size = path.stat().st_size
+    if hasattr(os, "posix_fallocate"):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            return
+        except OSError as err:
+            if err.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # not "unsupported here"
+                raise _no_disk_space(path, size, err.strerror) from err
+        finally:
+            os.close(fd)
+    if shutil.disk_usage(path.parent).free < size:
+        raise _no_disk_space(path, size, "not enough free space")
+
+
+def _no_disk_space(path: Path, size: int, reason: str) -> OSError:
+    """The error for a cache file that does not fit; removes the file first, so that the free
+    space it reports is what the disk has without it."""
+    path.unlink(missing_ok=True)
+    free = shutil.disk_usage(path.parent).free
+    return OSError(
+        errno.ENOSPC,
+        f"The base-output cache needs {size / 2**20:,.1f} MiB on disk in {path.parent} but could not get it "
+        f"({reason}; {free / 2**20:,.1f} MiB free). Free disk space there, or point PLUGIN_RESULTS_DIR "
+        "(the runs and their cache folders) or the cache's directory=... at a larger disk, and run again.",
+    )
+
+
+def _cache_key(base_name: str, pairs: Sequence[EncodedPair]) -> str:  # noqa: D103
+    payload = json.dumps([base_name, [(p.input_ids, p.prompt_length) for p in pairs]])
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+PLACEMENTS = ("auto", "gpu", "pinned", "memory", "mmap")
+LAYOUTS = ("auto", "full", "compact")
+GIB = 2**30
+
+
+def cache_dtype(base_dtype: torch.dtype) -> torch.dtype:
+    """float16 for a half-precision base (float16 or bfloat16), float32 otherwise.
+
+    A half-precision base's logits carry no more precision than float16 holds (bfloat16 has
+    fewer mantissa bits than float16), and log-probabilities lie in [-65504, 0], within
+    float16's range; float16 halves the size of a float32 cache (a LLaMA-3 vocabulary: 256 KB
+    instead of 513 KB per target token).
+    """
+    return torch.float16 if base_dtype in HALF_DTYPES else torch.float32
+
+
+def gpu_headroom(gpu_total: int) -> int:
+    """GPU memory left free beside the base and the caches: the reweighting model, its
+    optimiser, activations, and the base's KV cache when decoding (15% of the GPU, >= 4 GiB)."""
+    return max(4 * GIB, int(0.15 * gpu_total))
+
+
+def choose_placement(
+    nbytes: int, *, device_type: str, has_directory: bool, gpu_free: int | None = None,
+    gpu_total: int | None = None, host_available: int | None = None, host_share: float = 0.5,
+) -> str:
+    """Where a cache of ``nbytes`` lives: ``"gpu"``, ``"pinned"``, ``"memory"`` or ``"mmap"``.
+
+    With the base on a GPU: on the GPU when it fits in the free GPU memory less
+    ``gpu_headroom``; otherwise in pinned (page-locked) host memory when it takes at most
+    ``host_share`` of the available host memory; otherwise memory-mapped from its file (in
+    memory when there is no directory to keep a file in). On a CPU: memory-mapped when there is a
+    directory (the page cache keeps it in memory), otherwise in memory. The free-memory numbers
+    are arguments so that the rule is tested without a GPU (``measure_placement`` reads them).
+    """
+    if device_type == "cuda":
+        if gpu_free is not None and gpu_total is not None and nbytes <= gpu_free - gpu_headroom(gpu_total):
+            return "gpu"
+        if host_available is not None and nbytes <= host_share * host_available:
+            return "pinned"
+    return "mmap" if has_directory else "memory"
+
+
+def host_available_bytes() -> int | None:
+    """Host memory available to new allocations (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def gpu_free_bytes(device: torch.device) -> tuple[int, int]:
+    """(free, total) bytes of a GPU, counting memory torch holds in its cache but does not use."""
+    free, total = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device), total
+
+
+def measure_placement(nbytes: int, device: torch.device, has_directory: bool) -> str:
+    """``choose_placement`` with this machine's free GPU and host memory."""
+    gpu_free = gpu_total = None
+    if device.type == "cuda":
+        gpu_free, gpu_total = gpu_free_bytes(device)
+    return choose_placement(nbytes, device_type=device.type, has_directory=has_directory, gpu_free=gpu_free,
+                            gpu_total=gpu_total, host_available=host_available_bytes())
+
+
+_GPU_CACHES: "weakref.WeakSet[BaseOutputCache]" = weakref.WeakSet()
+
+
+def release_gpu_caches() -> int:
+    """Move every GPU-held cache still alive to host memory (pinned where it fits); returns
+    the bytes freed on the GPU. ``harness.models`` calls it before loading a base on a GPU:
+    a notebook loads the next base while the previous task, and its caches, are still
+    referenced, and a cache sized to fill the GPU beside one base must not block the next."""
+    freed = 0
+    for cache in list(_GPU_CACHES):
+        if cache.placement == "gpu":
+            pinned = cache.nbytes <= 0.5 * (host_available_bytes() or 0)
+            cache.rows = cache.rows.to("cpu").pin_memory() if pinned else cache.rows.to("cpu")
+            cache.placement = "pinned" if pinned else "memory"
+            freed += cache.nbytes
+        if cache.head is not None and cache.head.device.type == "cuda":
+            cache.head = cache.head.to("cpu")  # it holds the previous base's output layer
+        _GPU_CACHES.discard(cache)
+    if freed:
+        torch.cuda.empty_cache()
+    return freed
+
+
+def _numpy_dtype(dtype: torch.dtype):
+    """The numpy dtype that stores ``dtype``: bfloat16 as its raw 16 bits (numpy has none)."""
+    return {torch.float16: np.float16, torch.bfloat16: np.uint16}.get(dtype, np.float32)
+
+
+def _torch_rows(part: np.ndarray) -> torch.Tensor:
+    """Stored rows as a tensor (a copy): uint16 holds bfloat16's bits."""
+    if part.dtype == np.uint16:
+        return torch.from_numpy(np.array(part).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.array(part))
+
+
+
+
+def compact_supported(base: BlackBoxLM) -> bool:
+    """Whether ``base`` runs in this process with a linear output layer (``layout="compact"``)."""
+    return base.output_head() is not None
+
+
+def choose_layout(full_bytes: int, *, device_type: str, compact: bool, host_available: int | None = None,
+                  disk_free: int | None = None, host_share: float = 0.5) -> tuple[str, str]:
+    """(layout, why) for a cache whose full layout takes ``full_bytes``.
+
+    ``full`` where it is cheap: on a CPU, when it fits in ``host_share`` of the available host
+    memory and in the free disk (reading a row is then a copy, while the compact layout
+    multiplies it by the output layer: ``benchmarks/bench_cache.py`` measures both). ``compact``
+    on a GPU, where the output layer costs little beside the reweighting model's step and the
+    states fit on the device (a full LLaMA-3.1-8B cache of E2E is about 30 GiB), and on a CPU
+    where the full one would not fit memory or disk. ``full`` always for a base without
+    hidden states (behind an API). The memory numbers are arguments so that the rule is tested
+    without a GPU (``measure_layout`` reads them)."""
+    if not compact:
+        return "full", "a black box that gives log-probabilities only"
+    if device_type == "cuda":
+        return "compact", "the base is on a GPU: its output layer is applied as batches are read"
+    if host_available is not None and full_bytes > host_share * host_available:
+        return "compact", (f"the full one ({full_bytes / GIB:,.1f} GiB) exceeds {host_share:.0%} of the "
+                           f"available memory ({host_available / GIB:,.1f} GiB)")
+    if disk_free is not None and full_bytes > disk_free:
+        return "compact", f"the full one ({full_bytes / GIB:,.1f} GiB) exceeds the free disk ({disk_free / GIB:,.1f} GiB)"
+    return "full", "it fits this CPU's memory, where reading it is a copy"
+
+
+def measure_layout(base: BlackBoxLM, full_bytes: int, directory: Path | None) -> tuple[str, str]:
+    """``choose_layout`` with this machine's free memory and disk."""
+    disk_free = None
+    if directory is not None:
+        existing = next((p for p in [Path(directory), *Path(directory).parents] if p.exists()), None)
+        disk_free = shutil.disk_usage(existing).free if existing is not None else None
+    return choose_layout(full_bytes, device_type=base.device.type, compact=compact_supported(base),
+                         host_available=host_available_bytes(), disk_free=disk_free)
+
+
+class BaseOutputCache:
+    """The base's outputs at every target position; pair i owns rows ``offsets[i]:offsets[i+1]``.
+
+    ``full`` rows (``head`` None) are log_softmax of the base's logits, computed in float32 once
+    (training never repeats it) and stored in float32, or float16 for a half-precision base
+    (``cache_dtype``), whose logits carry no more precision than that: a loss from them equals
+    one from re-running the base within 1e-3 nats per token in float16. ``compact`` rows are the
+    base's final hidden states in its own dtype, and ``head`` (its output layer and view) turns
+    them into float32 log-probabilities on read. ``placement`` says where the rows live
+    (``choose_placement``); ``get`` returns log-probabilities on the rows' device (full) or the
+    head's (compact).
+    """
+
+    def __init__(self, rows: torch.Tensor | np.ndarray, offsets: np.ndarray, placement: str | None = None,
+                 head: OutputHead | None = None):
+        self.rows = rows
+        self.offsets = offsets
+        self.head = head
+        if placement is None:
+            placement = "mmap" if isinstance(rows, np.ndarray) else (
+                "gpu" if rows.is_cuda else "pinned" if rows.is_pinned() else "memory")
+        self.placement = placement
+        if placement == "gpu" or (head is not None and head.device.type == "cuda"):
+            _GPU_CACHES.add(self)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def layout(self) -> str:
+        return "full" if self.head is None else "compact"
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes)
+
+    @property
+    def vocab_size(self) -> int:
+        """Log-probabilities per row that ``get`` returns."""
+        return int(self.rows.shape[1]) if self.head is None else self.head.vocab_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the stored rows, memory-mapped or not."""
+        if isinstance(self.rows, np.ndarray):
+            return {np.dtype(np.float16): torch.float16, np.dtype(np.uint16): torch.bfloat16}.get(
+                self.rows.dtype, torch.float32)
+        return self.rows.dtype
+
+    def _log_probs(self, rows: torch.Tensor | np.ndarray) -> torch.Tensor:
+        rows = _torch_rows(rows) if isinstance(rows, np.ndarray) else rows
+        return rows if self.head is None else self.head.log_probs(rows)
+
+    def get(self, indices: Sequence[int]) -> torch.Tensor:
+        """Log-probabilities of the given pairs' target positions, concatenated in that order
+        (matches ``positions`` order): the stored dtype (full) or float32 (compact)."""
+        parts = [self.rows[self.offsets[i] : self.offsets[i + 1]] for i in indices]
+        rows = np.concatenate(parts) if isinstance(self.rows, np.ndarray) else torch.cat(parts)
+        return self._log_probs(rows)
+
+    def get_rows(self, rows: Sequence[int]) -> torch.Tensor:
+        """Log-probabilities of single rows (row indices, not pairs), e.g. each pair's first."""
+        index = list(rows)
+        return self._log_probs(self.rows[index] if isinstance(self.rows, np.ndarray) else self.rows[index])
+
+    def placed(self, placement: str, device: torch.device | str | None = None) -> "BaseOutputCache":
+        """This cache with its rows moved to ``placement`` ("gpu" on ``device``, "pinned",
+        "memory" or "mmap"), copied in chunks so that host memory never holds a second copy."""
+        if placement == self.placement:
+            return self
+        if placement == "mmap":
+            raise ValueError("A cache becomes memory-mapped only from its file: build it with directory=...")
+        shape, dtype = tuple(self.rows.shape), self.dtype
+        if placement == "gpu":
+            rows = torch.empty(shape, dtype=dtype, device=device or "cuda")
+        else:
+            rows = torch.empty(shape, dtype=dtype, pin_memory=placement == "pinned")
+        step = max(1, (256 * 2**20) // max(1, shape[1] * rows.element_size()))  # 256 MiB at a time
+        for lo in range(0, shape[0], step):
+            part = self.rows[lo : lo + step]
+            part = _torch_rows(part) if isinstance(part, np.ndarray) else part
+            rows[lo : lo + step] = part.to(rows.device)
+        return BaseOutputCache(rows, self.offsets, placement, self.head)
+
+    @staticmethod
+    def stored_path(directory: str | Path, base: BlackBoxLM | str, pairs: Sequence[EncodedPair],
+                    layout: str = "full") -> Path:
+        """Where :meth:`build` stores the cache of ``base`` on ``pairs`` in ``directory``: the
+        full layout under the box's name; the compact one under the model whose states it holds
+        (its views share them) and their dtype."""
+        if layout == "full":
+            name = base if isinstance(base, str) else base.name
+            return Path(directory) / f"base-{_cache_key(name, pairs)}.npy"
+        if isinstance(base, str):
+            raise TypeError("The compact layout's file is named after the base's model and dtype: pass the base.")
+        dtype = str(base.dtype).removeprefix("torch.")
+        return Path(directory) / f"base-{_cache_key(base.states_name, pairs)}.hidden-{dtype}.npy"
+
+    @classmethod
+    def is_stored(cls, directory: str | Path, base: BlackBoxLM, pairs: Sequence[EncodedPair]) -> bool:
+        """Whether :meth:`build` would read ``base``'s cache on ``pairs`` from ``directory``."""
+        if cls.stored_path(directory, base, pairs).exists():
+            return True
+        return compact_supported(base) and cls.stored_path(directory, base, pairs, "compact").exists()
+
+    @classmethod
+    def build(
+        cls,
+        base: BlackBoxLM,
+        pairs: Sequence[EncodedPair],
+        *,
+        directory: str | Path | None = None,
+        max_memory_gb: float = 4.0,
+        batch_size: int = 8,
+        progress: bool = True,
+        placement: str = "auto",
+        layout: str = "auto",
+    ) -> "BaseOutputCache":
+        """Run the base once over ``pairs``; with ``directory``, store on disk (and reuse it).
+
+        ``layout`` ("auto": ``measure_layout``; a stored cache of either layout is reused) says
+        what is stored, ``placement`` ("auto": ``measure_placement``) where the rows live
+        afterwards. Without a directory a CPU cache lives in memory and refuses to grow past
+        ``max_memory_gb``: pass a directory for larger data (it is then memory-mapped).
+        """
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        counts = np.array([p.target_length for p in pairs], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(counts)))
+        full_dtype = cache_dtype(base.dtype)
+        full_bytes = int(offsets[-1]) * base.vocab_size * torch.empty((), dtype=full_dtype).element_size()
+        head = base.output_head() if layout != "full" else None
+        if layout == "compact" and head is None:
+            raise ValueError(f"{base.name} gives log-probabilities only (no output layer here): use layout 'full'.")
+        if directory is not None:  # a stored cache of either layout is reused
+            for kind in ("full", "compact") if head is not None else ("full",):
+                path = cls.stored_path(directory, base, pairs, kind)
+                if path.exists() and layout in ("auto", kind):
+                    rows = np.load(path, mmap_mode="r")
+                    where = placement if placement != "auto" else measure_placement(rows.nbytes, base.device, True)
+                    return cls(rows, offsets, head=head if kind == "compact" else None).placed(where, base.device)
+        why = "asked for"
+        if layout == "auto":
+            layout, why = measure_layout(base, full_bytes, directory)
+        if layout == "full":
+            head = None
+        torch_dtype = full_dtype if head is None else base.dtype
+        shape = (int(offsets[-1]), base.vocab_size if head is None else head.width)
+        nbytes = shape[0] * shape[1] * torch.empty((), dtype=torch_dtype).element_size()
+        if placement == "auto":
+            placement = measure_placement(nbytes, base.device, directory is not None)
+        if progress:
+            print(f"base-output cache of {base.name} on {len(pairs):,} pairs: layout {layout} ({why}), "
+                  f"{nbytes / GIB:,.2f} GiB (full: {full_bytes / GIB:,.2f}), placement {placement}", flush=True)
+        dtype = _numpy_dtype(torch_dtype)
+        path = tmp = None
+        if directory is not None:
+            path = cls.stored_path(directory, base, pairs, layout)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_partials(path.parent)
+            # A name unique to this build: two processes building the same cache never write
+            # into one file; whichever finishes first gives the final name its content.
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+            os.close(fd)
+            tmp = Path(name)
+            try:
+                os.chmod(tmp, 0o666 & ~_umask())  # the user's normal permissions, not mkstemp's 0600
+                rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+                reserve_disk_space(tmp)  # open_memmap leaves the file sparse: reserve it before any write
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        elif placement == "gpu":
+            rows = torch.empty(shape, dtype=torch_dtype, device=base.device)
+        elif placement == "mmap" or (placement == "memory" and nbytes > max_memory_gb * GIB):
+            raise MemoryError(
+                f"The base-output cache needs {nbytes / GIB:.1f} GiB, over max_memory_gb="
+                f"{max_memory_gb}. Pass directory=... to keep it in a memory-mapped file on disk."
+            )
+        else:
+            rows = torch.empty(shape, dtype=torch_dtype, pin_memory=placement == "pinned")
+        try:
+            order = range(0, len(pairs), batch_size)
+            for start in tqdm(order, desc="base outputs", disable=not progress):
+                idx = list(range(start, min(start + batch_size, len(pairs))))
+                batch = collate([pairs[i] for i in idx], base.tokenizer.pad_token_id)
+                at = (batch["input_ids"], batch["attention_mask"], target_positions(batch["labels"]))
+                if head is None:
+                    chunk = _to_cache_dtype(F.log_softmax(base.logits_at(*at).float(), dim=-1), torch_dtype)
+                else:
+                    chunk = base.hidden_at(*at)
+                lo, hi = offsets[idx[0]], offsets[idx[-1] + 1]
+                if isinstance(rows, np.ndarray):
+                    chunk = chunk.cpu()
+                    bf16 = chunk.dtype == torch.bfloat16  # stored as its bits
+                    rows[lo:hi] = chunk.view(torch.int16).numpy().view(np.uint16) if bf16 else chunk.numpy()
+                else:
+                    rows[lo:hi] = chunk.to(rows.device)
+                if tmp is not None:
+                    os.utime(tmp)  # alive: remove_stale_partials leaves a file touched this recently
+            if path is not None:
+                rows.flush()
+                del rows
+                if path.exists():  # another process finished the same cache meanwhile: use it
+                    tmp.unlink()
+                else:
+                    os.replace(tmp, path)  # only a complete cache ever carries the final name
+                tmp = None
+                return cls(np.load(path, mmap_mode="r"), offsets, head=head).placed(placement, base.device)
+        except BaseException:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)  # a full disk or Ctrl-C leaves no partial file behind
+            raise
+        return cls(rows, offsets, placement, head)
+
+
+def _to_cache_dtype(log_probs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float32 log-probabilities in the cache's dtype; in float16, finite values below its
+    range are clamped to its lowest finite value (-inf, a token a top-k view rules out, stays)."""
+    if dtype == torch.float16:
+        lowest = torch.finfo(torch.float16).min
+        log_probs = torch.where(log_probs.isneginf(), log_probs, log_probs.clamp(min=lowest))
+    return log_probs.to(dtype)
