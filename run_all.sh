@@ -14,8 +14,9 @@
 #   smoke       every code path in minutes on a CPU (about 5 GiB of disk)
 #   paper-twin  the paper profile's code path on small random twins of its bases (CPU, ~15 GiB)
 #   confirm     the preregistered confirmation on fresh test inputs (docs/preregistration.md)
-#   paper       the paper's scale: a CUDA GPU, the Hugging Face Hub and hundreds of GiB (the
-#               preflight prints the plan and stops on a machine that cannot run it)
+#   paper       the paper's scale: a CUDA GPU (80 GB), the Hugging Face Hub and about 40 GiB of
+#               disk (the preflight prints the plan and stops on a machine that cannot run it)
+#   colab       the paper's GPT-2 bases scaled to one Colab T4 session per notebook (docs/colab.md)
 # Executed notebooks, stamps and logs go to results/<profile>/executed and .../logs
 # (PLUGIN_RESULTS_DIR/<profile>/... when PLUGIN_RESULTS_DIR is set).
 # - The data come first: missing files are downloaded into the data folder (data/, or
@@ -133,12 +134,12 @@ if ! "$py" -m plugin_lib.data.check --profile "$profile"; then
   fi
 fi
 
-# The paper profile's plan before GPU-days are spent: work, cache and disk, peak GPU memory and
+# The paper and colab profiles' plan before GPU-days are spent: work, cache and disk, peak GPU memory and
 # the estimated total (python -m plugin_lib.harness.preflight). It stops the call when memory or
 # disk will not do; PLUGIN_SKIP_PREFLIGHT=1 skips it (e.g. a resumed run that already saw it).
-if [ "$profile" = paper ] && [ "${PLUGIN_SKIP_PREFLIGHT:-0}" != 1 ]; then
+if { [ "$profile" = paper ] || [ "$profile" = colab ]; } && [ "${PLUGIN_SKIP_PREFLIGHT:-0}" != 1 ]; then
   echo "[run_all] preflight of profile '$profile' (PLUGIN_SKIP_PREFLIGHT=1 skips it)"
-  if ! "$py" -m plugin_lib.harness.preflight --profile "$profile"; then
+  if ! "$py" -m plugin_lib.harness.preflight --profile "$profile" ${only:+--only "$only"}; then
     die "the preflight says profile '$profile' will not fit on this machine (see WILL NOT FIT above); nothing was run or written."
   fi
 fi

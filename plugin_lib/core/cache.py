@@ -351,11 +351,12 @@ class BaseOutputCache:
         return Path(directory) / f"base-{_cache_key(base.states_name, pairs)}.hidden-{dtype}.npy"
 
     @classmethod
-    def is_stored(cls, directory: str | Path, base: BlackBoxLM, pairs: Sequence[EncodedPair]) -> bool:
-        """Whether :meth:`build` would read ``base``'s cache on ``pairs`` from ``directory``."""
-        if cls.stored_path(directory, base, pairs).exists():
+    def is_stored(cls, directory: str | Path, base, pairs: Sequence[EncodedPair]) -> bool:
+        """Whether ``directory`` holds ``base``'s cache on ``pairs`` in either layout. Reads only
+        ``base.name`` and ``base.states_name``, so a base known by name (the grid's plan) will do."""
+        if cls.stored_path(directory, base.name, pairs).exists():
             return True
-        return compact_supported(base) and cls.stored_path(directory, base, pairs, "compact").exists()
+        return any(Path(directory).glob(f"base-{_cache_key(base.states_name, pairs)}.hidden-*.npy"))
 
     @classmethod
     def build(

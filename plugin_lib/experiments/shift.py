@@ -71,7 +71,8 @@ def shift_setup(dataset: str, profile: Profile, *, progress: bool = False
                 ) -> tuple[str, finetune.FinetunedBase, finetune.Pool]:
     """(the base, its fine-tuned version, the fine-tuning pool) of the shift study on ``dataset``.
     The fine-tuning recipe is the ablations'; its epochs and pool size are the profile's ``shift``."""
-    setup = dataclasses.replace(profile.ablations, finetune_epochs=(profile.shift.epochs,))
+    setup = dataclasses.replace(profile.ablations, finetune_epochs=(profile.shift.epochs,),
+                                finetune=profile.shift.finetune or profile.ablations.finetune)
     model_name = profile.shift.model or setup.model
     pool = finetune.finetune_pool(dataset, profile, max_pairs=profile.shift.pool_pairs)
     (tuned,) = finetune.finetuned_bases(model_name, pool, setup, prompt_style=profile.prompts, tokens=profile.tokens,

@@ -14,7 +14,11 @@ Choices:
   The loss is the token cross-entropy on the target (+ EOS) only, as for every method here.
 - What is trained: every weight (``trainable_layers=None``), or only the last k transformer
   blocks and the final norm (embeddings and output head frozen). The second is much cheaper
-  on a CPU: the backward pass stops at block ``n - k``.
+  on a CPU: the backward pass stops at block ``n - k``. Or (``method="lora"``) rank-r adapters
+  on every linear layer of the blocks, with the base frozen in its run dtype: LLaMA-3.1-8B's
+  full fine-tuning in float32 needs about 144 GiB of GPU memory (weights, gradients and AdamW's
+  moments: 16 bytes a parameter), adapters about 30. The adapters are stored (with the base's
+  name, in ``finetune.json``) and merged into the base when it is loaded as a black box.
 - Schedule: AdamW at a constant learning rate, the data in a new seeded order every epoch.
   With a constant rate "fine-tuned for 2 epochs" is a prefix of "fine-tuned for 5 epochs",
   so the 1, 2 and 5 epoch models are checkpoints of one run: asking for 5 epochs continues
@@ -50,6 +54,7 @@ from ..data import Example, prompts, training_pairs
 from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
 from . import models
 from . import profile as config
+from .lora import checkpoint_activations
 from .profile import Ablations, Profile, Tokens
 
 INFO_FILE = "finetune.json"
@@ -66,6 +71,8 @@ class FinetuneConfig:
     seed: int = 0
     max_prompt_tokens: int = 128
     max_target_tokens: int = 127
+    method: str = "full"  # or "lora": adapters of rank ``lora_rank`` on the blocks' linear layers
+    lora_rank: int = 64
 
 
 def finetune_config(setup: Ablations, tokens: Tokens | None = None) -> FinetuneConfig:
@@ -98,7 +105,10 @@ def _dataset_of(examples: Sequence[Example]) -> str:
 def run_prefix(model_name: str, examples: Sequence[Example], pool: str, cfg: FinetuneConfig,
                prompt_style: str = "authors") -> str:
     """Directory name of a fine-tuning run without its epochs: model, dataset, pool, digest."""
-    keyed = [model_name, [(ex.id, ex.source, ex.references) for ex in examples], dataclasses.asdict(cfg)]
+    settings = dataclasses.asdict(cfg)
+    if cfg.method == "full":  # the models made before the choice existed keep their names
+        del settings["method"], settings["lora_rank"]
+    keyed = [model_name, [(ex.id, ex.source, ex.references) for ex in examples], settings]
     if prompt_style != "appendix":  # appendix-era models (results/local) keep their names
         keyed.append(prompt_style)
     payload = json.dumps(keyed)
@@ -218,8 +228,12 @@ def finetune_base(
     if is_complete(target):
         return target
     done, start = _latest_checkpoint(prefix, epochs)
-    model, tokenizer = models.load_causal_lm(str(start) if start else model_name, dtype=torch.float32)
-    params = select_trainable(model, cfg.trainable_layers)
+    if cfg.method == "lora":
+        model, tokenizer = _lora_model(model_name, cfg, start)
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:
+        model, tokenizer = models.load_causal_lm(str(start) if start else model_name, dtype=torch.float32)
+        params = select_trainable(model, cfg.trainable_layers)
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     info = read_json(start / INFO_FILE) if start else None
     history = info["history"] if info else []
@@ -238,7 +252,10 @@ def finetune_base(
     objective = TokenObjective(encoded, tokenizer.pad_token_id, log_probs=small_model_log_probs)
     for epoch in range(done + 1, epochs + 1):
         started = time.perf_counter()
-        loss = train_epoch(model, objective, optimizer, cfg, epoch, progress)
+        # peft's wrapper answers ``base_model`` with its LoraModel; the objective needs the
+        # transformers model (with the adapters in it), as harness.lora's fit_lora does.
+        trained = model.get_base_model() if cfg.method == "lora" else model
+        loss = train_epoch(trained, objective, optimizer, cfg, epoch, progress)
         history.append({"epoch": epoch, "train_loss": loss, "seconds": time.perf_counter() - started})
     info = {
         "model": model_name,
@@ -254,6 +271,30 @@ def finetune_base(
         "history": history,
     }
     return save_model_dir(target, model, tokenizer, {OPTIMIZER_FILE: optimizer.state_dict(), INFO_FILE: info})
+
+
+LORA_LAYERS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+               "gpt2": ["c_attn", "c_proj", "c_fc"]}
+
+
+def _lora_model(model_name: str, cfg: FinetuneConfig, start: Path | None):
+    """The base in its run dtype (``auto``: half precision on a GPU) with trainable rank-r
+    adapters (float32, peft's default) on every linear layer of its blocks: new, or
+    ``start``'s to continue."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    model, tokenizer = models.load_causal_lm(model_name, dtype="auto")
+    if model.device.type == "cuda":
+        checkpoint_activations(model)
+    if start is not None:
+        return PeftModel.from_pretrained(model, start, is_trainable=True), tokenizer
+    model_type = model.config.model_type
+    if model_type not in LORA_LAYERS:
+        raise ValueError(f"No LoRA layers known for model type {model_type!r}; fine-tune it with method 'full'.")
+    torch.manual_seed(cfg.seed)
+    config = LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, lora_dropout=0.0, task_type="CAUSAL_LM",
+                        target_modules=LORA_LAYERS[model_type], fan_in_fan_out=model_type == "gpt2")
+    return get_peft_model(model, config), tokenizer
 
 
 def finetune_info(path: str | Path) -> dict:
@@ -423,6 +464,7 @@ class _LazyBlackBox:
 
     def __init__(self, name: str, tokenizer, load: Callable[[], BlackBoxLM]):
         self.name, self.tokenizer, self._load, self._box = name, tokenizer, load, None
+        self.states_name = name  # its runs folder, without loading it
 
     def __getattr__(self, attribute: str):
         if attribute.startswith("__"):
@@ -442,5 +484,11 @@ def load_finetuned_base(base: str | Path | FinetunedBase, dtype=None) -> BlackBo
             base.info()  # keeps the record beside the results
             return load_finetuned_base(path, dtype)
         return _LazyBlackBox(base.name, models.load_tokenizer(base.model_name), load)
+    if (Path(base) / "adapter_config.json").exists():  # adapters: merged into the base they were trained on
+        from peft import PeftModel
+
+        model, tokenizer = models.load_causal_lm(finetune_info(base)["model"], dtype=dtype)
+        model = PeftModel.from_pretrained(model, base).merge_and_unload()
+        return BlackBoxLM(model, tokenizer, f"finetuned/{Path(base).name}")
     model, tokenizer = models.load_causal_lm(str(base), dtype=dtype)
     return BlackBoxLM(model, tokenizer, f"finetuned/{Path(base).name}")

@@ -51,7 +51,7 @@ from ..core.train import (
 from ..data import prompts
 from ..utils.locks import StoreLock
 from . import models
-from .lora import add_lora, lora_black_box, lora_objective
+from .lora import add_lora, checkpoint_activations, lora_black_box, lora_objective
 from .profile import Decoding, Profile, TempNetSettings, Training
 from .tempnet import TempNetObjective, make_tempnet, tempnet_generate
 
@@ -90,6 +90,7 @@ class Task:
     prompt_prefix: str = ""  # e.g. a discrete prompt learned by BDPL, put before the task prompt
     prompt_style: str = "authors"  # data.prompts.STYLES; the profile's ``prompts``
     tempnet: TempNetSettings | None = None  # the profile's, for TempNet (make_task sets it)
+    cache_layout: str = "auto"  # the profile's (core.cache.BaseOutputCache.build)
     # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -127,11 +128,12 @@ class Task:
         key = ("cache", split)
         if key not in self._memo:
             if self.cache_dir is None:
-                self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split))
+                self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split), layout=self.cache_layout)
             else:  # built once: a second process waits for the first, then reads its files
                 name = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.base.name)
                 with StoreLock(Path(self.cache_dir) / ".locks" / f"{name}.lock"):
-                    self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split), directory=self.cache_dir)
+                    self._memo[key] = BaseOutputCache.build(self.base, self.encoded(split), directory=self.cache_dir,
+                                                            layout=self.cache_layout)
         return self._memo[key]
 
 
@@ -196,6 +198,7 @@ def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model:
         cache_dir=cache_dir,
         prompt_style=profile.prompts,
         tempnet=profile.tempnet,
+        cache_layout=profile.cache_layout,
     )
 
 
@@ -244,6 +247,8 @@ class LoraModel(nn.Module):
 def make_lora(task: Task, seed: int) -> LoraModel:
     """Rank-8 LoRA on a fresh copy of the base (the black box's own weights stay untouched)."""
     model, _ = models.load_causal_lm(task.base.name, dtype=task.base.dtype, device=task.base.device)
+    if task.base.device.type == "cuda":
+        checkpoint_activations(model)
     return LoraModel(add_lora(model, seed=seed))
 
 

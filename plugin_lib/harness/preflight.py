@@ -42,18 +42,17 @@ from .. import data
 from .. import paper as published
 from ..core.decode import PluginLogitsProcessor
 from ..core.reweighter import count_parameters, make_reweighter
-from ..core.train import (BaseOutputCache, EncodedPair, TokenObjective, cache_dtype, choose_placement,
-                          host_available_bytes)
+from ..core.train import (BaseOutputCache, EncodedPair, TokenObjective, cache_dtype, choose_layout,
+                          choose_placement, host_available_bytes)
 from ..data import prompts
-from . import bdpl, models, runner
+from . import bdpl, gpus, models, runner
 from . import profile as config
+from .gpus import GpuClass
 from .profile import Profile
 
 GIB = 2**30
-GPU_PROFILES = ("paper",)  # profiles meant for a GPU; the others are planned on any machine
-# H100 rates measured in an earlier probe of the paper's shapes (shape twins, batch 8, cache held
-# on the GPU): base-output cache build and Plugin training, pairs per second. For scale only.
-PROBED_H100 = {"gpt2-xl": {"cache": 198.0, "train": 1167.0}, "llama-3.1-8b": {"cache": 43.0, "train": 570.0}}
+GPU_PROFILES = ("paper", "colab")  # profiles meant for a GPU; the others are planned on any machine
+PROBED_H100 = gpus.PROBED_H100
 TRAINED = ("NewModel", "WeightedComb", "TempNet", "Plugin")
 NOTEBOOKS = (
     "00_dataset_statistics", "01_table1_e2e", "02_table2_webnlg", "03_table3_commongen", "04_table4_adidas",
@@ -187,8 +186,10 @@ def reweighter_params(model: str, arch_items: tuple = ()) -> int:
         return count_parameters(make_reweighter(vocab_size=_shape(model)["vocab"], **arch))
 
 
-def load_dtype(model: str, profile: Profile, gpu: bool) -> torch.dtype:
-    return models.resolve_dtype(model, profile.dtype, "cuda" if gpu else "cpu", bf16_supported=_bf16())
+def load_dtype(model: str, profile: Profile, gpu: bool | GpuClass) -> torch.dtype:
+    """The dtype ``model`` loads in; ``gpu``: True for this machine's GPU, or a named GPU class."""
+    bf16 = gpu.bf16 if isinstance(gpu, GpuClass) else _bf16()
+    return models.resolve_dtype(model, profile.dtype, "cuda" if gpu else "cpu", bf16_supported=bf16)
 
 
 def _bf16() -> bool:
@@ -199,7 +200,21 @@ def _bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def cache_bytes(model: str, target_tokens: int, profile: Profile, gpu: bool) -> int:
+def cache_layout(model: str, profile: Profile, gpu: bool | GpuClass, target_tokens: int = 0) -> str:
+    """The layout ``BaseOutputCache.build`` will choose for ``model``'s cache (``core.cache``):
+    the profile's, or by ``choose_layout`` (compact on a GPU; on a CPU full where it fits memory)."""
+    if profile.cache_layout != "auto" and models.model_spec(model)["source"] != "api":
+        return profile.cache_layout
+    full = target_tokens * _shape(model)["vocab"] * _bytes(cache_dtype(load_dtype(model, profile, gpu)))
+    return choose_layout(full, device_type="cuda" if gpu else "cpu", compact=models.model_spec(model)["source"] != "api",
+                         host_available=host_available_bytes())[0]
+
+
+def cache_bytes(model: str, target_tokens: int, profile: Profile, gpu: bool | GpuClass) -> int:
+    """Bytes of ``model``'s cache of ``target_tokens`` in the layout it will have: V
+    log-probabilities a token (full), or d hidden values in the model's dtype (compact)."""
+    if cache_layout(model, profile, gpu, target_tokens) == "compact":
+        return target_tokens * _shape(model)["hidden"] * _bytes(load_dtype(model, profile, gpu))
     return target_tokens * _shape(model)["vocab"] * _bytes(cache_dtype(load_dtype(model, profile, gpu)))
 
 
@@ -217,18 +232,63 @@ def inference_peak(model: str, profile: Profile, gpu: bool, copies: int = 1) -> 
     return copies * s["params"] * b + max(cache_batch, decode) + reweighter + GIB
 
 
-def training_peak(model: str, profile: Profile, gpu: bool, *, full: bool, trainable_share: float = 1.0) -> int:
+def training_peak(model: str, profile: Profile, gpu: bool | GpuClass, *, full: bool, trainable_share: float = 1.0,
+                  adapters: int = 0) -> int:
     """Bytes on the GPU for training through the base: full fine-tuning in float32 (weights,
-    gradients, AdamW's two moments: 16 bytes per trained parameter) or LoRA on the loaded base;
-    plus activations kept for the backward pass (about 10 hidden-size and 3 intermediate-size
-    tensors per layer and token) and the float32 logits, their log-softmax and its gradient."""
+    gradients, AdamW's two moments: 16 bytes per trained parameter) or LoRA on the loaded base
+    (``adapters`` float32 parameters with their gradients and moments: 16 bytes each); plus
+    activations kept for the backward pass (about 10 hidden-size and 3 intermediate-size
+    tensors per layer and token; LoRA on a GPU recomputes them, ``lora.checkpoint_activations``,
+    keeping each block's input and one block's activations) and the float32 logits, their
+    log-softmax and its gradient."""
     s = _shape(model)
     b = 4 if full else _bytes(load_dtype(model, profile, gpu))
     tokens = profile.training.batch_size * (profile.tokens.max_prompt + profile.tokens.max_target + 1)
-    activations = tokens * s["layers"] * (10 * s["hidden"] + 3 * s["intermediate"]) * b
+    block = tokens * (10 * s["hidden"] + 3 * s["intermediate"]) * b
+    activations = block * s["layers"] if full else tokens * s["layers"] * s["hidden"] * b + block
     logits = tokens * s["vocab"] * 4 * 3
-    weights = s["params"] * (4 + 12 * trainable_share) if full else s["params"] * b
+    weights = s["params"] * (4 + 12 * trainable_share) if full else s["params"] * b + 16 * adapters
     return int(weights + activations + logits + GIB)
+
+
+def lora_adapter_params(model: str, rank: int) -> int:
+    """Parameters of rank-``rank`` adapters on every linear layer of ``model``'s blocks
+    (``finetune.LORA_LAYERS``): r * (fan in + fan out) per layer."""
+    s = _shape(model)
+    kv, h, i = s["kv_width"], s["hidden"], s["intermediate"]
+    if models.model_config(shape_model(model)).model_type == "gpt2":
+        per_block = (h + 3 * h) + (h + h) + (h + i) + (i + h)  # c_attn, attention c_proj, c_fc, MLP c_proj
+    else:
+        per_block = 2 * (h + h) + 2 * (h + kv) + 3 * (h + i)  # q, o; k, v; gate, up, down
+    return rank * per_block * s["layers"]
+
+
+def finetune_peak(model: str, profile: Profile, gpu: bool | GpuClass) -> int:
+    """Peak GPU bytes of fine-tuning ``model`` as the profile does: notebook 10's recipe for its
+    base (``shift.finetune``), the ablations' otherwise."""
+    setup = profile.ablations.finetune
+    if profile.shift.finetune is not None and model == (profile.shift.model or profile.ablations.model):
+        setup = profile.shift.finetune
+    if setup.method == "lora":
+        return training_peak(model, profile, gpu, full=False, adapters=lora_adapter_params(model, setup.lora_rank))
+    return training_peak(model, profile, gpu, full=True, trainable_share=_trainable_share(model, setup.trainable_layers))
+
+
+def _finetune_cost(plan: "Plan", model: str, profile: Profile, gpu: bool | GpuClass, setup, epochs: int,
+                   tokens: float, checkpoints: int) -> None:
+    """A fine-tuning of ``model`` (``setup``: a profile ``Finetune``): its work, the disk of its
+    ``checkpoints`` (full: float32 weights and AdamW's state; LoRA: the adapters and theirs) and
+    its peak GPU memory."""
+    if setup.method == "lora":
+        adapters = lora_adapter_params(model, setup.lora_rank)
+        plan.add(model, lora_tokens=epochs * tokens)
+        plan.model_bytes += checkpoints * 12 * adapters
+        _peak(plan, training_peak(model, profile, gpu, full=False, adapters=adapters))
+        return
+    share = _trainable_share(model, setup.trainable_layers)
+    plan.add(model, finetune_tokens=epochs * tokens)
+    plan.model_bytes += checkpoints * int(_shape(model)["params"] * (4 + 8 * share))
+    _peak(plan, training_peak(model, profile, gpu, full=True, trainable_share=share))
 
 
 # ---------------------------------------------------------------- work per notebook
@@ -262,12 +322,13 @@ class Plan:
 
 def grid_size(profile: Profile, method: str) -> int:
     """Configurations searched, at most: a grid of two or more values may grow by
-    ``extend_edges`` values past its edge (``runner.select_hparams``)."""
-    size = 1
-    for key in runner.grid_keys(method):
-        values = len(getattr(profile.grid, key))
-        size *= values + (profile.grid.extend_edges if values > 1 else 0)
-    return size
+    ``extend_edges`` values past its edge (``runner.select_hparams``). A coordinate search tries
+    each hyperparameter's values with the others fixed, sharing the configuration it starts from."""
+    sizes = [len(getattr(profile.grid, key)) for key in runner.grid_keys(method)]
+    sizes = [n + (profile.grid.extend_edges if n > 1 else 0) for n in sizes]
+    if profile.grid.search == "coordinate":
+        return sum(sizes) - (len(sizes) - 1)
+    return math.prod(sizes)
 
 
 def _paper_models(table: str, profile: Profile) -> list[str]:
@@ -366,11 +427,9 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
         _trainings(plan, ab.model, c, p, ["Plugin"], quality_seeds)
         _decodes(plan, ab.model, c, p, runs=1 + quality_seeds, plugin_runs=quality_seeds)
     if tuned:
-        share = _trainable_share(ab.model, ab.finetune.trainable_layers)
-        plan.add(ab.model, finetune_tokens=max(tuned) * pool * c.pair_tokens)
-        plan.model_bytes += len(tuned) * int(_shape(ab.model)["params"] * (4 + 8 * share))
-        _peak(plan, training_peak(ab.model, p, gpu, full=True, trainable_share=share))
-        plan.note = f"fine-tunes {ab.model} in float32: {max(tuned)} epochs over {pool} pairs"
+        _finetune_cost(plan, ab.model, p, gpu, ab.finetune, max(tuned), pool * c.pair_tokens, len(tuned))
+        how = "with LoRA" if ab.finetune.method == "lora" else "in float32"
+        plan.note = f"fine-tunes {ab.model} {how}: {max(tuned)} epochs over {pool} pairs"
     _peak(plan, inference_peak(ab.model, p, gpu))
 
     plan = plans["07_fig3_reweighting_complexity"]
@@ -408,20 +467,19 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
 
     plan = plans["10_distribution_shift"]
     model = p.shift.model or ab.model
-    share = _trainable_share(model, ab.finetune.trainable_layers)
+    shift_setup = p.shift.finetune or ab.finetune
     for dataset in ("webnlg", "commongen"):
         c2 = count(dataset, model)
         pool = _pool_pairs(dataset, p, p.shift.pool_pairs, plan)
         plan.pairs += c2.pairs
-        plan.add(model, finetune_tokens=p.shift.epochs * pool * c2.pair_tokens)
-        plan.model_bytes += int(_shape(model)["params"] * (4 + 8 * share))
+        _finetune_cost(plan, model, p, gpu, shift_setup, p.shift.epochs, pool * c2.pair_tokens, 1)
         _cache(plan, model, c2, p, gpu)
         _trainings(plan, model, c2, p, ["Plugin"], seeds)
         _decodes(plan, model, c2, p, runs=1 + seeds, plugin_runs=seeds)
         if model not in p.base_models:
             _decodes(plan, model, c2, p, runs=1)
-    _peak(plan, training_peak(model, p, gpu, full=True, trainable_share=share))
-    plan.note = f"fine-tunes {model} in float32 ({p.shift.epochs} epochs)"
+    how = f"with rank-{shift_setup.lora_rank} LoRA" if shift_setup.method == "lora" else "in float32"
+    plan.note = f"fine-tunes {model} {how} ({p.shift.epochs} epochs)"
 
     plan = plans["11_table8_lora"]
     for model in _paper_models("table8", p):
@@ -443,12 +501,14 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
     c2 = count("e2e", model)
     views = 4  # @topall, @top100, @top20, @top5 (the notebook's defaults); the base is notebook 01's
     plan.pairs = c2.pairs
-    _cache(plan, model, c2, p, gpu, copies=views)
+    shared = cache_layout(model, p, gpu, c2.target_tokens) == "compact" and model in p.base_models
+    _cache(plan, model, c2, p, gpu, copies=0 if shared else views)
     for _ in range(views):
         _trainings(plan, model, c2, p, ["Plugin"], seeds)
         _decodes(plan, model, c2, p, runs=1 + seeds, plugin_runs=seeds)
     _peak(plan, inference_peak(model, p, gpu, copies=2))  # the next view loads before the last is freed
-    plan.note = f"{views} top-k views of {model}, a cache each"
+    plan.note = (f"{views} top-k views of {model}, reading notebook 01's stored states" if shared else
+                 f"{views} top-k views of {model}, a cache each")
 
     # Notebook 14 at its own scale: the in-process view's work is timed like the others; the
     # API's is counted in requests (one per target token, one per generated token at most).
@@ -458,7 +518,8 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
     c2 = count_task("e2e", api.compare, scale)
     methods_run = len(api.methods)
     plan.pairs = c2.pairs
-    _cache(plan, api.compare, c2, scale, gpu, copies=2)  # the API's cache and the in-process view's
+    _cache(plan, api.compare, c2, scale.replace(cache_layout="full"), gpu)  # the API's: log-probabilities only
+    _cache(plan, api.compare, c2, scale, gpu)  # the in-process view's
     _trainings(plan, api.compare, c2, scale, [m for m in api.methods if m in TRAINED], len(api.seeds))
     _decodes(plan, api.compare, c2, scale, runs=methods_run, plugin_runs=int("Plugin" in api.methods))
     requests = c2.target_tokens + methods_run * c2.test_inputs * p.decoding.max_new_tokens
@@ -509,9 +570,11 @@ class Rates:
         s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
         s += work.get("pair_epochs", 0.0) / self.train_pairs_per_s
         s += work.get("decode_steps", 0) * self.decode_step_s + work.get("plugin_steps", 0) * self.plugin_step_s
-        # Training through the base: forward + backward, about 3 forward passes per token;
-        # full fine-tuning runs in float32 (about twice the half-precision cost on a GPU).
-        s += 3 * work.get("lora_tokens", 0.0) / self.forward_tokens_per_s
+        # Training through the base: forward + backward, about 3 forward passes per token (4 for
+        # LoRA on a GPU, which recomputes activations); full fine-tuning runs in float32 (about
+        # twice the half-precision cost on a GPU).
+        recompute = 1 if self.device == "cuda" else 0
+        s += (3 + recompute) * work.get("lora_tokens", 0.0) / self.forward_tokens_per_s
         float32 = 2 if self.device == "cuda" else 1
         s += 3 * float32 * work.get("finetune_tokens", 0.0) / self.forward_tokens_per_s
         return s
@@ -613,14 +676,41 @@ def _disk_free() -> int:
     return free
 
 
+def estimated_rates(model: str, profile: Profile, card: GpuClass, counts: TaskCounts) -> Rates | None:
+    """Rates of ``model`` on ``card`` from the H100 probe (``gpus``), or None for a base the
+    probe did not cover: cache building and training scaled by the card's throughput (training
+    from a compact cache adds its output layer's product), decoding by its memory bandwidth."""
+    spec = models.model_spec(model)
+    probe = gpus.probe_rates(spec.get("paper_model", spec["display"]))
+    if probe is None or counts.pairs == 0:
+        return None
+    ratio, s = gpus.compute_ratio(card), _shape(model)
+    train_s = ratio / probe["train"]
+    if cache_layout(model, profile, card, counts.target_tokens) == "compact":
+        train_s += counts.target_tokens / counts.pairs * gpus.head_s_per_token(card, s["hidden"], s["vocab"])
+    step = gpus.decode_step_s(card, s["params"] * _bytes(load_dtype(model, profile, card)), s["layers"])
+    return Rates(f"the H100 probe scaled to the {card.name} (an estimate)",
+                 probe["cache"] * max(counts.pair_tokens, 1.0) / ratio, 1 / train_s, step,
+                 step * gpus.PLUGIN_DECODE_RATIO, "cuda")
+
+
+def _expected_share(work: dict, factor: float) -> dict:
+    """``work`` with its trainings at the expected epochs (``factor`` of the cap)."""
+    return {k: v * factor if k in ("pair_epochs", "lora_tokens") else v for k, v in work.items()}
+
+
 def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: float | None = None,
-        measure: bool = True, plan_only: bool = False, out=sys.stdout) -> int:
+        measure: bool = True, plan_only: bool = False, gpu_name: str | None = None, only: str = "",
+        out=sys.stdout) -> int:
     """Print the plan of ``profile_name``; the exit status (0 fine, 1 will not fit on this machine).
-    ``plan_only``: the plan, with what would stop a run as warnings."""
+    ``plan_only``: the plan, with what would stop a run as warnings. ``gpu_name``: plan for that
+    GPU class (``gpus.GPUS``): its memory, dtypes and hours estimated from its throughput.
+    ``only``: check the GPU memory of the notebooks whose names start with it (run_all.sh --only)."""
     profile = config.load_profile(profile_name)
+    card = gpus.gpu_class(gpu_name) if gpu_name else None
     has_gpu = torch.cuda.is_available()
     gpu_profile = profile.name in GPU_PROFILES
-    gpu = has_gpu or gpu_profile  # the dtypes the run will use
+    gpu = card or has_gpu or gpu_profile  # the dtypes the run will use
     started = time.perf_counter()
     plans = plan_notebooks(profile, gpu)
 
@@ -629,6 +719,9 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
           f"dtype {profile.dtype}; {len(profile.seeds)} seed(s); grid {grid_size(profile, 'Plugin')} configurations "
           f"({grid_size(profile, 'WeightedComb')} for WeightedComb); at most {profile.training.max_epochs} epochs; "
           f"rows per split {profile.section('rows')}.", file=out)
+    if card is not None:
+        print(f"Planned for one {card.name}: {card.memory_gib:.1f} GiB, "
+              f"{'bfloat16' if card.bf16 else 'no bfloat16 (LLaMA loads in float16)'}.", file=out)
     twins = [m for m in profile.base_models if models.is_twin(m)]
     if twins:
         print(f"Bases {', '.join(twins)} are shape twins ({models.TWIN_LABEL}).", file=out)
@@ -636,39 +729,50 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
         stand_in = [m for m, ok in exact.items() if not ok]
         print(f"Token counts: SmolLM2's tokenizer stands in for {', '.join(stand_in)} (not available offline): "
               "approximate.", file=out)
+    layouts = {m: cache_layout(m, profile, gpu, count_task("e2e", m, profile).target_tokens)
+               for m in dict.fromkeys(w["model"] for plan in plans for w in plan.work)}
+    print("Base-output caches: " + "; ".join(f"{m} {layout}" for m, layout in layouts.items())
+          + " (core.cache: compact = final hidden states, exact).", file=out)
 
-    rates: dict[str, Rates] = {}
-    if measure and (has_gpu or not gpu_profile):
-        device = config.device()
-        for model in dict.fromkeys(w["model"] for plan in plans for w in plan.work):
-            dataset_counts = count_task("e2e", model, profile)
-            rates[model] = measure_rates(model, profile, dataset_counts, device)
+    rates: dict[str, Rates | None] = {}
+    for model in layouts:
+        counts = count_task("e2e", model, profile)
+        if card is not None:
+            rates[model] = estimated_rates(model, profile, card, counts)
+        elif measure and (has_gpu or not gpu_profile):
+            rates[model] = measure_rates(model, profile, counts, config.device())
+    factor, basis = (gpus.expected_epochs(profile)[0] / profile.training.max_epochs, gpus.expected_epochs(profile)[1])
 
-    checks = Checks(
-        gpu_memory=(int(gpu_memory_gb * GIB) if gpu_memory_gb is not None else
-                    sum(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
-                    if has_gpu else None),
-        disk_free=int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free(),
-    )
+    gpu_memory = (int(gpu_memory_gb * GIB) if gpu_memory_gb is not None else int(card.memory_gib * GIB) if card
+                  else sum(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+                  if has_gpu else None)
+    checks = Checks(gpu_memory=gpu_memory,
+                    disk_free=int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free())
     header = ("notebook", "pairs", "target tok", "configs", "seeds", "epochs<=", "trainings", "decode tok<=",
-              "cache GiB", "peak GPU GiB", "hours<=", "note")
+              "cache GiB", "disk GiB", "peak GPU GiB", "fits", "hours<=", "hours~", "note")
     rows = []
-    total_seconds, timed = 0.0, True
+    totals, untimed = [0.0, 0.0], []
     for plan in plans:
-        if plan.work and rates:
+        seconds = expected = 0.0
+        if plan.work and rates and all(rates.get(w["model"]) for w in plan.work):
             seconds = sum(rates[w["model"]].seconds(w) for w in plan.work)
-            total_seconds += seconds
+            expected = sum(rates[w["model"]].seconds(_expected_share(w, factor)) for w in plan.work)
+            totals = [totals[0] + seconds, totals[1] + expected]
         elif plan.work:
-            seconds, timed = None, False
-        else:
-            seconds = 0.0
+            seconds = expected = None
+            untimed.append(plan.notebook[:2])
         peak = plan.peak_gpu if gpu else 0
+        fits = "-" if not peak or checks.gpu_memory is None else "yes" if peak <= checks.gpu_memory else "NO"
+        disk = plan.cache_bytes + plan.model_bytes + plan.weights_bytes
         rows.append((plan.notebook, f"{plan.pairs:,}", f"{plan.target_tokens:,}", plan.configs or "",
                      plan.seeds or "", plan.epochs or "", plan.trainings or "", f"{plan.decode_tokens:,}",
-                     _gib(plan.cache_bytes), _gib(peak) if peak else "-", _hours(seconds) if plan.work else "-",
-                     plan.note))
-        if gpu and checks.gpu_memory is not None and peak > checks.gpu_memory:
-            checks.failures.append(f"{plan.notebook} needs about {_gib(peak)} GiB of GPU memory; this machine has "
+                     _gib(plan.cache_bytes), _gib(disk), _gib(peak) if peak else "-", fits,
+                     _hours(seconds) if plan.work else "-", _hours(expected) if plan.work else "-", plan.note))
+        if not plan.notebook.startswith(only):
+            pass
+        elif gpu and checks.gpu_memory is not None and peak > checks.gpu_memory:
+            checks.failures.append(f"{plan.notebook} needs about {_gib(peak)} GiB of GPU memory; "
+                                   f"{'the ' + card.name if card else 'this machine'} has "
                                    f"{_gib(checks.gpu_memory)} GiB ({plan.note or 'base, cache batch, decoding'}).")
         elif gpu and checks.gpu_memory is None and peak > 80 * GIB:
             checks.warnings.append(f"{plan.notebook} needs about {_gib(peak)} GiB of GPU memory: more than one "
@@ -689,22 +793,28 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
         checks.failures.append(f"The caches, fine-tuned models and weights need {_gib(written)} GiB of disk; "
                                f"{_gib(checks.disk_free)} GiB are free under {config.results_dir()} and "
                                f"{config.cache_dir()} (PLUGIN_RESULTS_DIR, PLUGIN_CACHE_DIR move them).")
-    if rates:
-        for model, r in rates.items():
-            print(f"Rates for {model} (measured with {r.measured_with} on {r.device}): forward "
-                  f"{r.forward_tokens_per_s:,.0f} tokens/s, training {r.train_pairs_per_s:,.1f} pairs/s, "
-                  f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
-                  f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
-                  f"{profile.decoding.batch_size}.", file=out)
-    if timed and rates:
-        print(f"Estimated total: {_hours(total_seconds)} hours at most (every training runs all its "
-              f"{profile.training.max_epochs} epochs; early stopping shortens it).", file=out)
+    for model, r in rates.items():
+        if r is None:
+            print(f"Rates for {model}: none (no measurement here, and the H100 probe did not cover it).", file=out)
+            continue
+        print(f"Rates for {model} ({'measured with ' if card is None else ''}{r.measured_with} on {r.device}): forward "
+              f"{r.forward_tokens_per_s:,.0f} tokens/s, training {r.train_pairs_per_s:,.1f} pairs/s, "
+              f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
+              f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
+              f"{profile.decoding.batch_size}.", file=out)
+    if any(rates.values()):
+        label = " (estimates)" if card is not None else ""
+        left = f"; notebook(s) {', '.join(untimed)} not timed (no rate for a base)" if untimed else ""
+        print(f"Total{label}: {_hours(totals[0])} hours at most (every training runs all its "
+              f"{profile.training.max_epochs} epochs); about {_hours(totals[1])} hours at the expected "
+              f"{factor * profile.training.max_epochs:.1f} epochs ({basis}){left}.", file=out)
     else:
         print("Times: this is a GPU profile and this machine has no GPU, so the hours need the GPU: run this "
-              "command there (it measures the full-size shape twins for a few seconds).", file=out)
+              "command there (it measures the full-size shape twins for a few seconds), or name a GPU "
+              f"(--gpu {'|'.join(gpus.GPUS)}) for estimates.", file=out)
         print(_reference_estimate(plans, profile), file=out)
     checks.warnings[:0] = [w for plan in plans for w in plan.warnings]
-    if gpu_profile and not has_gpu and gpu_memory_gb is None:
+    if gpu_profile and not has_gpu and gpu_memory_gb is None and card is None:
         checks.failures.insert(0, f"profile '{profile.name}' needs a CUDA GPU and this machine has none. Here, "
                                   "run --profile local (the CPU-scale results) or paper-twin (this code path on "
                                   "small random twins); `python -m plugin_lib.harness.preflight --profile "
@@ -741,9 +851,7 @@ def reference_rates(model: str) -> dict | None:
     """The probed H100 rates (cache building, training) of the paper base that ``model`` is or
     twins, or None for a base the probe did not cover."""
     spec = models.model_spec(model)
-    name = {"GPT2-M": "gpt2-xl", "GPT2-XL": "gpt2-xl", "LLaMA-3.1-8B": "llama-3.1-8b"}.get(
-        spec.get("paper_model", spec["display"]))
-    return PROBED_H100.get(name)
+    return gpus.probe_rates(spec.get("paper_model", spec["display"]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -755,9 +863,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-measure", action="store_true", help="counts only: measure no rates")
     parser.add_argument("--plan-only", action="store_true",
                         help="print the plan and stop nothing (what would stop a run becomes a warning)")
+    parser.add_argument("--gpu", choices=list(gpus.GPUS),
+                        help="plan for this GPU: its memory and dtypes, hours estimated from its published throughput")
+    parser.add_argument("--only", default="", help="check the memory of the notebooks whose names start with this")
     args = parser.parse_args(argv)
     return run(args.profile, gpu_memory_gb=args.gpu_memory_gb, disk_free_gb=args.disk_free_gb,
-               measure=not args.no_measure, plan_only=args.plan_only)
+               measure=not args.no_measure, plan_only=args.plan_only, gpu_name=args.gpu, only=args.only)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,11 @@ class Finetune:
     trainable_layers: int | None
     max_prompt_tokens: int | None = None
     max_target_tokens: int | None = None
+    # "full": the weights themselves, in float32 (the authors' base_model_training.py). "lora":
+    # rank-``lora_rank`` adapters on every linear layer of the blocks, the base in its run dtype,
+    # stored as adapters with the base's name and merged into it when loaded (harness.finetune).
+    method: Literal["full", "lora"] = "full"
+    lora_rank: int = 64
 
 
 @dataclass(frozen=True)
@@ -165,12 +170,13 @@ class Ablations:
 
 @dataclass(frozen=True)
 class Shift:
-    """Notebook 10: epochs of fine-tuning towards the shifted data, its pool (None: all), and
-    the base (None: the ablations' model; the paper: LLaMA-3.1-8B)."""
+    """Notebook 10: epochs of fine-tuning towards the shifted data, its pool (None: all), the
+    base (None: the ablations' model; the paper: LLaMA-3.1-8B) and how it is fine-tuned."""
 
     epochs: int
     pool_pairs: int | None
     model: str | None
+    finetune: Finetune | None = None  # None: the ablations' ``finetune``
 
 
 @dataclass(frozen=True)
@@ -258,6 +264,10 @@ class Profile:
     # None: the test inputs are ``rows.test`` drawn from the test split (seed 42). Set: fresh
     # ones, never decoded by another profile (the preregistered confirmation).
     test_inputs: TestInputs | None = None
+    # How the frozen base's outputs are stored (core.cache): "full" log-probabilities, "compact"
+    # final hidden states turned back into them by the base's output layer (exact; a fraction of
+    # the disk), or "auto" (compact on a GPU or where the full one would not fit; printed).
+    cache_layout: Literal["auto", "full", "compact"] = "auto"
 
     def replace(self, **overrides: Any) -> Profile:
         """A copy with top-level fields replaced, each checked against its declared type."""
@@ -363,9 +373,14 @@ def cache_dir() -> Path:
     return path
 
 
+def results_root() -> Path:
+    """Where every profile's results go (not created here)."""
+    return Path(os.environ.get("PLUGIN_RESULTS_DIR", REPO_ROOT / "results"))
+
+
 def results_dir(profile: Profile | str | None = None) -> Path:
     name = profile.name if isinstance(profile, Profile) else profile
-    root = Path(os.environ.get("PLUGIN_RESULTS_DIR", REPO_ROOT / "results"))
+    root = results_root()
     path = root / name if name else root
     path.mkdir(parents=True, exist_ok=True)
     return path

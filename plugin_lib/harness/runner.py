@@ -510,7 +510,8 @@ def check_run_arguments(dataset: str, *, model_names=None, method_names=None) ->
 def load_task(base: BlackBoxLM | str, dataset: str, profile: Profile, *, prompt_model: str | None = None
               ) -> methods.Task:
     """The task of a (base model, dataset) pair at the profile's scale, its base-output cache
-    under the base's runs folder.
+    under the runs folder of the model whose outputs it holds (a top-k view's: its base's, so
+    that the views share one compact cache).
 
     ``base``: a model name (loaded in the profile's dtype) or a loaded black box.
     ``prompt_model``: the model whose prompt family and chat format the task uses; a
@@ -519,7 +520,7 @@ def load_task(base: BlackBoxLM | str, dataset: str, profile: Profile, *, prompt_
     if isinstance(base, str):
         base = models.load_base_model(base, dtype=profile.dtype)
     return methods.make_task(base, dataset, profile, prompt_model=prompt_model,
-                             cache_dir=runs_dir(profile, dataset, base.name) / "cache")
+                             cache_dir=runs_dir(profile, dataset, base.states_name) / "cache")
 
 
 def run_table(

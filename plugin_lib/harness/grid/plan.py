@@ -246,8 +246,8 @@ def _shape_of(unit: Unit) -> str:
 
 
 def _gpu_bytes(unit: Unit, model: str, profile: Profile, gpu: bool) -> int:
-    if unit.kind == "finetune":  # every weight trained in float32 with AdamW: an upper bound
-        return preflight.training_peak(model, profile, gpu, full=True)
+    if unit.kind == "finetune":  # the profile's recipe (float32 with AdamW, or LoRA)
+        return preflight.finetune_peak(model, profile, gpu)
     peak = preflight.inference_peak(model, profile, gpu)
     if unit.method == "LoRA" and unit.kind in ("config", "selection", "run"):
         peak += preflight.training_peak(model, profile, gpu, full=False)

@@ -176,6 +176,12 @@ class _NamedBase:
     def __init__(self, name: str, tokenizer_of: str):
         self.name, self._tokenizer_of = name, tokenizer_of
 
+    @property
+    def states_name(self) -> str:
+        """As ``BlackBoxLM.states_name``: a top-k view's outputs come from its base."""
+        view = models.parse_model_name(self.name)
+        return view[0] if view is not None else self.name
+
     @functools.cached_property
     def tokenizer(self):
         view = models.parse_model_name(self._tokenizer_of)
@@ -227,9 +233,8 @@ def is_done(unit: Unit) -> bool:
     if unit.kind == "cache":
         try:
             # The store's folder now (the planning task is shared across stores; runner.load_task's place).
-            folder = runner.runs_dir(unit.profile, task.dataset, task.base.name) / "cache"
-            return all(BaseOutputCache.stored_path(folder, task.base.name, task.encoded(split)).exists()
-                       for split in ("train", "hyper"))
+            folder = runner.runs_dir(unit.profile, task.dataset, task.base.states_name) / "cache"
+            return all(BaseOutputCache.is_stored(folder, task.base, task.encoded(split)) for split in ("train", "hyper"))
         except (OSError, ValueError):  # no tokenizer offline (a Hub base): the cache cannot be found here
             return False
     raise ValueError(f"Unknown unit kind {unit.kind!r}; one of {KINDS}.")
