@@ -11,9 +11,11 @@ PLUGIN_DATA_DIR; a fixed list without it). Prints, per base:
   1. Plugin time / base-alone time, greedy, 64 new tokens, repetition penalty 1.1, at batch
      8 and 32 (every sequence forced to the same length, so both do the same steps);
   2. KV-cached vs re-running the whole sequence at every step (the authors' loop), batch 8;
-  3. base-output cache build rate at batch 8 (pairs/s) and its size per target token;
-  4. Plugin training rate (pairs/s) from the cache on the GPU, in pinned host memory and
-     memory-mapped from disk.
+  3. base-output cache build rate at batch 8 (pairs/s) and its size per target token, full
+     (log-probabilities) and compact (final hidden states; core.cache);
+  4. Plugin training rate (pairs/s) from the full cache on the GPU, in pinned host memory and
+     memory-mapped from disk, and from the compact cache on the GPU (the paper profile's
+     layout), in one run.
 """
 from __future__ import annotations
 
@@ -110,31 +112,42 @@ def bench(name: str, args) -> None:
     pairs = encode_pairs(base.tokenizer, prompt_texts, references[: args.train_pairs])
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        cache = BaseOutputCache.build(base, pairs, placement="memory", progress=False)
+        cache = BaseOutputCache.build(base, pairs, placement="memory", layout="full", progress=False)
         if device.type == "cuda":
             torch.cuda.synchronize()
         build = time.perf_counter() - started
-        per_token = cache.nbytes / cache.rows.shape[0]
-        print(f"3. cache build: {len(pairs) / build:,.1f} pairs/s at batch 8; {per_token / 1024:,.0f} KB per target "
-              f"token ({cache.dtype}); {cache.rows.shape[0]:,} target tokens")
-        mapped = BaseOutputCache.build(base, pairs, directory=folder, placement="mmap", progress=False)
+        where = "gpu" if device.type == "cuda" else "memory"
+        started = time.perf_counter()
+        compact = BaseOutputCache.build(base, pairs, placement=where, layout="compact", progress=False)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        build_compact = time.perf_counter() - started
+        tokens = cache.rows.shape[0]
+        print(f"3. cache build: full {len(pairs) / build:,.1f} pairs/s, {cache.nbytes / tokens / 1024:,.1f} KB per "
+              f"target token ({cache.dtype}); compact {len(pairs) / build_compact:,.1f} pairs/s, "
+              f"{compact.nbytes / tokens / 1024:,.1f} KB ({compact.dtype}), x{cache.nbytes / compact.nbytes:,.0f} "
+              f"smaller; {tokens:,} target tokens at batch 8")
+        mapped = BaseOutputCache.build(base, pairs, directory=folder, placement="mmap", layout="full", progress=False)
         placements = {"memory-mapped": mapped}
         if device.type == "cuda":
             placements = {"GPU": mapped.placed("gpu", device), "pinned host": mapped.placed("pinned"), **placements}
+        placements["compact"] = compact
         rates = {}
         for label, where in placements.items():
             pad = base.tokenizer.pad_token_id
             objective = TokenObjective(pairs, pad, cache=where)
             few = TokenObjective(pairs[:8], pad, cache=BaseOutputCache(where.rows[: where.offsets[8]],
-                                                                       where.offsets[:9], where.placement))
+                                                                       where.offsets[:9], where.placement, where.head))
             model = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for(name)).to(device)
             cfg = TrainConfig(lr=1e-4, max_epochs=1, batch_size=8)
             fit(model, few, few, cfg, progress=False)  # warm-up
             result = fit(model, objective, few, cfg, progress=False)  # one epoch; validation on 8 pairs
             rates[label] = len(pairs) / result.seconds
         print("4. training: " + ", ".join(f"{label} {rate:,.0f} pairs/s" for label, rate in rates.items())
-              + (f" (GPU / memory-mapped x{rates['GPU'] / rates['memory-mapped']:.2f})" if "GPU" in rates else ""))
-        del placements, mapped, cache
+              + (f" (full on the GPU / memory-mapped x{rates['GPU'] / rates['memory-mapped']:.2f})" if "GPU" in rates
+                 else "")
+              + f" (compact / memory-mapped x{rates['compact'] / rates['memory-mapped']:.2f})")
+        del placements, mapped, cache, compact
     release_gpu_caches()
     del base, reweighter
     if device.type == "cuda":

@@ -169,3 +169,26 @@ def test_a_finetuned_base_trained_to_other_weights_is_refused(cache, tiny_dir, t
         finetune.load_finetuned_base(again).vocab_size
     shutil.rmtree(again.path)  # a fresh clone: only the record, no weights to compare
     assert again.info() == elsewhere
+
+
+def test_lora_finetuning_stores_adapters_that_are_merged_when_loaded(cache, tiny_dir):
+    from peft import PeftModel
+
+    cfg = FinetuneConfig(lr=1e-2, batch_size=2, method="lora", lora_rank=4)
+    path = finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=cfg, progress=False)
+    assert (path / "adapter_config.json").exists() and not list(path.glob("model*.safetensors"))
+    adapters = sum(f.stat().st_size for f in path.glob("adapter_model.*"))
+    assert adapters < (tiny_dir / "model.safetensors").stat().st_size / 5  # the base is named, not stored
+    assert path.name != finetune_base(str(tiny_dir), _examples(), 1, pool="toy", cfg=FinetuneConfig(
+        lr=1e-2, batch_size=2), progress=False).name  # a LoRA fine-tune is not a full one
+    tuned, original = finetune.load_finetuned_base(path), load_base_model(str(tiny_dir))
+    ids = torch.tensor([[5, 17, 300, 42, 7]])
+    assert tuned.name == f"finetuned/{path.name}"
+    assert not torch.allclose(tuned.logits(ids), original.logits(ids))  # the adapters learned something
+    model, _ = models.load_causal_lm(str(tiny_dir))
+    with torch.no_grad():
+        unmerged = PeftModel.from_pretrained(model, path)(input_ids=ids).logits
+    torch.testing.assert_close(tuned.logits(ids), unmerged, rtol=1e-5, atol=1e-5)
+    longer = finetune_base(str(tiny_dir), _examples(), 2, pool="toy", cfg=cfg, progress=False)
+    info = finetune.finetune_info(longer)
+    assert info["resumed_from_epoch"] == 1 and info["config"]["method"] == "lora"

@@ -129,3 +129,34 @@ def test_an_interrupted_lora_training_resumes_to_the_same_adapters(tokenizer, tm
     assert result.history == expected.history
     assert resumed.state_dict().keys() == whole.state_dict().keys()
     assert all(torch.equal(v, whole.state_dict()[k]) for k, v in resumed.state_dict().items())
+
+
+def test_recomputed_activations_give_the_same_loss_and_gradients(tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from plugin_lib.harness.lora import add_lora, checkpoint_activations
+
+    def adapter_gradients(checkpointed: bool):
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=2, num_key_value_heads=2)
+        model = LlamaForCausalLM(config)
+        if checkpointed:
+            checkpoint_activations(model)
+        peft = add_lora(model, r=4, seed=1)
+        peft.train()
+        for name, p in peft.named_parameters():  # B starts at zero: make the adapters matter
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.1)
+        ids = torch.tensor([[5, 17, 300, 42, 7, 9]])
+        torch.manual_seed(2)  # the adapters' dropout
+        loss = peft(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in peft.named_parameters() if p.requires_grad}
+
+    loss, grads = adapter_gradients(False)
+    loss_checkpointed, grads_checkpointed = adapter_gradients(True)
+    torch.testing.assert_close(loss_checkpointed, loss)
+    assert grads.keys() == grads_checkpointed.keys() and grads
+    for name in grads:
+        torch.testing.assert_close(grads_checkpointed[name], grads[name], rtol=1e-5, atol=1e-6)

@@ -396,7 +396,7 @@ class BaseOutputCache:
                     rows = np.load(path, mmap_mode="r")
                     where = placement if placement != "auto" else measure_placement(rows.nbytes, base.device, True)
                     return cls(rows, offsets, head=head if kind == "compact" else None).placed(where, base.device)
-        why = "asked for"
+        why = "as asked (a profile's cache_layout)"
         if layout == "auto":
             layout, why = measure_layout(base, full_bytes, directory)
         if layout == "full":
@@ -408,7 +408,7 @@ class BaseOutputCache:
             placement = measure_placement(nbytes, base.device, directory is not None)
         if progress:
             print(f"base-output cache of {base.name} on {len(pairs):,} pairs: layout {layout} ({why}), "
-                  f"{nbytes / GIB:,.2f} GiB (full: {full_bytes / GIB:,.2f}), placement {placement}", flush=True)
+                  f"{_size(nbytes)} (full: {_size(full_bytes)}), placement {placement}", flush=True)
         dtype = _numpy_dtype(torch_dtype)
         path = tmp = None
         if directory is not None:
@@ -469,6 +469,10 @@ class BaseOutputCache:
                 tmp.unlink(missing_ok=True)  # a full disk or Ctrl-C leaves no partial file behind
             raise
         return cls(rows, offsets, placement, head)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / GIB:,.2f} GiB" if nbytes >= GIB / 10 else f"{nbytes / 2**20:,.1f} MiB"
 
 
 def _to_cache_dtype(log_probs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -73,7 +73,11 @@ def checkpoint_activations(model: PreTrainedModel) -> None:
     (transformers' gradient checkpointing): the same loss and gradients (the random state of
     dropout is replayed) for about a third more compute, and a GPU holds one block's activations
     instead of every block's. LoRA on a GPU uses it: GPT2-XL's Table 8 training then fits a T4."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}  # frozen inputs: the re-entrant variant would need them to want gradients
+    if hasattr(model, "activation_checkpointing_enable"):  # its name from transformers 5.2x on
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def lora_objective(pairs: Sequence[EncodedPair], pad_token_id: int) -> TokenObjective:
