@@ -65,6 +65,11 @@ done
 
 # Where results go: PLUGIN_RESULTS_DIR (relative to the caller's directory) or results/.
 results_root="${PLUGIN_RESULTS_DIR:-$root/results}"
+drive=/content/drive/MyDrive  # Colab with Google Drive mounted: the GPU profiles' results survive a disconnect
+if [ -z "${PLUGIN_RESULTS_DIR:-}" ] && [ -d "$drive" ] && { [ "$profile" = paper ] || [ "$profile" = colab ]; }; then
+  results_root="$drive/plugin-repro/results"
+  export PLUGIN_CACHE_DIR="${PLUGIN_CACHE_DIR:-$drive/plugin-repro/cache}"
+fi
 case "$results_root" in /*) ;; *) results_root="$PWD/$results_root" ;; esac
 export PLUGIN_RESULTS_DIR="$results_root"
 # Notebooks import this checkout's plugin_lib, whatever package the environment has installed.

@@ -4,8 +4,12 @@ Every setting lives in ``profiles.yaml`` next to this file; ``load_profile(name)
 profile into a frozen, typed ``Profile`` that is passed everywhere (notebooks, runner, methods,
 writers). Paths come from environment variables:
 
-- ``PLUGIN_CACHE_DIR``: converted models and base-output caches (default ``~/.cache/plugin-repro``).
+- ``PLUGIN_CACHE_DIR``: converted and fine-tuned models (default ``~/.cache/plugin-repro``).
 - ``PLUGIN_RESULTS_DIR``: where runs, tables and figures go (default ``<repo>/results``).
+
+On Colab with Google Drive mounted (``/content/drive/MyDrive``), the GPU profiles (``paper``,
+``colab``) default to ``MyDrive/plugin-repro/results`` and ``.../cache``: a disconnected session
+loses nothing, and running the cell again continues from the stored runs.
 - ``PLUGIN_DATA_DIR``: the data folder (default ``<repo>/data``; ``hub``: the Hugging Face Hub; ``plugin_lib.data``).
 """
 from __future__ import annotations
@@ -367,8 +371,19 @@ def load_profile(name: str | Profile, **overrides: Any) -> Profile:
     return profile.replace(**given) if given else profile
 
 
+COLAB_DRIVE = Path("/content/drive/MyDrive")
+DRIVE_PROFILES = ("paper", "colab")
+
+
+def drive_dir() -> Path | None:
+    """``MyDrive/plugin-repro`` where Colab has Google Drive mounted, else None."""
+    return COLAB_DRIVE / "plugin-repro" if COLAB_DRIVE.is_dir() else None
+
+
 def cache_dir() -> Path:
-    path = Path(os.environ.get("PLUGIN_CACHE_DIR", Path.home() / ".cache" / "plugin-repro"))
+    drive = drive_dir()
+    default = drive / "cache" if drive is not None else Path.home() / ".cache" / "plugin-repro"
+    path = Path(os.environ.get("PLUGIN_CACHE_DIR", default))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -381,6 +396,8 @@ def results_root() -> Path:
 def results_dir(profile: Profile | str | None = None) -> Path:
     name = profile.name if isinstance(profile, Profile) else profile
     root = results_root()
+    if "PLUGIN_RESULTS_DIR" not in os.environ and name in DRIVE_PROFILES and drive_dir() is not None:
+        root = drive_dir() / "results"  # Colab with Drive mounted: survives a disconnect
     path = root / name if name else root
     path.mkdir(parents=True, exist_ok=True)
     return path
