@@ -205,10 +205,13 @@ def _numpy_dtype(dtype: torch.dtype):
 
 
 def _torch_rows(part: np.ndarray) -> torch.Tensor:
-    """Stored rows as a tensor (a copy): uint16 holds bfloat16's bits."""
+    """Stored rows as a tensor (uint16 holds bfloat16's bits); a memory-mapped (read-only) part
+    is copied, an array made by indexing or concatenation is not."""
+    if type(part) is not np.ndarray or not part.flags.writeable:
+        part = np.array(part)
     if part.dtype == np.uint16:
-        return torch.from_numpy(np.array(part).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.array(part))
+        return torch.from_numpy(part.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(part)
 
 
 

@@ -7,12 +7,15 @@
 - hyperparameter configurations searched, seeds, the epoch limit (an upper bound: training
   stops early), and the trainings that makes;
 - tokens to decode (an upper bound: decoding stops at EOS);
-- the size of the base-output caches it adds (GiB) and an estimate of its peak GPU memory;
-- hours: an upper bound (every training runs all its epochs) from rates measured for a few
-  seconds on this machine: on a GPU with the full-size shape twins of the profile's bases, on
-  a CPU with the profile's own (CPU) bases. A GPU profile on a machine without a GPU gets the
-  work counts, and the times are left to the GPU (with, for scale, what H100 rates measured
-  in an earlier probe of the paper's shapes give for building caches and training).
+- the size of the base-output caches it adds (GiB, in the layout they will have: compact on a
+  GPU, ``core.cache``), the disk it writes, an estimate of its peak GPU memory and whether it fits;
+- hours: an upper bound (every training runs all its epochs) and the expected figure (at the
+  epochs early stopping is expected to end at, ``gpus.expected_epochs``), from rates measured for
+  a few seconds on this machine: on a GPU with the full-size shape twins of the profile's bases,
+  on a CPU with the profile's own (CPU) bases. ``--gpu NAME`` plans for a GPU class instead
+  (``gpus.GPUS``: its memory and dtypes; rates from an earlier H100 probe scaled by its published
+  throughput, labelled estimates). A GPU profile on a machine without a GPU and no ``--gpu``
+  gets the work counts, with, for scale, the H100 probe's hours for building caches and training.
 
 It exits 1, before anything runs, when a GPU profile meets a machine without a CUDA GPU, when a
 notebook's peak GPU memory exceeds the GPU's (a measured or a ``--gpu-memory-gb`` one) or when
