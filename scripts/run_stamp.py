@@ -22,7 +22,6 @@ true as the code changes: a commit that changes what a stamp hashes re-runs ``ru
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import json
 import sys
@@ -31,45 +30,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # this checkout's plugin_lib, whatever PYTHONPATH says
 from plugin_lib.harness.profile import load_profile, profile_names  # noqa: E402
+# The code version is also what every new run record names (plugin_lib/utils/provenance.py).
+from plugin_lib.utils.provenance import code_files, code_version, file_content  # noqa: E402,F401
 
 SCHEME = "plugin-repro run stamp v2"
-CODE_SUFFIXES = (".py", ".yaml", ".yml", ".csv", ".json", ".txt")
-
-
-def _content(path: Path) -> bytes:
-    return path.read_bytes().replace(b"\r\n", b"\n")
-
-
-def _code(path: Path) -> bytes:
-    """A Python file as its syntax tree without docstrings; other files as their bytes."""
-    if path.suffix != ".py":
-        return _content(path)
-    tree = ast.parse(_content(path))
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree).encode("utf-8")
-
-
-def code_files(root: Path = REPO_ROOT) -> list[Path]:
-    """The package's code and data files, sorted: what the code version hashes."""
-    package = root / "plugin_lib"
-    return sorted(
-        p for p in package.rglob("*")
-        if p.is_file() and p.suffix in CODE_SUFFIXES
-        and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(package).parts)
-    )
-
-
-def code_version(root: Path = REPO_ROOT) -> str:
-    digest = hashlib.sha256()
-    for path in code_files(root):
-        digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
-        digest.update(hashlib.sha256(_code(path)).hexdigest().encode("ascii") + b"\n")
-    return digest.hexdigest()
 
 
 def data_state() -> dict:
@@ -93,7 +57,7 @@ def stamp(notebook: str | Path, profile: str, parameters: dict[str, str] | None 
     """The stamp of ``notebook`` run with ``profile`` and the papermill ``parameters``."""
     inputs = {
         "scheme": SCHEME,
-        "notebook": hashlib.sha256(_content(Path(notebook))).hexdigest(),
+        "notebook": hashlib.sha256(file_content(Path(notebook))).hexdigest(),
         "parameters": {"profile": profile, **(parameters or {})},
         "profile": load_profile(profile).as_dict(),
         "code": code or code_version(),

@@ -213,3 +213,22 @@ def test_a_pretrained_reweighter_in_the_cache_is_keyed_without_this_machines_pat
     assert keys[0] == keys[1]
     elsewhere = {"arch": "pretrained", "pretrained": str(tmp_path / "mine" / "smollm2-first4layers")}
     assert runner.settings_fingerprint(toy_task, tiny_profile, elsewhere, "Plugin") != keys[0]
+
+
+def test_a_new_run_record_names_its_code_libraries_and_device(task, profile):
+    import torch
+
+    from plugin_lib.utils import provenance
+
+    record = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
+    made = record["provenance"]
+    assert made["code"] == provenance.code_version()  # what the notebook stamps hash
+    assert made["libraries"]["torch"] == torch.__version__.split("+")[0] or made["libraries"]["torch"] == torch.__version__
+    assert made["device"] and made["device"] == provenance.device_name("cpu")
+    git = made["git"]
+    if git is not None:  # a git checkout: the commit, and a hash of any uncommitted change
+        assert len(git["commit"]) == 40 and isinstance(git["dirty"], bool)
+        assert ("diff_sha256" in git) == git["dirty"]
+    selection = runner.select_hparams(task, "NewModel", profile.replace(
+        grid={**profile.section("grid"), "lr": [1e-3]}), progress=False)
+    assert all(config["provenance"]["code"] == made["code"] for config in selection["configs"].values())

@@ -46,6 +46,7 @@ from ..harness import bdpl, grid, methods, preflight, runner
 from ..harness.profile import Bdpl, Profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
 from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
+from ..utils.provenance import provenance
 
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
 BDPL_REWARDS = ("loglik", "rougeL")  # harness.bdpl.train_bdpl
@@ -187,6 +188,7 @@ def _learn_prompt(task: methods.Task, profile: Profile, seed: int, budget: int, 
         "history": trajectory.history, "candidates": list(trajectory.candidates), "probs": trajectory.probs.tolist(),
         "top_probs": bdpl.sampling_probs(trajectory.probs).max(axis=1).tolist(), "train_inputs": len(task.train),
         "hyper_inputs": len(task.hyper), "seconds": spent + time.perf_counter() - started,
+        "provenance": provenance(task.base.device),
     }
     atomic_write_json(path, record)
     partial.unlink(missing_ok=True)

@@ -39,6 +39,7 @@ from ..core.api import ApiBlackBox
 from ..core.blackbox import BlackBoxLM
 from ..metrics import compute_metrics
 from ..utils.io import atomic_write_json, atomic_write_with, read_json, remove_stale_temporaries
+from ..utils.provenance import provenance
 from ..utils import malloc
 from ..utils.locks import StoreLock
 from . import methods, models
@@ -262,6 +263,7 @@ def _train_config(task: methods.Task, method: str, profile: Profile, hparams: di
                 "epochs_run": result.epochs_run,
                 "seconds": result.seconds,
                 "history": result.history,
+                "provenance": provenance(task.base.device),
             }
             atomic_write_json(record_path, latest)
         checkpoint.unlink(missing_ok=True)
@@ -473,6 +475,7 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
             "train_pairs": len(task.encoded("train")),
         },
         "seconds": time.perf_counter() - started,
+        "provenance": provenance(task.base.device),
     }
     if usage_before is not None:
         # What this run asked of the server, per phase: teacher forcing (the base-output cache,
