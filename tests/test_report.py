@@ -220,3 +220,24 @@ def test_exploratory_controls_get_their_own_labelled_section(tmp_path, monkeypat
     text = document.write_report("local").read_text()
     section = text[text.index("## Exploratory controls"):]
     assert "so exploratory" in section and "**sampled_base_e2e**" in section and "| x | 0.1 |" in section
+
+
+def test_a_verdict_hiding_a_significant_deficit_is_shown_as_mixed():
+    """Adidas' confirmatory "direction only" (Plugin ahead on most metrics) is behind NewModel on
+    BLEU and ROUGE-2: the flag says so beside the frozen verdict, which stays as it is."""
+    import json
+
+    from plugin_lib.harness.profile import REPO_ROOT
+    from plugin_lib.report import document, mixed
+
+    claim = json.loads((REPO_ROOT / "results" / "confirm" / "claims" / "main_adidas.json").read_text())
+    assert claim["verdict"] == "direction only"
+    shown = document.shown_verdict(claim)
+    assert shown.startswith("**direction only** (mixed: ") and "behind NewModel on BLEU, ROUGE-2 (Holm p 0.002)" in shown
+    e2e = json.loads((REPO_ROOT / "results" / "confirm" / "claims" / "main_e2e.json").read_text())
+    assert mixed.flag(e2e) == "" and document.shown_verdict(e2e) == "**reproduced**"
+    # B better than A by the bootstrap, the interval below zero: a deficit; a wide interval is not one.
+    comparison = {"p": {"BLEU": 1.0, "NIST": 0.6}, "ci95": {"BLEU": [-0.03, -0.01], "NIST": [-0.1, 0.1]}, "versus": "vs X"}
+    assert set(mixed.deficits(comparison)) == {"BLEU"}
+    assert mixed.flag({"verdict": "reproduced", "statistic": {"comparisons": [comparison]}}).startswith("mixed: behind X on BLEU")
+    assert mixed.flag({"verdict": "not reproduced", "statistic": {"comparisons": [comparison]}}) == ""

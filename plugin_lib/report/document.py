@@ -16,7 +16,7 @@ from ..harness import profile as config
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..utils.io import atomic_write_text, read_json
-from . import freeze, preregistered
+from . import freeze, mixed, preregistered
 from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims, n_seeds
 from .stats import BOOTSTRAP_METRICS
 
@@ -273,7 +273,11 @@ def checked(claim: dict) -> bool:
 
 
 def shown_verdict(claim: dict) -> str:
-    return f"**{claim['verdict']}**" if checked(claim) else f"*{NOT_RECHECKED}*"
+    """The verdict in bold, with a significant deficit it does not say beside it (``mixed.flag``)."""
+    if not checked(claim):
+        return f"*{NOT_RECHECKED}*"
+    flagged = mixed.flag(claim)
+    return f"**{claim['verdict']}**" + (f" ({flagged})" if flagged else "")
 
 
 def tally(claims: list[dict]) -> str:

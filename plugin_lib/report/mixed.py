@@ -1,0 +1,52 @@
+"""A verdict that hides a significant deficit is shown as mixed (the verdict itself is unchanged).
+
+A frozen rule may call a comparison "direction only" because A's mean is higher on most of the
+seven metrics while B is significantly better on some: Adidas, Plugin against NewModel, is behind
+on BLEU and ROUGE-2. Wherever a verdict is shown (README, REPORT.md), ``flag`` puts those
+deficits beside it: every paired bootstrap comparison of the claim (superiority of A over B,
+``preregistered.compare``) is read the other way, "B better than A", per bootstrap metric.
+
+The stored one-sided p of "A better" is ``(#{draws with difference <= 0} + 1) / (R + 1)``; the
+reverse is ``(#{difference >= 0} + 1) / (R + 1)``, which is ``1 - p + 1/(R + 1)`` when no draw
+is exactly 0 (continuous corpus statistics). Holm adjusts over the claim comparison's metrics, as
+the rules do, and a metric counts as a deficit only where the adjusted reverse p is below
+``ALPHA`` *and* its 95% interval lies below zero, which also bounds the share of tied draws.
+"""
+from __future__ import annotations
+
+from .preregistered import ALPHA, RESAMPLES, holm
+
+
+def comparisons(statistic) -> list[dict]:
+    """Every paired bootstrap comparison in a claim's statistic (per-metric ``p`` and ``ci95``)."""
+    found = []
+    if isinstance(statistic, dict):
+        if isinstance(statistic.get("p"), dict) and isinstance(statistic.get("ci95"), dict):
+            found.append(statistic)
+        for value in statistic.values():
+            found += comparisons(value)
+    elif isinstance(statistic, list):
+        for value in statistic:
+            found += comparisons(value)
+    return found
+
+
+def deficits(comparison: dict) -> dict[str, float]:
+    """The metrics on which B is significantly better than A, with their Holm-adjusted p."""
+    p, ci = comparison["p"], comparison["ci95"]
+    reverse = holm({m: min(1.0, 1.0 - float(v) + 1.0 / (RESAMPLES + 1)) for m, v in p.items()})
+    return {m: reverse[m] for m in p if reverse[m] < ALPHA and m in ci and ci[m][1] < 0}
+
+
+def flag(claim: dict) -> str:
+    """"mixed: behind NewModel on BLEU, ROUGE-2 (Holm p 0.002)", or "" where nothing is behind.
+    A verdict of "not reproduced" already says so, and gets no flag."""
+    if claim.get("verdict") not in ("reproduced", "direction only"):
+        return ""
+    parts = []
+    for comparison in comparisons(claim.get("statistic")):
+        behind = deficits(comparison)
+        if behind:
+            versus = str(comparison.get("versus") or "the other").removeprefix("vs ")
+            parts.append(f"behind {versus} on {', '.join(behind)} (Holm p {max(behind.values()):.3f})")
+    return f"mixed: {'; '.join(parts)}" if parts else ""
