@@ -147,13 +147,13 @@ def test_left_padding_within_the_dtype_tolerance_on_the_half_twin():
 def test_training_from_the_cache_on_the_gpu(tmp_path):
     base = models.load_base_model(twin("llama-3.1-8b-twin"), dtype="auto", device=DEVICE)
     pairs = encode_pairs(base.tokenizer, PROMPTS, TARGETS)
-    cache = BaseOutputCache.build(base, pairs, directory=tmp_path, progress=False)
+    cache = BaseOutputCache.build(base, pairs, directory=tmp_path, layout="full", progress=False)
     assert cache.dtype == cache_dtype(base.dtype)
     if CUDA:  # small next to the base: it stays on the GPU
         assert cache.placement == "gpu" and cache.rows.is_cuda
     rw = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for("llama-3.1-8b")).to(DEVICE)
     train = TokenObjective(pairs[:6], base.tokenizer.pad_token_id,
-                           cache=BaseOutputCache(cache.rows[: cache.offsets[6]], cache.offsets[:7]))
+                           cache=BaseOutputCache(cache.rows[: cache.offsets[6]], cache.offsets[:7], head=cache.head))
     hyper = TokenObjective(pairs, base.tokenizer.pad_token_id, cache=cache)
     before = hyper.mean_nll(rw)
     result = fit(rw, train, hyper, TrainConfig(lr=1e-3, max_epochs=3, batch_size=2), progress=False)
@@ -167,6 +167,23 @@ def test_training_from_the_cache_on_the_gpu(tmp_path):
         assert release_gpu_caches() > 0 and cache.placement in ("pinned", "memory") and not cache.rows.is_cuda
         assert math.isfinite(hyper.mean_nll(rw))
     del base, rw, cache, hyper, train
+    free_gpu()
+
+
+def test_the_compact_cache_on_the_gpu_gives_the_full_caches_loss(tmp_path):
+    """The paper profile's layout on a GPU (core.cache): the LLaMA-8B twin's final hidden states,
+    held on the GPU, give the full cache's loss within the half-precision cache's bound."""
+    base = models.load_base_model(twin("llama-3.1-8b-twin"), dtype="auto", device=DEVICE)
+    pairs = encode_pairs(base.tokenizer, PROMPTS, TARGETS)
+    full = BaseOutputCache.build(base, pairs, layout="full", progress=False)
+    compact = BaseOutputCache.build(base, pairs, directory=tmp_path, progress=False)  # auto
+    if CUDA:
+        assert compact.layout == "compact" and compact.placement == "gpu" and compact.head.device.type == "cuda"
+    rw = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for("llama-3.1-8b")).to(DEVICE)
+    pad = base.tokenizer.pad_token_id
+    losses = [TokenObjective(pairs, pad, cache=cache).mean_nll(rw) for cache in (full, compact)]
+    assert abs(losses[0] - losses[1]) < (1e-3 if base.dtype != torch.float32 else 1e-5)
+    del base, rw, full, compact
     free_gpu()
 
 

@@ -221,7 +221,7 @@ def test_training_on_the_renormalised_view_leaves_out_unreachable_targets(smollm
     assert n == len(targets)
 
     train = TokenObjective(pairs[:4], tokenizer.pad_token_id, reachable_plugin_log_probs,
-                           BaseOutputCache(cache.rows[: cache.offsets[4]], cache.offsets[:5]))
+                           BaseOutputCache(cache.rows[: cache.offsets[4]], cache.offsets[:5], head=cache.head))
     hyper = TokenObjective(pairs, tokenizer.pad_token_id, reachable_plugin_log_probs, cache)
     result = fit(rw, train, hyper, TrainConfig(lr=1e-3, max_epochs=1), progress=False)
     assert math.isfinite(result.best_val_loss) and all(p.isfinite().all() for p in rw.parameters())

@@ -32,8 +32,8 @@ from transformers import get_linear_schedule_with_warmup
 
 # The pairs and the cache have modules of their own; their names stay importable from here.
 from .cache import (GIB, LAYOUTS, PLACEMENTS, BaseOutputCache, _umask, cache_dtype, choose_layout,  # noqa: F401
-                    choose_placement, gpu_headroom, host_available_bytes, measure_placement, release_gpu_caches,
-                    remove_stale_partials, reserve_disk_space)
+                    choose_placement, gpu_free_bytes, gpu_headroom, host_available_bytes, measure_placement,
+                    release_gpu_caches, remove_stale_partials, reserve_disk_space)
 from .loss import shift_labels, target_positions
 from .pairs import EncodedPair, collate, encode_pairs  # noqa: F401
 from .reweighter import check_token_ids, check_vocabulary, reweighter_logits
