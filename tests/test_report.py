@@ -241,3 +241,22 @@ def test_a_verdict_hiding_a_significant_deficit_is_shown_as_mixed():
     assert set(mixed.deficits(comparison)) == {"BLEU"}
     assert mixed.flag({"verdict": "reproduced", "statistic": {"comparisons": [comparison]}}).startswith("mixed: behind X on BLEU")
     assert mixed.flag({"verdict": "not reproduced", "statistic": {"comparisons": [comparison]}}) == ""
+
+
+def test_the_null_claims_margin_sensitivity_is_recomputed_from_the_committed_runs():
+    """At 1x the frozen margins each null claim gets its committed verdict (checked inside), and
+    the committed table is what the runs give; REPORT.md shows it."""
+    import json
+
+    import real_data
+    from plugin_lib.experiments import margins
+    from plugin_lib.harness.profile import REPO_ROOT
+
+    real_data.require("e2e")
+    committed = json.loads((REPO_ROOT / "results" / "confirm" / margins.FILE).read_text())
+    assert margins.sensitivity("confirm") == committed["claims"]
+    verdicts = {c["key"]: c["verdicts"] for c in committed["claims"]}
+    assert verdicts["complexity_e2e_1"] == {"1x": "reproduced", "0.5x": "direction only", "0.25x": "direction only"}
+    report = (REPO_ROOT / "results" / "confirm" / "REPORT.md").read_text()
+    assert "### Margin sensitivity of the null claims" in report
+    assert "| more layers do not help (`complexity_e2e_1`) | non-superiority |" in report

@@ -326,6 +326,28 @@ def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
     return lines
 
 
+def margin_section(root: Path) -> list[str]:
+    """The null claims' verdicts at 1x, 0.5x and 0.25x their frozen margins
+    (``experiments.margins`` writes ``margin_sensitivity.json``); nothing where it is absent."""
+    path = root / "margin_sensitivity.json"
+    if not path.is_file():
+        return []
+    found = read_json(path)
+    factors = [f"{f:g}x" for f in found["factors"]]
+    lines = ["### Margin sensitivity of the null claims", "",
+             "Each equivalence or non-superiority claim judged again by its own frozen test, on the same runs and "
+             "bootstrap draws, at fractions of its frozen margins (`python -m plugin_lib.experiments.margins`). The "
+             "verdict is the one at 1x; the others show how much it rests on margins that were fixed after the "
+             "exploratory results existed.", "",
+             "| claim | test | frozen margins | " + " | ".join(factors) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in factors) + " |"]
+    for c in found["claims"]:
+        margins = ", ".join(f"{m} {v:g}" for m, v in c["margins"].items())
+        lines.append(f"| {c['claim']} (`{c['key']}`) | {c['test']} | {margins} | "
+                     + " | ".join(c["verdicts"][f] for f in factors) + " |")
+    return lines + [""]
+
+
 def _twin_note(prof: Profile) -> list[str]:
     """A warning above the verdicts of a profile whose bases are shape twins."""
     twins = [m for m in prof.base_models if models.is_twin(m)]
@@ -354,6 +376,7 @@ def write_report(profile: Profile | str) -> Path:
         *([EXPLORATORY, ""] if prof.name == "local" else []),
         *([preregistered_note(prof), ""] if prof.test_inputs is not None else []),
         *claims_table(load_claims(prof), PREREGISTERED_LEGEND if prof.test_inputs is not None else VERDICT_LEGEND),
+        *margin_section(root),
     ]
     for prefix, title, stems in SECTIONS:
         lines += _section(root, prefix, title, stems)
