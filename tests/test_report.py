@@ -249,12 +249,12 @@ def test_the_null_claims_margin_sensitivity_is_recomputed_from_the_committed_run
     import json
 
     import real_data
-    from plugin_lib.experiments import margins
+    from plugin_lib.experiments import confirmation
     from plugin_lib.harness.profile import REPO_ROOT
 
     real_data.require("e2e")
-    committed = json.loads((REPO_ROOT / "results" / "confirm" / margins.FILE).read_text())
-    assert margins.sensitivity("confirm") == committed["claims"]
+    committed = json.loads((REPO_ROOT / "results" / "confirm" / confirmation.MARGINS_FILE).read_text())
+    assert confirmation.margin_sensitivity() == committed["claims"]
     verdicts = {c["key"]: c["verdicts"] for c in committed["claims"]}
     assert verdicts["complexity_e2e_1"] == {"1x": "reproduced", "0.5x": "direction only", "0.25x": "direction only"}
     report = (REPO_ROOT / "results" / "confirm" / "REPORT.md").read_text()

@@ -31,7 +31,7 @@ from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
 from ..report import freeze
 from ..report import preregistered as pre
 from ..report.claims import n_seeds, record_claim
-from ..utils.io import read_json
+from ..utils.io import atomic_write_json, read_json
 
 PROFILE = freeze.FROZEN_PROFILE
 FROZEN_INPUTS = REPO_ROOT / "plugin_lib" / "report" / "preregistered_inputs.json"
@@ -445,13 +445,48 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None, che
     return recorded
 
 
+MARGIN_FACTORS = (1.0, 0.5, 0.25)
+MARGINS_FILE = "margin_sensitivity.json"
+
+
+def margin_sensitivity(profile: Profile | None = None) -> list[dict]:
+    """Each null claim (equivalence, non-superiority) judged again by its frozen test on the same
+    runs and bootstrap draws at 1x, 0.5x and 0.25x its frozen margins. The verdict is the one
+    at 1x, checked against the committed one; the others show how much it rests on margins that
+    were fixed after the exploratory results existed (REPORT.md shows them)."""
+    profile = profile or load_profile(freeze.FROZEN_PROFILE)
+    roles, rows = Roles(profile), []
+    for c in (c for c in pre.CLAIMS if c.test in ("non-superiority", "equivalence")):
+        test = pre.non_superiority if c.test == "non-superiority" else pre.equivalence
+        found = premise(roles, c)
+        compared = [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in comparisons(roles, c)]
+        verdicts = {}
+        for factor in MARGIN_FACTORS:
+            margins = {metric: value * factor for metric, value in pre.MARGINS.items()}
+            verdicts[f"{factor:g}x"] = (pre.NOT_MEASURABLE if found is not None and not found["holds"] else
+                                        pre.weakest([test(x, margins)["verdict"] for x in compared]))
+        committed = read_json(results_dir(profile) / "claims" / f"{c.key}.json")["verdict"]
+        if verdicts["1x"] != committed:
+            raise RuntimeError(f"{c.key}: at the frozen margins the test gives {verdicts['1x']!r}, but the committed "
+                               f"verdict is {committed!r}: these are not the runs or the data it was judged on.")
+        rows.append({"key": c.key, "claim": c.claim, "test": c.test, "margins": dict(pre.MARGINS),
+                     "verdicts": verdicts})
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="The preregistered confirmation: status or judge.")
-    parser.add_argument("command", choices=("status", "judge"))
+    parser = argparse.ArgumentParser(description="The preregistered confirmation: status, judge, or the null "
+                                                 "claims' margin sensitivity (written for REPORT.md).")
+    parser.add_argument("command", choices=("status", "judge", "margins"))
     parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
     args = parser.parse_args(argv)
     if args.command == "status":
         print(status().to_string(index=False))
+    elif args.command == "margins":
+        profile = load_profile(freeze.FROZEN_PROFILE)
+        path = results_dir(profile) / MARGINS_FILE
+        atomic_write_json(path, {"factors": list(MARGIN_FACTORS), "claims": margin_sensitivity(profile)})
+        print(path)
     else:
         for claim in judge(keys=args.claims):
             print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")

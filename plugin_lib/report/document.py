@@ -327,8 +327,9 @@ def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
 
 
 def margin_section(root: Path) -> list[str]:
-    """The null claims' verdicts at 1x, 0.5x and 0.25x their frozen margins
-    (``experiments.margins`` writes ``margin_sensitivity.json``); nothing where it is absent."""
+    """The null claims' verdicts at 1x, 0.5x and 0.25x their frozen margins (``python -m
+    plugin_lib.experiments.confirmation margins`` writes ``margin_sensitivity.json``); nothing
+    where it is absent."""
     path = root / "margin_sensitivity.json"
     if not path.is_file():
         return []
@@ -336,7 +337,8 @@ def margin_section(root: Path) -> list[str]:
     factors = [f"{f:g}x" for f in found["factors"]]
     lines = ["### Margin sensitivity of the null claims", "",
              "Each equivalence or non-superiority claim judged again by its own frozen test, on the same runs and "
-             "bootstrap draws, at fractions of its frozen margins (`python -m plugin_lib.experiments.margins`). The "
+             "bootstrap draws, at fractions of its frozen margins (`python -m plugin_lib.experiments.confirmation "
+             "margins`). The "
              "verdict is the one at 1x; the others show how much it rests on margins that were fixed after the "
              "exploratory results existed.", "",
              "| claim | test | frozen margins | " + " | ".join(factors) + " |",
