@@ -31,6 +31,9 @@ CHATTER = re.compile("|".join((
     r"PTBTokenizer tokenized \d+ tokens at [\d.]+ tokens per second\.",  # the metrics' Java tokenizer
     r".* edu\.stanford\.nlp\.process\.PTBLexer next",  # its timestamped warning header...
     r"WARNING: Untokenizable: .*",  # ...and the warning
+    # core.cache's choice of layout, printed when a cache is built (the run's log keeps it): whether
+    # it shows depends on what an earlier run left on disk, not on the results.
+    r"base-output cache of .* pairs: layout .*",
 )))
 # Warnings that say nothing about the results; the indented source line after each goes too.
 WARNINGS = ("TqdmWarning: IProgress not found",)
