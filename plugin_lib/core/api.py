@@ -49,38 +49,35 @@ llama-cpp-python 0.3.36, ``llama_cpp/llama.py`` (``Llama._create_completion``: h
 entries pair tokens with score rows and skip the BOS id) and ``llama_cpp/_internals.py``
 (``detokenize``: a 32-byte buffer per token), which fix the ``"llama-cpp-python"`` alignment
 and key style below.
+
+The parts: ``api_client`` (the HTTP client, its errors and usage), ``api_keys`` (token keys and
+echo alignment), and here the black box; every name stays importable from here.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import random
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import httpx
 import torch
 from transformers import (LogitsProcessorList, PreTrainedTokenizerBase, TemperatureLogitsWarper, TopKLogitsWarper,
                           TopPLogitsWarper)
 
+from .api_client import (PHASES, ApiError, ApiRequestError, ApiUnavailable, CompletionsClient,  # noqa: F401
+                         NoLogProbs, PhaseUsage, TokenizerMismatch, Usage)
+from .api_keys import ECHO_ALIGNMENTS, KEY_STYLES, KeyMap, echo_entries, token_bytes, token_keys  # noqa: F401
 from .blackbox import DEFAULT_RULE, RULES, BlackBoxLM, complete_top_k
 
 TEACHER_FORCING = ("stepwise", "echo")
-ECHO_ALIGNMENTS = ("openai", "llama-cpp-python")
-KEY_STYLES = ("llama-cpp-python", "decoded", "token-ids")
-RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
 # Positions asked per greedy decoding request (ApiBlackBox.generate): 1 is one request per token.
 DEFAULT_SPECULATE = 8
 # Sent with requests for several tokens, so that the server's own choice is its plain argmax:
 # llama-cpp-python's server penalises repeats by default (repeat_penalty 1.1 over the last 64
 # tokens, prompt included); presence and frequency penalties are 0 by default on every server.
 PLAIN_ARGMAX = {"repeat_penalty": 1.0}
-PHASES = ("checks", "teacher_forcing", "decoding")
 # Largest mean difference (nats) between an echoed entry and a single request for the same
 # position under the right alignment (``ApiBlackBox._measure_echo_alignment``).
 ECHO_TOLERANCE = 0.5
@@ -91,332 +88,6 @@ CHAT_ONLY = (
     "wrote. Training needs a completions endpoint (/v1/completions) with logprobs, e.g. vLLM, "
     "llama.cpp's server or TGI."
 )
-
-
-class ApiError(RuntimeError):
-    """Something went wrong talking to the model's server."""
-
-
-class ApiUnavailable(ApiError):
-    """No answer: the server is down, unreachable, or kept failing after the retries."""
-
-
-class ApiRequestError(ApiError):
-    """The server answered, and rejected the request (a 4xx, or a 500 with a message)."""
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status
-
-
-class NoLogProbs(ApiError):
-    """The answer carries no log-probabilities where the protocol needs them."""
-
-
-class TokenizerMismatch(ApiError):
-    """The local tokenizer is not the server's: ids and vocabulary would not line up."""
-
-
-# ---------------------------------------------------------------- usage
-
-
-@dataclass
-class PhaseUsage:
-    """What one phase of work cost: requests, retried attempts, the tokens the server counted,
-    wall time, and the work done (``items``: pairs scored or tokens generated; ``positions``:
-    next-token distributions received; ``accepted``: generated tokens that were the server's
-    own greedy choice, so that the next step used a distribution an earlier request had
-    already returned: ``ApiBlackBox.generate``)."""
-
-    requests: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
-    items: int = 0
-    positions: int = 0
-    retokenized: int = 0  # requests whose text the server tokenized into another number of tokens
-    accepted: int = 0
-
-    def minus(self, other: "PhaseUsage") -> "PhaseUsage":
-        return PhaseUsage(**{k: getattr(self, k) - getattr(other, k) for k in self.__dataclass_fields__})
-
-
-@dataclass
-class Usage:
-    """Per phase (``PHASES``): checks at connection, teacher forcing, decoding."""
-
-    phases: dict[str, PhaseUsage] = field(default_factory=lambda: {p: PhaseUsage() for p in PHASES})
-
-    def snapshot(self) -> "Usage":
-        return Usage({p: PhaseUsage(**vars(u)) for p, u in self.phases.items()})
-
-    def minus(self, other: "Usage") -> "Usage":
-        return Usage({p: self.phases[p].minus(other.phases[p]) for p in PHASES})
-
-    def as_dict(self) -> dict[str, dict]:
-        return {p: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in vars(u).items()}
-                for p, u in self.phases.items()}
-
-
-# ---------------------------------------------------------------- the HTTP client
-
-
-class CompletionsClient:
-    """JSON over HTTP to an OpenAI-compatible server, through one ``httpx.Client``: its
-    keep-alive connections (at most ``max_concurrency``) are reused from request to request.
-
-    ``base_url`` is the server's root or its ``/v1`` (``http://127.0.0.1:8080`` or
-    ``http://127.0.0.1:8080/v1``). The API key is read from the environment variable
-    ``api_key_env`` at every request: it is never stored on the object, logged or shown.
-    ``close()`` (or ``with``) closes the connections; they also close with the object.
-    """
-
-    def __init__(self, base_url: str, *, api_key_env: str | None = "PLUGIN_API_KEY", timeout_s: float = 120.0,
-                 max_retries: int = 4, backoff_s: float = 0.5, max_backoff_s: float = 30.0,
-                 max_concurrency: int = 4):
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL such as 'http://127.0.0.1:8080', got {base_url!r}.")
-        if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
-            raise ValueError("max_concurrency >= 1, max_retries >= 0 and timeout_s > 0 are needed.")
-        root = base_url.rstrip("/")
-        self.root = root.removesuffix("/v1")
-        self.api_key_env = api_key_env
-        self.timeout_s, self.max_retries = timeout_s, max_retries
-        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
-        self.max_concurrency = max_concurrency
-        # The semaphore caps the requests in flight; the pool holds as many connections, so a
-        # request never waits for one (and the time-out is the server's, not the pool's).
-        self._slots = threading.BoundedSemaphore(max_concurrency)
-        self._http = httpx.Client(base_url=self.root, timeout=timeout_s, headers={"Accept": "application/json"},
-                                  limits=httpx.Limits(max_connections=max_concurrency,
-                                                      max_keepalive_connections=max_concurrency))
-        self._lock = threading.Lock()
-        self.usage = Usage()
-
-    def __repr__(self) -> str:
-        return (f"CompletionsClient({self.root!r}, api_key_env={self.api_key_env!r}, timeout_s={self.timeout_s}, "
-                f"max_retries={self.max_retries}, max_concurrency={self.max_concurrency})")
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> "CompletionsClient":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _auth(self) -> dict[str, str]:
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def count(self, phase: str, **amounts) -> None:
-        """Add ``amounts`` to the usage of ``phase`` (thread-safe)."""
-        with self._lock:
-            usage = self.usage.phases[phase]
-            for name, value in amounts.items():
-                setattr(usage, name, getattr(usage, name) + value)
-
-    def request(self, method: str, path: str, body: dict | None = None, *, phase: str = "checks") -> dict:
-        """The JSON answer of ``method path``; retried as the module docstring says."""
-        url = self.root + path
-        for attempt in range(self.max_retries + 1):
-            retry_after = None
-            try:
-                with self._slots:
-                    response = self._http.request(method, path, json=body, headers=self._auth())
-            except httpx.TransportError as err:  # refused, reset, timed out: nothing answered
-                failure = f"no answer ({type(err).__name__}: {err})"
-            else:
-                if response.is_success:
-                    try:
-                        answer = response.json()
-                    except ValueError:
-                        raise ApiRequestError(f"{method} {url} answered HTTP {response.status_code} with something "
-                                              f"other than JSON: {response.text[:200]!r}",
-                                              response.status_code) from None
-                    self.count(phase, requests=1)
-                    return answer
-                status, message = response.status_code, _error_message(response)
-                if not _is_transient(status, message):
-                    raise ApiRequestError(f"{method} {url} was rejected with HTTP {status}: "
-                                          f"{message or '(no message)'}", status)
-                failure = f"HTTP {status} {message or ''}".strip()
-                retry_after = _retry_after(response.headers.get("Retry-After"))
-            if attempt == self.max_retries:
-                raise ApiUnavailable(
-                    f"{method} {url}: {failure}, after {self.max_retries + 1} attempt(s). Is the server running "
-                    f"and reachable at {self.root}? (time-out {self.timeout_s} s per request)")
-            self.count(phase, retries=1)
-            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt)
-            time.sleep(retry_after if retry_after is not None else delay * (0.5 + random.random() / 2))
-        raise AssertionError("unreachable")
-
-    def post(self, path: str, body: dict, *, phase: str = "checks") -> dict:
-        return self.request("POST", path, body, phase=phase)
-
-    def get(self, path: str, *, phase: str = "checks") -> dict:
-        return self.request("GET", path, phase=phase)
-
-
-def _error_message(response: httpx.Response) -> str:
-    """What a failed answer says: its JSON error message, its text, or for a redirect (which
-    is not followed: the key would travel on) where it points."""
-    if response.is_redirect:
-        return f"it redirects to {response.headers.get('Location')!r}: use that address"
-    raw = response.text
-    try:
-        payload = json.loads(raw)
-    except ValueError:
-        return raw.strip()[:500] if raw.strip() != "Internal Server Error" else ""
-    error = payload.get("error", payload.get("detail", "")) if isinstance(payload, dict) else payload
-    message = error.get("message", "") if isinstance(error, dict) else error
-    return str(message or "").strip()[:1000]
-
-
-def _is_transient(status: int, message: str) -> bool:
-    """Worth retrying: overload, rate limits, gateways; a 500 only without a message (with one,
-    it is llama-cpp-python rejecting the request, which a retry would not change)."""
-    return status in RETRY_STATUSES or (status == 500 and not message)
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
-# ---------------------------------------------------------------- token keys
-
-
-def _byte_level_decoder() -> dict[str, int]:
-    """Character -> byte of byte-level BPE vocabularies (GPT-2's scheme): printable Latin-1
-    bytes stand for themselves, the other bytes for the characters from U+0100 on, in order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars = {b: chr(b) for b in printable}
-    for extra, b in enumerate(b for b in range(256) if b not in chars):
-        chars[b] = chr(256 + extra)
-    return {c: b for b, c in chars.items()}
-
-
-def token_bytes(tokenizer: PreTrainedTokenizerBase) -> list[bytes | None]:
-    """Each id's bytes (None for special tokens). Exact for byte-level BPE vocabularies; for
-    others, the tokenizer's decoding of the id alone."""
-    size = len(tokenizer)
-    special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-    special |= set(tokenizer.all_special_ids)
-    tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
-    decoder = _byte_level_decoder()
-    byte_level = all(c in decoder for i, t in enumerate(tokens) if i not in special and t for c in t)
-    out: list[bytes | None] = []
-    for i, token in enumerate(tokens):
-        if i in special:
-            out.append(None)
-        elif byte_level:
-            out.append(bytes(decoder[c] for c in token))
-        else:
-            out.append(tokenizer.decode([i], clean_up_tokenization_spaces=False).encode("utf-8"))
-    return out
-
-
-def token_keys(tokenizer: PreTrainedTokenizerBase, style: str, pieces: list[bytes | None] | None = None) -> list[str]:
-    """The key under which the server reports each id's log-probability (``KEY_STYLES``):
-
-    - ``"llama-cpp-python"``: the id's bytes decoded as UTF-8 dropping invalid bytes; special
-      tokens, and tokens longer than 32 bytes (its detokenize buffer), as ``""``;
-    - ``"decoded"``: the tokenizer's decoding of the id alone, special tokens as their text
-      (vLLM's default);
-    - ``"token-ids"``: ``"token_id:<id>"`` (vLLM's ``--return-tokens-as-token-ids``), exact.
-    """
-    if style not in KEY_STYLES:
-        raise ValueError(f"Unknown key style {style!r}; choose one of {KEY_STYLES}.")
-    size = len(tokenizer)
-    if style == "token-ids":
-        return [f"token_id:{i}" for i in range(size)]
-    if style == "decoded":
-        return [tokenizer.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-                for i in range(size)]
-    pieces = pieces if pieces is not None else token_bytes(tokenizer)
-    return ["" if b is None or len(b) > 32 else b.decode("utf-8", errors="ignore") for b in pieces]
-
-
-class KeyMap:
-    """Server keys back to token ids.
-
-    Where several ids share a key (llama-cpp-python renders every special token as ``""``, and
-    byte fragments of a character lose their incomplete bytes) the server keeps one value for
-    them all: llama-cpp-python the last one written, the least likely of them in its top k. It
-    goes to the end-of-sequence token when that shares the key (``""``: decoding must see when
-    to stop), otherwise to the one id whose text the key is exactly; where no single id is, the
-    key is ``ambiguous`` and its value is left to the completion rule, like an unreported
-    token's. So where the end-of-sequence token and another special token are both in the top
-    k, the end-of-sequence token gets the other's (lower) value: no request can tell them apart.
-    """
-
-    def __init__(self, keys: Sequence[str], eos_token_id: int | None, exact: Sequence[bool]):
-        groups: dict[str, list[int]] = defaultdict(list)
-        for i, key in enumerate(keys):
-            groups[key].append(i)
-        self.keys = list(keys)
-        self.ids: dict[str, int] = {}
-        self.ambiguous: set[str] = set()
-        self.shared = {key for key, members in groups.items() if len(members) > 1}
-        for key, members in groups.items():
-            exact_members = [i for i in members if exact[i]]
-            if len(members) == 1:
-                self.ids[key] = members[0]
-            elif eos_token_id in members:
-                self.ids[key] = eos_token_id
-            elif len(exact_members) == 1:
-                self.ids[key] = exact_members[0]
-            else:
-                self.ambiguous.add(key)
-
-    def known(self, key: str) -> bool:
-        return key in self.ids or key in self.ambiguous
-
-    def sole_id(self, key: str | None) -> int | None:
-        """The id of a key that no other id renders alike, else None. Only such a key names
-        a token for certain (``ids`` gives a shared key's value to one of its ids)."""
-        return None if key is None or key in self.shared else self.ids.get(key)
-
-    def to_ids(self, top: dict[str, float]) -> dict[int, float]:
-        """``{id: log-probability}`` of a server's ``{key: log-probability}``; unknown keys raise."""
-        unknown = [k for k in top if not self.known(k)]
-        if unknown:
-            raise TokenizerMismatch(
-                f"The server reported tokens the local tokenizer does not have: {unknown[:5]!r}. The tokenizer named "
-                "in the configuration is not the server's (or its keys have another style).")
-        return {self.ids[k]: float(v) for k, v in top.items() if k in self.ids and v is not None}
-
-
-# ---------------------------------------------------------------- echo alignment
-
-
-def echo_entries(ids: Sequence[int], alignment: str, bos_token_id: int | None) -> list[tuple[int, int | None]]:
-    """For each entry of an echoed answer to the text of ``ids`` (plus one generated token):
-    (L, token), meaning the entry holds the next-token distribution after ``ids[:L]`` and is
-    labelled with ``token`` (None: the generated one).
-
-    - ``"openai"``: entry i belongs to token i and holds the distribution it was drawn from
-      (after ``ids[:i]``); entry 0 is null; the generated token's entry comes last.
-    - ``"llama-cpp-python"``: score row i (the distribution after ``ids[:i+1]``) is paired with
-      token i of ``ids`` (of ``ids[1:]`` when ``ids[0]`` is the BOS id), then the generated token;
-      pairs whose token is the BOS id are dropped; the first entry kept is null. With a leading
-      BOS this is the OpenAI alignment minus BOS-id tokens; without one it is shifted by one.
-    """
-    n = len(ids)
-    if alignment == "openai":
-        return [(i, ids[i]) for i in range(n)] + [(n, None)]
-    if alignment != "llama-cpp-python":
-        raise ValueError(f"Unknown echo alignment {alignment!r}; choose one of {ECHO_ALIGNMENTS}.")
-    labels: list[int | None] = list(ids[1:] if n and ids[0] == bos_token_id else ids) + [None]
-    return [(i + 1, labels[i]) for i in range(n) if labels[i] is None or labels[i] != bos_token_id]
-
-
-# ---------------------------------------------------------------- the black box
 
 
 @dataclass

@@ -1,0 +1,161 @@
+"""The preflight's rates: measured for a few seconds on this machine (``measure_rates``), or
+estimated for a named GPU class from an earlier H100 probe (``estimated_rates``, ``gpus``), and
+the hours they give a notebook's work (``Rates.seconds``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..core.decode import PluginLogitsProcessor
+from ..core.reweighter import make_reweighter
+from ..core.train import BaseOutputCache, EncodedPair, TokenObjective, cache_dtype, choose_placement, host_available_bytes
+from . import gpus, models
+from .gpus import GpuClass
+from .preflight_counts import TaskCounts, base_shape, cache_layout, count_task, dtype_bytes, load_dtype, shape_model
+from .profile import Profile
+
+if TYPE_CHECKING:
+    from .preflight_plan import Plan
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Measured on this machine with ``measured_with``, in the dtype the run loads it in."""
+
+    measured_with: str
+    forward_tokens_per_s: float  # base forward (cache build, BDPL calls)
+    train_pairs_per_s: float  # a reweighting model trained from a cache on the base's device
+    decode_step_s: float  # one greedy step of the base at the profile's decoding batch
+    plugin_step_s: float  # the same with the Plugin's logits processor
+    device: str
+
+    def seconds(self, work: dict, pair_tokens_fallback: float = 0.0) -> float:
+        s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
+        s += work.get("pair_epochs", 0.0) / self.train_pairs_per_s
+        s += work.get("decode_steps", 0) * self.decode_step_s + work.get("plugin_steps", 0) * self.plugin_step_s
+        # Training through the base: forward + backward, about 3 forward passes per token (4 for
+        # LoRA on a GPU, which recomputes activations); full fine-tuning runs in float32 (about
+        # twice the half-precision cost on a GPU).
+        recompute = 1 if self.device == "cuda" else 0
+        s += (3 + recompute) * work.get("lora_tokens", 0.0) / self.forward_tokens_per_s
+        float32 = 2 if self.device == "cuda" else 1
+        s += 3 * float32 * work.get("finetune_tokens", 0.0) / self.forward_tokens_per_s
+        return s
+
+
+def _timed(fn, repeats: int = 1, warm_up: bool = True) -> float:
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    if warm_up:
+        fn()
+    sync()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    sync()
+    return (time.perf_counter() - started) / repeats
+
+
+def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torch.device) -> Rates:
+    """A few seconds of measurement: the base's forward throughput on a batch of training
+    pairs, greedy steps with and without the Plugin, and reweighting-model training steps
+    from a cache of random log-probabilities held where the run would hold it. On a GPU the
+    base is the model's full-size shape twin; on a CPU the model itself, on smaller batches."""
+    gpu = device.type == "cuda"
+    runner_model = shape_model(model) if gpu else model
+    base = models.load_base_model(runner_model, dtype=profile.dtype, device=device)
+    vocab = len(base.tokenizer)
+    batch = profile.training.batch_size if gpu else min(2, profile.training.batch_size)
+    length = max(8, int(round(counts.pair_tokens)))
+    ids = torch.randint(3, vocab, (batch, length))
+    base.logits(ids[:1, :8])  # warm-up
+    forward = _timed(lambda: base.logits(ids), warm_up=gpu)
+
+    decode_batch, steps = profile.decoding.batch_size, (8 if gpu else 3)
+    prompt = torch.randint(3, vocab, (decode_batch, max(4, int(round(counts.prompt_tokens)))))
+    mask = torch.ones_like(prompt)
+    reweighter = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for(model)).to(base.device)
+    settings = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
+                    pad_token_id=base.tokenizer.pad_token_id)
+    alone = _timed(lambda: base.generate(prompt, mask, **settings), warm_up=gpu)
+    plugin = _timed(lambda: base.generate(prompt, mask, logits_processor=[PluginLogitsProcessor(reweighter, mask)],
+                                          **settings), warm_up=gpu)
+
+    target = max(2, length // 4)
+    train_batch = profile.training.batch_size
+    pairs = [EncodedPair(tuple(ids[i % batch].tolist()), length - target) for i in range(2 * train_batch)]
+    rows = torch.randn(len(pairs) * target, base.vocab_size).log_softmax(-1).to(cache_dtype(base.dtype))
+    cache = BaseOutputCache(rows, np.arange(len(pairs) + 1) * target)
+    free, total = torch.cuda.mem_get_info(base.device) if gpu else (None, None)
+    where = choose_placement(cache.nbytes, device_type=base.device.type, has_directory=False, gpu_free=free,
+                             gpu_total=total, host_available=host_available_bytes())
+    objective = TokenObjective(pairs, base.tokenizer.pad_token_id, cache=cache.placed(where, base.device))
+    optimizer = torch.optim.AdamW(reweighter.parameters(), lr=1e-4)
+    reweighter.train()
+    steps_done = iter(range(0, len(pairs), train_batch))
+
+    def train_step():
+        start = next(steps_done)
+        loss, n = objective.nll(reweighter, range(start, start + train_batch))
+        optimizer.zero_grad(set_to_none=True)
+        (loss / n).backward()
+        optimizer.step()
+
+    train = _timed(train_step)  # one warm-up step, one timed
+    rates = Rates(runner_model, batch * length / forward, train_batch / train, alone / steps, plugin / steps,
+                  base.device.type)
+    del base, reweighter, objective, optimizer
+    if gpu:
+        torch.cuda.empty_cache()
+    return rates
+
+
+def estimated_rates(model: str, profile: Profile, card: GpuClass, counts: TaskCounts) -> Rates | None:
+    """Rates of ``model`` on ``card`` from the H100 probe (``gpus``), or None for a base the
+    probe did not cover: cache building and training scaled by the card's throughput (training
+    from a compact cache adds its output layer's product), decoding by its memory bandwidth."""
+    spec = models.model_spec(model)
+    probe = gpus.probe_rates(spec.get("paper_model", spec["display"]))
+    if probe is None or counts.pairs == 0:
+        return None
+    ratio, s = gpus.compute_ratio(card), base_shape(model)
+    train_s = ratio / probe["train"]
+    if cache_layout(model, profile, card, counts.target_tokens) == "compact":
+        train_s += counts.target_tokens / counts.pairs * gpus.head_s_per_token(card, s["hidden"], s["vocab"])
+    step = gpus.decode_step_s(card, s["params"] * dtype_bytes(load_dtype(model, profile, card)), s["layers"])
+    return Rates(f"the H100 probe scaled to the {card.name} (an estimate)",
+                 probe["cache"] * max(counts.pair_tokens, 1.0) / ratio, 1 / train_s, step,
+                 step * gpus.PLUGIN_DECODE_RATIO, "cuda")
+
+
+def expected_share(work: dict, factor: float) -> dict:
+    """``work`` with its trainings at the expected epochs (``factor`` of the cap)."""
+    return {k: v * factor if k in ("pair_epochs", "lora_tokens") else v for k, v in work.items()}
+
+
+def reference_estimate(plans: list[Plan], profile: Profile) -> str:
+    """Cache building and training at the probed H100 rates (not measured here)."""
+    build = train = 0.0
+    for plan in plans:
+        for work in plan.work:
+            ref = reference_rates(work["model"])
+            if ref is None:
+                continue
+            pair_tokens = count_task("e2e", work["model"], profile).pair_tokens
+            build += work.get("forward_tokens", 0.0) / pair_tokens / ref["cache"]
+            train += work.get("pair_epochs", 0.0) / ref["train"]
+    return (f"For scale only, at H100 rates from an earlier probe of the paper's shapes (GPT2-M at GPT2-XL's): "
+            f"building the caches {build / 3600:,.1f} h and training at most {train / 3600:,.0f} h "
+            f"({train / 3600 / profile.training.max_epochs:,.1f} h per epoch of every training); "
+            "decoding, BDPL, LoRA and fine-tuning are not included.")
+
+
+def reference_rates(model: str) -> dict | None:
+    """The probed H100 rates (cache building, training) of the paper base that ``model`` is or
+    twins, or None for a base the probe did not cover."""
+    spec = models.model_spec(model)
+    return gpus.probe_rates(spec.get("paper_model", spec["display"]))
