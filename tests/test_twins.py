@@ -18,7 +18,7 @@ from plugin_lib.core.train import (GIB, BaseOutputCache, TokenObjective, cache_d
 from plugin_lib.core.loss import target_positions
 from plugin_lib.experiments import table5, table8
 from plugin_lib.harness import methods, models, preflight
-from plugin_lib.harness.profile import load_profile
+from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.report import claims, comparison
 
 import real_data
@@ -234,6 +234,25 @@ def test_preflight_plans_the_paper_profile_on_a_cpu(paper_data):
     # Each trained method's chosen weights stay on disk (<label>-best.pt, float32): four per base.
     one_each = sum(4 * preflight.reweighter_params(m) for m in load_profile("paper").base_models)
     assert e2e.weights_bytes == 4 * one_each and "reweighting weights" in text
+
+
+def test_rates_measured_on_a_gpu_plan_the_paper_profile_elsewhere(paper_data, tmp_path):
+    """--rates: the hours from rates a GPU machine saved (--save-rates); here the committed H200's."""
+    measured = REPO_ROOT / "results" / "gpu" / "h200_2026-11-27" / "paper_rates.json"
+    out = io.StringIO()
+    assert preflight.run("paper", plan_only=True, rates_file=str(measured), out=out) == 0
+    text = out.getvalue()
+    assert "measured with llama-3.1-8b-twin on NVIDIA H200" in text and "needs GPU  needs GPU" in text  # 14 only
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line[:2].isdigit()}
+    assert float(rows["01_table1_e2e"][13]) < float(rows["01_table1_e2e"][12])  # expected epochs < the cap
+    # A round trip keeps every rate; a file that is not one says how to make one.
+    rates = preflight.load_rates(measured, ["gpt2-xl", "smollm2-135m-instruct"])
+    preflight.save_rates(rates, tmp_path / "again.json")
+    again = preflight.load_rates(tmp_path / "again.json", ["gpt2-xl"])
+    assert again["gpt2-xl"].train_pairs_per_s == rates["gpt2-xl"].train_pairs_per_s and rates["smollm2-135m-instruct"] is None
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SystemExit, match="--save-rates"):
+        preflight.load_rates(tmp_path / "bad.json", ["gpt2-xl"])
 
 
 def test_the_colab_profile_fits_a_t4_session_per_gpt2_notebook(paper_data):

@@ -41,8 +41,8 @@ from . import profile as config
 from .preflight_counts import (GIB, TaskCounts, cache_bytes, cache_layout, count_task, finetune_peak,  # noqa: F401
                                inference_peak, lora_adapter_params, reweighter_params, tokenizer_for, training_peak)
 from .preflight_plan import NOTEBOOKS, TRAINED, Plan, grid_size, plan_notebooks  # noqa: F401
-from .preflight_rates import (Rates, estimated_rates, expected_share, measure_rates, reference_estimate,  # noqa: F401
-                              reference_rates)
+from .preflight_rates import (Rates, estimated_rates, expected_share, load_rates, measure_rates,  # noqa: F401
+                              reference_estimate, reference_rates, save_rates)
 
 GPU_PROFILES = ("paper", "colab")  # profiles meant for a GPU; the others are planned on any machine
 
@@ -76,11 +76,12 @@ def _disk_free() -> int:
 
 def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: float | None = None,
         measure: bool = True, plan_only: bool = False, gpu_name: str | None = None, only: str = "",
-        out=sys.stdout) -> int:
+        rates_file: str | None = None, save_rates_file: str | None = None, out=sys.stdout) -> int:
     """Print the plan of ``profile_name``; the exit status (0 fine, 1 will not fit on this machine).
     ``plan_only``: the plan, with what would stop a run as warnings. ``gpu_name``: plan for that
     GPU class (``gpus.GPUS``): its memory, dtypes and hours estimated from its throughput.
-    ``only``: check the GPU memory of the notebooks whose names start with it (run_all.sh --only)."""
+    ``only``: check the GPU memory of the notebooks whose names start with it (run_all.sh --only).
+    ``rates_file``: hours from rates another machine measured and saved (``save_rates_file``)."""
     profile = config.load_profile(profile_name)
     card = gpus.gpu_class(gpu_name) if gpu_name else None
     has_gpu = torch.cuda.is_available()
@@ -109,13 +110,15 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
     print("Base-output caches: " + "; ".join(f"{m} {layout}" for m, layout in layouts.items())
           + " (core.cache: compact = final hidden states, exact).", file=out)
 
-    rates: dict[str, Rates | None] = {}
-    for model in layouts:
+    rates: dict[str, Rates | None] = load_rates(rates_file, layouts) if rates_file else {}
+    for model in layouts if not rates_file else ():
         counts = count_task("e2e", model, profile)
         if card is not None:
             rates[model] = estimated_rates(model, profile, card, counts)
         elif measure and (has_gpu or not gpu_profile):
             rates[model] = measure_rates(model, profile, counts, config.device())
+    if save_rates_file and any(rates.values()):
+        save_rates(rates, save_rates_file)
     expected, basis = gpus.expected_epochs(profile)
     factor = expected / profile.training.max_epochs
 
@@ -217,10 +220,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="print the plan and stop nothing (what would stop a run becomes a warning)")
     parser.add_argument("--gpu", choices=list(gpus.GPUS),
                         help="plan for this GPU: its memory and dtypes, hours estimated from its published throughput")
+    parser.add_argument("--rates", metavar="FILE", help="hours from the rates another machine saved with --save-rates")
+    parser.add_argument("--save-rates", metavar="FILE", help="write the rates measured here (to plan elsewhere with --rates)")
     parser.add_argument("--only", default="", help="check the memory of the notebooks whose names start with this")
     args = parser.parse_args(argv)
     return run(args.profile, gpu_memory_gb=args.gpu_memory_gb, disk_free_gb=args.disk_free_gb,
-               measure=not args.no_measure, plan_only=args.plan_only, gpu_name=args.gpu, only=args.only)
+               measure=not args.no_measure, plan_only=args.plan_only, gpu_name=args.gpu, only=args.only,
+               rates_file=args.rates, save_rates_file=args.save_rates)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@ the hours they give a notebook's work (``Rates.seconds``).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -111,6 +114,33 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     del base, reweighter, objective, optimizer
     if gpu:
         torch.cuda.empty_cache()
+    return rates
+
+
+def save_rates(rates: dict[str, Rates | None], path: str | Path) -> None:
+    """Write measured rates (``--save-rates``), naming the device, so that a machine without
+    that GPU can plan with them (``--rates``)."""
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    record = {"device_name": device, "torch": torch.__version__,
+              "rates": {m: dataclasses.asdict(r) for m, r in rates.items() if r is not None}}
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)  # atomic: a killed run leaves no half-written file
+
+
+def load_rates(path: str | Path, models_needed) -> dict[str, Rates | None]:
+    """Rates saved by ``save_rates`` on another machine, for ``models_needed`` (None where the
+    file has none), each labelled with the device that measured it."""
+    try:
+        record = json.loads(Path(path).read_text())
+        saved = record["rates"]
+        rates = {m: Rates(**{**saved[m], "measured_with": f"{saved[m]['measured_with']} on {record['device_name']}, "
+                                                          f"saved in {Path(path).name}"}) if m in saved else None
+                 for m in models_needed}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SystemExit(f"--rates {path}: not a rates file written by --save-rates ({err}). "
+                         "On a GPU machine: python -m plugin_lib.harness.preflight --profile paper --save-rates FILE")
     return rates
 
 
