@@ -260,3 +260,34 @@ def test_the_null_claims_margin_sensitivity_is_recomputed_from_the_committed_run
     report = (REPO_ROOT / "results" / "confirm" / "REPORT.md").read_text()
     assert "### Margin sensitivity of the null claims" in report
     assert "| more layers do not help (`complexity_e2e_1`) | non-superiority |" in report
+
+
+def test_code_versions_flag_runs_of_one_table_that_differ_in_a_method_module(tmp_path):
+    """Runs with provenance: commits, code versions, and the method modules they differ in;
+    older runs: only what git proves (committed in), never 'produced by'."""
+    from plugin_lib.report.code_versions import code_versions_section, folder_versions
+
+    def made(commit, train):
+        return {"git": {"commit": commit * 40, "dirty": False}, "code": commit * 64,
+                "modules": {"plugin_lib/core/train.py": train, "plugin_lib/core/combine.py": "c0"}}
+
+    folder = tmp_path / "runs" / "e2e" / "base"
+    folder.mkdir(parents=True)
+    (folder / "Plugin-seed0.json").write_text(json.dumps({"provenance": made("a", "t1")}))
+    (folder / "Plugin-selection.json").write_text(json.dumps({"configs": {"x": {"provenance": made("b", "t2")}}}))
+    (folder / "Zeroshot-seed0.json").write_text(json.dumps({"outputs": []}))  # before provenance
+    (entry,) = folder_versions(tmp_path / "runs", repo=tmp_path)
+    assert entry["records"] == 3 and entry["commits"] == ["aaaaaaa", "bbbbbbb"]
+    assert entry["differing"] == ["plugin_lib/core/train.py"]
+    assert entry["committed_in"] == ["no git history"]  # tmp_path is no git checkout
+    text = "\n".join(code_versions_section(tmp_path, repo=tmp_path))
+    assert "**differs: core/train.py**" in text and "produced by" not in text
+
+
+def test_the_confirmation_report_says_what_git_proves_of_its_runs_code():
+    from plugin_lib.harness.profile import REPO_ROOT
+
+    report = (REPO_ROOT / "results" / "confirm" / "REPORT.md").read_text()
+    section = report[report.index("## Code versions"):]
+    assert "committed in" in section and "| e2e/smollm2-135m-instruct | 63 |" in section
+    assert "changed between: core/train.py" in section  # the method changed while the confirmation ran

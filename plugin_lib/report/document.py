@@ -17,6 +17,7 @@ from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..utils.io import atomic_write_text, read_json
 from . import freeze, mixed, preregistered
+from .code_versions import code_versions_section
 from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims, n_seeds
 from .stats import BOOTSTRAP_METRICS
 
@@ -383,6 +384,7 @@ def write_report(profile: Profile | str) -> Path:
     for prefix, title, stems in SECTIONS:
         lines += _section(root, prefix, title, stems)
     lines += _controls_section(root)
+    lines += code_versions_section(root)
     times = [f"# Wall times: profile `{prof.name}`", "", "Measured by run_all.sh on the machine that ran each "
              "notebook; kept apart from REPORT.md, whose results do not change when a notebook is re-executed.",
              "", *times_table(root)]

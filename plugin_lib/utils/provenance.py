@@ -8,6 +8,9 @@ Every new run record carries it, as HELM and lm-evaluation-harness record theirs
 - ``code``: the code version the notebook stamps hash (``code_version``: the package's Python
   as syntax trees without docstrings, and its data files), which a comment or a re-wrapped line
   does not change;
+- ``modules``: a hash of each method module (``METHOD_MODULES``: the core method, the baselines'
+  code, the runner and the metrics), so that a report can name the module in which two runs of
+  one table differ (``report.code_versions``);
 - ``libraries``: torch, transformers, numpy and peft versions; ``device``: the CPU model or the
   GPU's name.
 
@@ -26,6 +29,11 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CODE_SUFFIXES = (".py", ".yaml", ".yml", ".csv", ".json", ".txt")
 LIBRARIES = ("torch", "transformers", "numpy", "peft")
+# The modules whose code decides a method's outputs (the Plugin and every baseline, how runs are
+# keyed and scored); a report flags a table whose runs differ in one of them.
+METHOD_MODULES = ("plugin_lib/core", "plugin_lib/metrics", "plugin_lib/harness/methods.py", "plugin_lib/harness/tempnet.py",
+                  "plugin_lib/harness/bdpl.py", "plugin_lib/harness/finetune.py", "plugin_lib/harness/lora.py",
+                  "plugin_lib/harness/runner.py", "plugin_lib/harness/run_keys.py", "plugin_lib/harness/models.py")
 
 
 def file_content(path: Path) -> bytes:
@@ -67,6 +75,17 @@ def code_version(root: Path = REPO_ROOT) -> str:
 @functools.lru_cache(maxsize=1)
 def _process_code_version() -> str:
     return code_version()
+
+
+@functools.lru_cache(maxsize=1)
+def module_versions(root: Path = REPO_ROOT) -> dict[str, str]:
+    """A short hash of each method module's code (``code_bytes``), by its path in the repository."""
+    versions = {}
+    for path in code_files(root):
+        name = path.relative_to(root).as_posix()
+        if path.suffix == ".py" and any(name == m or name.startswith(m + "/") for m in METHOD_MODULES):
+            versions[name] = hashlib.sha256(code_bytes(path)).hexdigest()[:12]
+    return versions
 
 
 def _git(*args: str) -> str | None:
@@ -120,5 +139,5 @@ def device_name(device=None) -> str:
 
 def provenance(device=None) -> dict:
     """What made a result produced now, on ``device`` (module docstring)."""
-    return {"git": git_state(), "code": _process_code_version(), "libraries": library_versions(),
-            "device": device_name(device)}
+    return {"git": git_state(), "code": _process_code_version(), "modules": module_versions(),
+            "libraries": library_versions(), "device": device_name(device)}
