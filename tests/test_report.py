@@ -243,6 +243,25 @@ def test_a_verdict_hiding_a_significant_deficit_is_shown_as_mixed():
     assert mixed.flag({"verdict": "not reproduced", "statistic": {"comparisons": [comparison]}}) == ""
 
 
+def test_a_notebook_claim_with_a_significant_deficit_is_stored_and_shown_as_mixed(tmp_path, monkeypatch):
+    """A notebook's own rule (one bootstrap p per seed): behind the best baseline in most seeds is
+    a deficit; the stored claim carries the flag (a notebook displays it), the verdict stays."""
+    from plugin_lib.report import claims, mixed
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    tests = {"BLEU": {"best baseline": "NewModel", "effect": -0.02, "p_per_seed": [1.0, 1.0, 0.97]},
+             "ROUGE-1": {"best baseline": "ICL-1", "effect": 0.01, "p_per_seed": [0.001, 0.03, 0.2]},
+             "NIST": {"best baseline": "ICL-1", "effect": -0.3, "p_per_seed": [1.0, 0.5, 0.6]}}  # behind in 1/3 only
+    assert mixed.seed_deficits({"models": {"m": {"bootstrap": tests}}}) == [
+        "behind NewModel on BLEU (p 0.030 or less in 3/3 seeds)"]
+    statistic = {"summary": "s", "n": {"inputs": 200, "seeds": 3}, "models": {"m": {"bootstrap": tests}}}
+    entry = claims.record_claim("local", "main_x", "x: the Plugin wins", "p", "o", "direction only", rule="r",
+                                statistic=statistic)
+    assert entry["verdict"] == "direction only" and entry["mixed"] == "mixed: behind NewModel on BLEU (p 0.030 or less in 3/3 seeds)"
+    assert "mixed" not in claims.record_claim("local", "main_y", "y", "p", "o", "not reproduced", rule="r",
+                                              statistic=statistic)
+
+
 def test_the_null_claims_margin_sensitivity_is_recomputed_from_the_committed_runs():
     """At 1x the frozen margins each null claim gets its committed verdict (checked inside), and
     the committed table is what the runs give; REPORT.md shows it."""

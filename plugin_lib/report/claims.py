@@ -20,6 +20,7 @@ import numpy as np
 
 from ..harness.profile import Profile, load_profile, profile_names, results_dir
 from ..utils.io import atomic_write_json, read_json
+from . import mixed
 from .verdicts import NOT_MEASURABLE, VERDICTS  # noqa: F401  (VERDICTS: the vocabulary, re-exported)
 
 SCOPES = ("paper", "beyond")
@@ -82,6 +83,8 @@ def record_claim(profile: Profile | str, key: str, claim: str, paper: str, ours:
     folder = "claims" if preregistered or prof is None or prof.test_inputs is None else "notebook-claims"
     if preregistered:
         entry["preregistered"] = True
+    if mixed.flag(entry):  # a significant deficit beside a favourable verdict (the verdict stands)
+        entry["mixed"] = mixed.flag(entry)
     atomic_write_json(results_dir(profile) / folder / f"{key}.json", entry)
     return entry
 

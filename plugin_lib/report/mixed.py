@@ -11,10 +11,15 @@ reverse is ``(#{difference >= 0} + 1) / (R + 1)``, which is ``1 - p + 1/(R + 1)`
 is exactly 0 (continuous corpus statistics). Holm adjusts over the claim comparison's metrics, as
 the rules do, and a metric counts as a deficit only where the adjusted reverse p is below
 ``ALPHA`` *and* its 95% interval lies below zero, which also bounds the share of tied draws.
+
+A notebook's own rule (``experiments.main_tables``) stores per metric the effect against the best
+other method and one bootstrap p per seed: there a metric is a deficit where the effect is
+negative and the reverse p is below ``ALPHA`` in most seeds, the notebook rule's own standard.
+``record_claim`` stores the flag with every claim (``mixed``), so a notebook shows it too.
 """
 from __future__ import annotations
 
-from .preregistered import ALPHA, RESAMPLES, holm
+from .preregistered import ALPHA, RESAMPLES, holm, most
 
 
 def comparisons(statistic) -> list[dict]:
@@ -38,6 +43,29 @@ def deficits(comparison: dict) -> dict[str, float]:
     return {m: reverse[m] for m in p if reverse[m] < ALPHA and m in ci and ci[m][1] < 0}
 
 
+def seed_deficits(statistic) -> list[str]:
+    """Deficits in a notebook rule's per-seed bootstraps (``{"bootstrap": {metric: {"best baseline",
+    "effect", "p_per_seed"}}}`` anywhere in the statistic), as "behind X on M (p <= q in most seeds)"."""
+    found = []
+    if isinstance(statistic, dict):
+        tests = statistic.get("bootstrap")
+        if isinstance(tests, dict):
+            for metric, test in tests.items():
+                if not isinstance(test, dict) or not isinstance(test.get("p_per_seed"), list):
+                    continue
+                reverse = sorted(1.0 - float(p) for p in test["p_per_seed"])
+                below = [r for r in reverse if r < ALPHA]
+                if float(test.get("effect", 0.0)) < 0 and most(len(below), len(reverse)):
+                    found.append(f"behind {test.get('best baseline', 'the best baseline')} on {metric} "
+                                 f"(p {max(below):.3f} or less in {len(below)}/{len(reverse)} seeds)")
+        for value in statistic.values():
+            found += seed_deficits(value)
+    elif isinstance(statistic, list):
+        for value in statistic:
+            found += seed_deficits(value)
+    return found
+
+
 def flag(claim: dict) -> str:
     """"mixed: behind NewModel on BLEU, ROUGE-2 (Holm p 0.002)", or "" where nothing is behind.
     A verdict of "not reproduced" already says so, and gets no flag."""
@@ -49,4 +77,5 @@ def flag(claim: dict) -> str:
         if behind:
             versus = str(comparison.get("versus") or "the other").removeprefix("vs ")
             parts.append(f"behind {versus} on {', '.join(behind)} (Holm p {max(behind.values()):.3f})")
+    parts += seed_deficits(claim.get("statistic"))
     return f"mixed: {'; '.join(parts)}" if parts else ""
