@@ -100,3 +100,19 @@ def test_unmerged_lora_adds_its_low_rank_products(tokenizer):
     positions = prompt_length + NEW_TOKENS - 1
     assert lora_flops - base_flops == 2 * r * (32 + 32) * 2 * 2 * positions
     assert decoding_flops(lora.merge_and_unload(), **kwargs) == base_flops
+
+
+def test_a_shape_comparison_counts_the_base_its_reweighter_and_lora_on_the_registry_shape():
+    """The FLOPs row's counts (report.paper_rows): a small twin's exact shape, its family's
+    reweighting model and rank-8 LoRA, each counted on the meta device."""
+    from plugin_lib.harness import flops, models
+    from plugin_lib.core.reweighter import make_reweighter
+
+    counts = flops.shape_comparison("llama-3.1-8b-twin-small", new_tokens=4)
+    assert counts["shape"] == "llama-3.1-8b-twin-small"
+    config = models.model_config("llama-3.1-8b-twin-small")
+    with torch.device("meta"):
+        reweighter = make_reweighter(vocab_size=config.vocab_size, seed=0, **models.arch_for("llama-3.1-8b-twin-small"))
+    assert counts["reweighter_flops"] == decoding_flops(reweighter, prompt_length=1, new_tokens=4)
+    assert counts["plugin_flops"] == counts["base_flops"] + counts["reweighter_flops"]
+    assert counts["base_flops"] < counts["lora_flops"] < counts["plugin_flops"]  # adapters are cheap, the head is not

@@ -310,3 +310,33 @@ def test_the_confirmation_report_says_what_git_proves_of_its_runs_code():
     section = report[report.index("## Code versions"):]
     assert "committed in" in section and "| e2e/smollm2-135m-instruct | 63 |" in section
     assert "changed between: core/train.py" in section  # the method changed while the confirmation ran
+
+
+def test_every_claim_of_the_paper_has_a_row_labelled_with_its_kind(tmp_path):
+    """README and REPORT.md show every paper claim: exploratory rows from the confirmation's stored
+    comparisons (rules written after the numbers), wave-2 rows, and paper-only rows with why."""
+    import json
+
+    from plugin_lib.harness.profile import REPO_ROOT
+    from plugin_lib.report import paper_rows
+
+    root = REPO_ROOT / "results" / "confirm"
+    claims = {p.stem: json.loads(p.read_text()) for p in (root / "claims").glob("main_*.json")}
+    nist = paper_rows.judge_newmodel_nist(claims)
+    assert nist["verdict"] == "not reproduced" and "NIST higher on 0/4" in nist["statistic"]["summary"]
+    assert paper_rows.judge_weightedcomb(claims)["verdict"] == "reproduced"
+    # A dataset where NewModel's NIST is significantly higher, and the Plugin ahead on the rest: reproduced.
+    flipped = json.loads(json.dumps(claims))
+    comparison = next(c for c in flipped["main_e2e"]["statistic"]["result"]["comparisons"] if c["versus"] == "vs NewModel")
+    comparison["effect"]["NIST"], comparison["p"]["NIST"], comparison["ci95"]["NIST"] = -0.5, 1.0, [-0.7, -0.3]
+    comparison["ahead on"] = ["BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR", "CIDEr"]
+    assert paper_rows.judge_newmodel_nist(flipped)["verdict"] == "reproduced"
+    assert paper_rows.judge_weightedcomb({})["verdict"] == "not measurable at this scale"
+    # The committed rows: every kind is labelled, and the README shows each row.
+    rows = paper_rows.table_rows(root)
+    assert len(rows) == len(paper_rows.ROWS)
+    assert sum("*exploratory only*" in r for r in rows) == 3 and sum("*wave 2*" in r for r in rows) == 3
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert all(row.claim in readme for row in paper_rows.ROWS)
+    report = (root / "REPORT.md").read_text()
+    assert "## The paper's other claims" in report and paper_rows.RULES["newmodel_nist"] in report

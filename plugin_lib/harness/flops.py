@@ -162,3 +162,26 @@ def gpt2_xl_comparison(prompt_length: int = 1, new_tokens: int = 64, lora_rank: 
         **{f"paper_{name}": value for name, value in published.flops().items()},
     }
 
+
+
+def shape_comparison(model: str, prompt_length: int = 1, new_tokens: int = 64, lora_rank: int = 8) -> dict:
+    """The Plugin's and LoRA's decoding FLOPs on the exact shape of base ``model`` (its shape
+    twin's configuration, ``twin`` in the registry; weights do not change FLOPs): the base with
+    its family's reweighting model, and the base with rank-``lora_rank`` LoRA (``lora.add_lora``),
+    unmerged, all on the meta device."""
+    from transformers import AutoModelForCausalLM
+
+    from . import models
+
+    shape = models.model_spec(model).get("twin", model)
+    config = models.model_config(shape)
+    with torch.device("meta"):
+        base = AutoModelForCausalLM.from_config(config)
+        lora_base = AutoModelForCausalLM.from_config(config)
+        reweighter = make_reweighter(vocab_size=config.vocab_size, seed=0, **models.arch_for(model))
+    lora_model = add_lora(lora_base, r=lora_rank)
+    kwargs = {"prompt_length": prompt_length, "new_tokens": new_tokens}
+    base_flops, reweighter_flops = decoding_flops(base, **kwargs), decoding_flops(reweighter, **kwargs)
+    return {"shape": shape, "prompt_length": prompt_length, "new_tokens": new_tokens, "lora_rank": lora_rank,
+            "base_flops": base_flops, "reweighter_flops": reweighter_flops, "plugin_flops": base_flops + reweighter_flops,
+            "lora_flops": decoding_flops(lora_model, **kwargs)}

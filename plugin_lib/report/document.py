@@ -16,7 +16,7 @@ from ..harness import profile as config
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..utils.io import atomic_write_text, read_json
-from . import freeze, mixed, preregistered
+from . import freeze, mixed, paper_rows, preregistered
 from .code_versions import code_versions_section
 from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims, n_seeds
 from .stats import BOOTSTRAP_METRICS
@@ -380,6 +380,7 @@ def write_report(profile: Profile | str) -> Path:
         *([preregistered_note(prof), ""] if prof.test_inputs is not None else []),
         *claims_table(load_claims(prof), PREREGISTERED_LEGEND if prof.test_inputs is not None else VERDICT_LEGEND),
         *margin_section(root),
+        *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
     ]
     for prefix, title, stems in SECTIONS:
         lines += _section(root, prefix, title, stems)
@@ -419,18 +420,21 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
     lines += [f"Each confirmatory statistic is on all {confirm.rows.test} test inputs and "
               f"{n_seeds(len(confirm.seeds))} unless it says otherwise.", "",
               "| the paper's claim | confirmatory statistic | confirmatory | exploratory |", "| --- | --- | --- | --- |"]
+    previous = None
     for claim in (c for c in preregistered.CLAIMS if c.scope == "paper"):
         found, old = by_key.get(claim.key), before.get(claim.key)
         statistic, verdict = (statistic_summary(found), shown_verdict(found)) if found else ("", "*waiting for its runs*")
         statistic = statistic.removesuffix(full_scale)
-        lines.append(f"| {claim.claim} | {statistic} | {verdict} | {old['verdict'] if old else '-'} |")
-    lines.append("")
+        shown, previous = ("as above" if statistic and statistic == previous else statistic), statistic
+        lines.append(f"| {claim.claim} | {shown} | {verdict} | {old['verdict'] if old else '-'} |")
+    lines += [*paper_rows.table_rows(config.results_dir(confirm)), ""]
     for scope in SCOPES:
         now = [c for c in confirmed if scope_of(c) == scope]
         then = [c for c in explored if scope_of(c) == scope]
         waiting = sum(c.scope == scope for c in preregistered.CLAIMS) - len(now)
         lines += [f"{SCOPE_TITLES[scope]}, confirmatory ({len(now)}{f'; {waiting} waiting' if waiting else ''}): "
                   f"{tally(now)}. Exploratory ({len(then)}): {tally(then)}.", ""]
+    lines += [paper_rows.count_line(config.results_dir(confirm)), ""]
     home = f"`results/{confirm.name}/REPORT.md`" if report else f"`results/{confirm.name}/claims/`"
     return lines + ["Each claim's frozen rule and full statistic, and the checks beyond the paper, are in "
                     f"{home}; the exploratory ones in `results/{local.name}/REPORT.md`.", ""]

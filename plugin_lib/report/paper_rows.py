@@ -1,0 +1,217 @@
+"""A row for every claim the paper makes (issue 45, item 4), beyond the preregistered ones.
+
+Three kinds of row, each labelled in the README and REPORT.md:
+
+- **exploratory**: claims judged on the confirmation's stored results. Their rules below were
+  written on 2026-11-27, after those numbers were visible, so the verdicts are exploratory, never
+  confirmatory:
+  - NewModel occasionally achieves a higher NIST;
+  - WeightedComb does not perform well;
+  - the FLOPs gap narrows or inverts with the model configuration.
+- **wave 2**: claims that need new runs at CPU scale. Their rules will be frozen in a commit of
+  their own before the first run (docs/preregistration.md, "Wave 2").
+- **paper profile only**: claims whose runs exceed the CPU budget. The row says why.
+
+``python -m plugin_lib.report.paper_rows`` judges the exploratory rows from
+``results/confirm/claims`` (and exact FLOP counts) into ``results/confirm/exploratory/``.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from ..harness import profile as config
+from ..utils.io import atomic_write_json, read_json
+from . import mixed
+from .verdicts import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
+
+EXPLORATORY, WAVE_2, PAPER_ONLY = "exploratory", "wave 2", "paper profile only"
+FOLDER = "exploratory"
+RULES_WRITTEN = "2026-11-27, after the confirmation's numbers were visible: exploratory"
+DATASETS = ("e2e", "webnlg", "commongen", "adidas")
+OTHER_THREE = "WebNLG, CommonGen, Adidas"
+# The configurations of the FLOPs claim: the paper's three bases, by their shape twins' exact
+# configurations (weights do not change FLOPs), each with its family's reweighting model.
+FLOPS_SHAPES = ("gpt2-medium", "gpt2-xl", "llama-3.1-8b")
+
+RULES = {
+    "newmodel_nist": (
+        "From each dataset's frozen main-table comparison of the Plugin against NewModel (two-level paired "
+        "bootstrap, Holm over the four bootstrap metrics): NewModel's NIST is significantly higher where the "
+        "reverse test gives Holm p < 0.05 with the 95% interval below zero (report.mixed). Reproduced: significantly "
+        "higher on at least one dataset, while there the Plugin is ahead on most of the other six metrics (the "
+        "paper's 'at the cost of coherence'); direction only: a higher NIST mean on at least one dataset; else not "
+        "reproduced."),
+    "weightedcomb_poor": (
+        "From each dataset's frozen main-table comparison of the Plugin against WeightedComb (the superiority "
+        "rule of report.preregistered): reproduced when the Plugin is significantly better on all four datasets; "
+        "direction only when it is at least ahead on all four; else not reproduced."),
+    "flops_configurations": (
+        "Exact decoding FLOPs (torch's FLOP counter, 64 new tokens, prompt of 1 token; harness.flops) of the "
+        "Plugin (base + its family's 1-layer reweighting model) and of rank-8 LoRA, unmerged, on the shapes of "
+        "GPT2-M, GPT2-XL and LLaMA-3.1-8B. Reproduced when some configuration's Plugin/LoRA ratio is below GPT2-XL's "
+        "(the gap narrows) or below 1 (it inverts); else not reproduced. A count has no sampling error."),
+}
+
+
+@dataclass(frozen=True)
+class PaperRow:
+    key: str
+    claim: str
+    kind: str
+    why: str = ""
+
+
+ROWS = (
+    PaperRow("newmodel_nist", "NewModel occasionally achieves a higher NIST than the Plugin", EXPLORATORY),
+    PaperRow("weightedcomb_poor", "WeightedComb does not perform well", EXPLORATORY),
+    PaperRow("flops_configurations", "the FLOPs gap to LoRA narrows or inverts with the model configuration",
+             EXPLORATORY),
+    PaperRow("table5_other_three", f"Table 5 on {OTHER_THREE}: BDPL + Plugin beats BDPL", WAVE_2),
+    PaperRow("table8_lora_other_three", f"Table 8's LoRA rows on {OTHER_THREE}: the Plugin is as good as LoRA", WAVE_2),
+    PaperRow("complexity_other_three", f"Figure 3's trend on {OTHER_THREE}: more layers do not help", WAVE_2),
+    PaperRow("base_quality_other_three", f"Figure 2's trend on {OTHER_THREE}: the Plugin improves with the base",
+             PAPER_ONLY, "about 19 CPU-hours (3 fine-tunes a dataset), over wave 2's budget"),
+    PaperRow("pretrained_other_three", f"Figure 3 on {OTHER_THREE}: pretrained initialisation helps", PAPER_ONLY,
+             "about 6 CPU-hours more; a truncated copy of the base for GPT2-Small: a weaker test"),
+)
+
+
+def _comparison(claims: dict, dataset: str, versus: str) -> dict | None:
+    claim = claims.get(f"main_{dataset}")
+    if claim is None:
+        return None
+    for comparison in claim["statistic"]["result"]["comparisons"]:
+        if comparison.get("versus") == f"vs {versus}":
+            return comparison
+    return None
+
+
+def judge_newmodel_nist(claims: dict) -> dict:
+    per, higher, significant = {}, [], []
+    for d in DATASETS:
+        c = _comparison(claims, d, "NewModel")
+        if c is None:
+            continue
+        per[d] = {"Plugin - NewModel NIST": c["effect"]["NIST"], "ci95": c["ci95"].get("NIST")}
+        if c["effect"]["NIST"] < 0:
+            higher.append(d)
+            others = [m for m in c["ahead on"] if m != "NIST"]
+            if "NIST" in mixed.deficits(c) and len(others) > 3:
+                significant.append(d)
+    verdict = REPRODUCED if significant else DIRECTION_ONLY if higher else NOT_REPRODUCED
+    effects = [v["Plugin - NewModel NIST"] for v in per.values()]
+    summary = (f"NIST higher on {len(higher)}/{len(per)} datasets ({len(significant)} significantly); Plugin - NewModel "
+               f"{min(effects):+.2f} to {max(effects):+.2f}") if per else "no main-table runs"
+    return {"verdict": verdict, "ours": summary, "statistic": {"summary": summary, "per dataset": per}}
+
+
+def judge_weightedcomb(claims: dict) -> dict:
+    per = {d: c["verdict"] for d in DATASETS if (c := _comparison(claims, d, "WeightedComb")) is not None}
+    if len(per) < len(DATASETS):
+        verdict = NOT_REPRODUCED if per else NOT_MEASURABLE
+    elif all(v == REPRODUCED for v in per.values()):
+        verdict = REPRODUCED
+    elif all(v in (REPRODUCED, DIRECTION_ONLY) for v in per.values()):
+        verdict = DIRECTION_ONLY
+    else:
+        verdict = NOT_REPRODUCED
+    summary = (f"the Plugin beats it: reproduced on {sum(v == REPRODUCED for v in per.values())}/{len(per)} "
+               "datasets" + "".join(f"; {d} {v}" for d, v in per.items() if v != REPRODUCED))
+    return {"verdict": verdict, "ours": summary, "statistic": {"summary": summary, "per dataset": per}}
+
+
+def judge_flops(shapes=FLOPS_SHAPES, reference: str = "gpt2-xl") -> dict:
+    from ..harness import flops
+
+    counts = {name: flops.shape_comparison(name) for name in shapes}
+    ratios = {name: Fraction(c["plugin_flops"], c["lora_flops"]) for name, c in counts.items()}
+    narrower = [n for n, r in ratios.items() if r < ratios[reference] or r < 1]
+    verdict = REPRODUCED if narrower else NOT_REPRODUCED
+    summary = "Plugin/LoRA: " + ", ".join(f"{n} {float(r):.4f}" for n, r in ratios.items())
+    return {"verdict": verdict, "ours": summary,
+            "statistic": {"summary": summary + " (exact counts)", "counts": counts,
+                          "narrower than " + reference: narrower}}
+
+
+def judge(profile: str = "confirm", shapes=FLOPS_SHAPES) -> list[dict]:
+    """Judge the exploratory rows on ``profile``'s stored claims; write and return them."""
+    prof = config.load_profile(profile)
+    root = config.results_dir(prof)
+    claims = {p.stem: read_json(p) for p in sorted((root / "claims").glob("main_*.json"))}
+    n = {"inputs": prof.rows.test, "seeds": len(prof.seeds)}
+    judged = {"newmodel_nist": judge_newmodel_nist(claims), "weightedcomb_poor": judge_weightedcomb(claims),
+              "flops_configurations": judge_flops(shapes)}
+    out = []
+    for row in ROWS:
+        if row.key not in judged:
+            continue
+        entry = {"key": row.key, "claim": row.claim, "kind": EXPLORATORY, "rule": RULES[row.key],
+                 "rule written": RULES_WRITTEN, "scope": "paper", **judged[row.key]}
+        entry["statistic"]["n"] = n if row.key != "flops_configurations" else {"inputs": None, "seeds": None}
+        atomic_write_json(root / FOLDER / f"{row.key}.json", entry)
+        out.append(entry)
+    return out
+
+
+def load(root: Path) -> dict[str, dict]:
+    return {p.stem: read_json(p) for p in sorted((root / FOLDER).glob("*.json"))}
+
+
+def table_rows(root: Path) -> list[str]:
+    """The README's rows for these claims: | claim | statistic | confirmatory | exploratory |."""
+    judged = load(root)
+    lines = []
+    for row in ROWS:
+        if row.kind == EXPLORATORY:
+            found = judged.get(row.key)
+            statistic = found["statistic"]["summary"] if found else ""
+            lines.append(f"| {row.claim} | {statistic} | *exploratory only* | "
+                         f"{found['verdict'] if found else '*not yet judged*'} |")
+        elif row.kind == WAVE_2:
+            lines.append(f"| {row.claim} | | *wave 2* | - |")
+        else:
+            lines.append(f"| {row.claim} | {row.why} | *`paper` profile only* | - |")
+    return lines
+
+
+def count_line(root: Path) -> str:
+    judged = load(root)
+    kinds = [r.kind for r in ROWS]
+    return (f"The paper's other claims: {len(judged)} exploratory only (rules written after the confirmation's "
+            f"numbers), {kinds.count(WAVE_2)} wait for wave 2 (CPU scale, rules frozen before the runs), "
+            f"{kinds.count(PAPER_ONLY)} not run at CPU scale (`paper` only).")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m plugin_lib.report.paper_rows", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="confirm")
+    args = parser.parse_args()
+    for entry in judge(args.profile):
+        print(f"{entry['key']}: {entry['verdict']} ({entry['statistic']['summary']})")
+
+
+if __name__ == "__main__":
+    main()
+
+
+def report_section(root: Path) -> list[str]:
+    """REPORT.md's section on these claims: each row, its rule (and when it was written) and statistic."""
+    judged = load(root)
+    lines = ["## The paper's other claims", "",
+             "Rows for the paper's claims that have no preregistered rule. *Exploratory*: judged on this profile's "
+             f"runs by rules written on {RULES_WRITTEN}. *Wave 2*: rules frozen before their runs "
+             "(docs/preregistration.md). *Paper profile only*: not run at CPU scale.", "",
+             "| claim | kind | verdict | statistic |", "| --- | --- | --- | --- |"]
+    for row in ROWS:
+        found = judged.get(row.key)
+        verdict = found["verdict"] if found else ("-" if row.kind != EXPLORATORY else "not yet judged")
+        statistic = found["statistic"]["summary"] if found else row.why
+        lines.append(f"| {row.claim} | {row.kind} | {verdict} | {statistic} |")
+    lines.append("")
+    for row in ROWS:
+        if row.key in RULES:
+            lines.append(f"- **{row.claim}** ({EXPLORATORY}): {RULES[row.key]}")
+    return lines + [""]
