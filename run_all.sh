@@ -198,8 +198,14 @@ while read -r hash nb; do want["$nb"]="$hash"; done <<< "$stamps"
 if [ -n "$executor" ]; then
   echo "[run_all] computing the notebooks' units with the $executor executor (log: $shown/logs/grid.log)"
   # shellcheck disable=SC2086  # PLUGIN_GRID_ARGS holds several options
-  if ! "$py" -m plugin_lib.harness.grid run --profile "$profile" --executor "$executor" ${only:+--only "$only"} \
-      ${PLUGIN_GRID_ARGS:-} 2>&1 | tee "$out/logs/grid.log"; then
+  grid_rc=0
+  # shellcheck disable=SC2086
+  "$py" -m plugin_lib.harness.grid run --profile "$profile" --executor "$executor" ${only:+--only "$only"} \
+      ${PLUGIN_GRID_ARGS:-} > >(tee "$out/logs/grid.log") 2>&1 || grid_rc=$?
+  wait  # tee has written the whole log
+  if [ "$grid_rc" = 2 ]; then  # the engine is missing (or the arguments are wrong): nothing ran
+    die "the $executor executor could not start (see above); nothing was computed." 2
+  elif [ "$grid_rc" != 0 ]; then
     die "the grid did not finish (see $shown/logs/grid.log); finished units are stored, so a rerun resumes."
   fi
   touch "$out/logs/grid.done"  # the notebooks should write no run record after this

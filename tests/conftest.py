@@ -3,6 +3,7 @@ tokenizer for tests that need many forward passes."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 import pytest
 import torch
@@ -18,6 +19,27 @@ PROMPTS = [
     "Hello, my name is",
     "The quick brown fox jumps over the lazy dog and then",
 ]
+
+
+@pytest.fixture(scope="session")
+def undeclared_data_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("undeclared-data-call-real_data.require-first")
+
+
+@pytest.fixture(autouse=True)
+def undeclared_data_is_refused(undeclared_data_folder):
+    """Until a test declares the datasets it reads (``real_data.require``), PLUGIN_DATA_DIR is an
+    empty folder: an undeclared read fails even where the data is present, so CI catches a test
+    that would fail on a fresh clone without data."""
+    import real_data
+
+    before = os.environ.get("PLUGIN_DATA_DIR")
+    real_data.refuse_undeclared(undeclared_data_folder)
+    yield
+    if before is None:
+        os.environ.pop("PLUGIN_DATA_DIR", None)
+    else:
+        os.environ["PLUGIN_DATA_DIR"] = before
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,15 @@
 ``require("e2e", ...)`` returns the data folder (``data/`` or ``PLUGIN_DATA_DIR``) when every
 file of the named groups is there and checks out, and skips the test otherwise: a fresh clone
 without data runs green, and the skip message tells a user the one command that fetches them.
+
+Declaring is enforced: until a test calls ``require``, ``PLUGIN_DATA_DIR`` points at an empty
+folder (``conftest.undeclared_data_is_refused``), so a test that reads the data without
+declaring it fails wherever it runs, CI included, where the data is present.
 """
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,22 @@ from plugin_lib.data import integrity, sources
 from plugin_lib.data.datasets import data_dir, describe_data_dir
 
 FETCH = "`.venv/bin/python -m plugin_lib.data.fetch` gets them (data/README.md; Adidas needs a Kaggle account)"
+UNSET = object()
+_real_setting: object = UNSET  # PLUGIN_DATA_DIR as the test run was given it (set by conftest)
+
+
+def refuse_undeclared(empty: Path) -> None:
+    """Point PLUGIN_DATA_DIR at ``empty`` until ``require`` is called (the caller restores it)."""
+    global _real_setting
+    _real_setting = os.environ.get("PLUGIN_DATA_DIR", UNSET)
+    os.environ["PLUGIN_DATA_DIR"] = str(empty)
+
+
+def _declare() -> None:
+    if _real_setting is UNSET:
+        os.environ.pop("PLUGIN_DATA_DIR", None)
+    else:
+        os.environ["PLUGIN_DATA_DIR"] = _real_setting
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,6 +57,7 @@ def require(*groups: str) -> Path:
     """The data folder, or a skip naming what is missing and how to fetch it."""
     unknown = [g for g in groups if g not in sources.GROUPS]
     assert not unknown, f"unknown data groups {unknown}"
+    _declare()
     why = _missing(tuple(groups or sources.GROUPS))
     if why is not None:
         pytest.skip(f"needs the real datasets: {why}; {FETCH}")

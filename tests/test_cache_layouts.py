@@ -118,3 +118,26 @@ def test_only_a_model_in_this_process_has_an_output_layer(tiny_base):
 
     assert compact_supported(tiny_base) and compact_supported(TopKBlackBox(tiny_base, 20))
     assert ApiBlackBox.output_head(object.__new__(ApiBlackBox)) is None
+
+
+def test_a_killed_builds_partial_file_is_gone_when_the_next_build_starts(tmp_path):
+    """A build killed by kill -9 leaves its .partial (named after its host~pid); the next build
+    in that folder removes it at once, since its process has ended, and leaves a live one's."""
+    import subprocess
+    import sys
+
+    from plugin_lib.core import cache
+
+    base = models.load_base_model("gpt2-medium-twin-small", dtype=torch.float32, device="cpu")
+    pairs = encode_pairs(base.tokenizer, PROMPTS[:2], TARGETS[:2])
+    target = BaseOutputCache.stored_path(tmp_path, base, pairs, "full")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = cache._owner().rpartition("~")[0]
+    killed = target.parent / f".{target.name}.{host}~{ended.stdout.strip()}.abc123.partial"
+    alive = target.parent / f".{target.name}.{cache._owner()}.def456.partial"
+    for path in (killed, alive):
+        path.write_bytes(b"\0" * 1024)
+    built = BaseOutputCache.build(base, pairs, layout="full", directory=tmp_path, progress=False)
+    assert built.rows.shape[0] > 0 and not killed.exists() and alive.exists()
+    assert sorted(p.name for p in target.parent.glob(".*.partial")) == [alive.name]

@@ -199,16 +199,13 @@ def test_the_learning_budget_is_the_first_at_which_seed_0_learns(store):
 
 @pytest.mark.parametrize("dataset", ["e2e", "webnlg", "commongen", "adidas"])
 def test_the_fresh_test_inputs_are_the_frozen_ones_and_were_never_decoded(dataset):
-    from plugin_lib import data
     from plugin_lib.harness import methods
     from plugin_lib.report import stats
 
-    try:
-        confirm, local = load_profile("confirm"), load_profile("local")
-        train, hyper, test = methods.task_splits(dataset, confirm)
-        decoded = {ex.id for ex in methods.task_splits(dataset, local)[2]}
-    except data.MissingDataError as why:
-        pytest.skip(f"no {dataset} data: {why}")
+    real_data.require(dataset)
+    confirm, local = load_profile("confirm"), load_profile("local")
+    train, hyper, test = methods.task_splits(dataset, confirm)
+    decoded = {ex.id for ex in methods.task_splits(dataset, local)[2]}
     ids = [ex.id for ex in test]
     assert ids == confirmation.frozen_inputs()[dataset]["ids"] and len(ids) == 200
     assert not decoded & set(ids)

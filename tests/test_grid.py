@@ -27,6 +27,7 @@ from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils import malloc
 
 sys.path.insert(0, str(Path(__file__).parent))
+import real_data  # noqa: E402
 from grid_worker import METHODS, mini_profile, mini_units  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +74,7 @@ def _close(a, b, where=""):
 @pytest.fixture(scope="module")
 def serial_store(tmp_path_factory):
     """The mini grid run one unit after another in this process: the reference records."""
+    real_data.require("e2e")
     store = tmp_path_factory.mktemp("serial")
     saved = os.environ.get("PLUGIN_RESULTS_DIR")
     os.environ["PLUGIN_RESULTS_DIR"] = str(store)
@@ -202,6 +204,7 @@ def test_a_missing_engine_says_what_to_install(monkeypatch):
 
 
 def test_the_plan_command_prints_units_states_and_wall_times(tmp_path, monkeypatch, capsys):
+    real_data.require("e2e")  # its units (or the workers it starts) read E2E
     from plugin_lib.harness.grid.__main__ import main
 
     _store(tmp_path, monkeypatch)
@@ -216,6 +219,7 @@ def test_the_plan_command_prints_units_states_and_wall_times(tmp_path, monkeypat
 
 
 def test_ray_local_cluster_gives_the_serial_records(serial_store, tmp_path, monkeypatch):
+    real_data.require("e2e")  # its units (or the workers it starts) read E2E
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'plugin-repro[ray]')")
     store = _store(tmp_path / "ray", monkeypatch)
     plan = grid.make_plan(mini_units(), measure=False)
@@ -325,6 +329,7 @@ def _slurm_reason() -> str | None:
 
 
 def test_slurm_cluster_gives_the_serial_records(serial_store, tmp_path, monkeypatch):
+    real_data.require("e2e")  # its units (or the workers it starts) read E2E
     pytest.importorskip("submitit", reason="the slurm extra is not installed (pip install 'plugin-repro[slurm]')")
     reason = _slurm_reason()
     if reason and os.environ.get("PLUGIN_REQUIRE_SLURM") == "1":
@@ -358,6 +363,7 @@ def _worker(log: Path, store: Path, sleep_s: float = 0.0) -> subprocess.Popen:
 
 
 def test_two_executors_at_once_compute_each_unit_once(serial_store, tmp_path):
+    real_data.require("e2e")  # its units (or the workers it starts) read E2E
     store, log = tmp_path / "store", tmp_path / "units.log"
     workers = [_worker(log, store), _worker(log, store)]
     assert [w.wait(timeout=600) for w in workers] == [0, 0]
@@ -369,6 +375,7 @@ def test_two_executors_at_once_compute_each_unit_once(serial_store, tmp_path):
 
 
 def test_a_worker_killed_mid_unit_loses_nothing_and_the_rerun_redoes_that_unit(serial_store, tmp_path):
+    real_data.require("e2e")  # its units (or the workers it starts) read E2E
     store, log = tmp_path / "store", tmp_path / "units.log"
     worker = _worker(log, store, sleep_s=120)
     deadline = time.time() + 300
@@ -412,6 +419,7 @@ def test_notebook_12s_units_take_its_parameters_defaults():
 
 
 def test_fine_tuned_bases_and_bdpl_prompts_are_units_their_runs_need(tmp_path, monkeypatch):
+    real_data.require("e2e")  # its units (or the workers it starts) read E2E
     _store(tmp_path, monkeypatch)
     units = notebook_units(load_profile("smoke"), ["05", "06", "10"])
     by_kind = {}

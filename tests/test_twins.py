@@ -305,3 +305,15 @@ def test_on_colab_with_drive_mounted_the_gpu_profiles_keep_results_on_drive(monk
     assert config.results_dir("local") == config.REPO_ROOT / "results" / "local"  # its committed runs stay
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "chosen"))
     assert config.results_dir("colab") == tmp_path / "chosen" / "colab"  # an explicit choice wins
+
+
+def test_offline_a_hub_id_is_read_from_the_local_cache_at_once(monkeypatch, tmp_path):
+    """Without a Hub, commands ask transformers for the local cache only (no 30 s of retries)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    models.hub_reachable.cache_clear()
+    try:
+        assert models.hub_reachable() is False
+        assert models.hub_kwargs("openai-community/gpt2-medium") == {"local_files_only": True}
+        assert models.hub_kwargs(tmp_path) == {}  # a local directory is read as it is
+    finally:
+        models.hub_reachable.cache_clear()

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 import weakref
@@ -48,13 +49,36 @@ def _umask() -> int:
     return mask
 
 
+def _owner() -> str:
+    """``host~pid`` of this process, safe in a file name (``utils.locks`` writes the same tags;
+    the core imports nothing above it)."""
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname()) or "host"
+    return f"{host}~{os.getpid()}"
+
+
+def _owner_ended(tag: str) -> bool:
+    """True when ``tag`` names a process of this host that no longer runs."""
+    host, _, pid = tag.rpartition("~")
+    if not pid.isdigit() or host != _owner().rpartition("~")[0]:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # runs, as another user
+        return False
+    return False
+
+
 def remove_stale_partials(directory: Path, max_age_s: float = STALE_PARTIAL_S) -> list[Path]:
-    """Remove ``.base-*.partial`` files in ``directory`` untouched for ``max_age_s`` seconds:
-    caches whose build was killed (a live build touches its file after every batch)."""
+    """Remove ``.base-*.partial`` files in ``directory`` left by a killed build: at once when the
+    build's process (named in the file, ``host~pid``) has ended on this host, otherwise once
+    untouched for ``max_age_s`` seconds (a live build touches its file after every batch)."""
     removed, cutoff = [], time.time() - max_age_s
     for partial in Path(directory).glob(".base-*.partial"):
+        parts = partial.name.split(".")
         try:
-            if partial.stat().st_mtime < cutoff:
+            if (len(parts) >= 4 and _owner_ended(parts[-3])) or partial.stat().st_mtime < cutoff:
                 partial.unlink()
                 removed.append(partial)
         except FileNotFoundError:
@@ -420,7 +444,7 @@ class BaseOutputCache:
             remove_stale_partials(path.parent)
             # A name unique to this build: two processes building the same cache never write
             # into one file; whichever finishes first gives the final name its content.
-            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_owner()}.", suffix=".partial")
             os.close(fd)
             tmp = Path(name)
             try:

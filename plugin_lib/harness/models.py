@@ -30,9 +30,11 @@ import importlib.util
 import os
 import re
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel,
@@ -237,6 +239,27 @@ def _build_twin(spec: dict[str, Any], torch_dtype: torch.dtype, device: torch.de
     return model, tokenizer
 
 
+@functools.lru_cache(maxsize=1)
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub answers: one TCP connection to it, a few seconds at most
+    (False at once under HF_HUB_OFFLINE). Without a network, transformers retries a Hub id for
+    about 30 s before it looks in its local cache; asked first, a command decides in seconds."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
+def hub_kwargs(path: str | Path) -> dict:
+    """``local_files_only`` for a Hub id when the Hub does not answer (the local cache, or a fast
+    error); nothing for a local directory."""
+    return {} if Path(path).is_dir() or hub_reachable() else {"local_files_only": True}
+
+
 def load_causal_lm(
     name: str, *, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -261,13 +284,14 @@ def load_causal_lm(
         if spec["source"] == "twin":
             model, tokenizer = _build_twin(spec, torch_dtype, device)
         else:
-            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **hub_kwargs(path))
+            tokenizer = AutoTokenizer.from_pretrained(path, **hub_kwargs(path))
     except OSError as err:
         raise OSError(
             f"Could not load base model {name!r} from {path!r}. Hub models need internet access "
             "(and, for meta-llama/Llama-3.1-8B, an accepted licence and `huggingface-cli login` "
-            "or HF_TOKEN); offline, use the 'local' profile with smollm2-135m-instruct."
+            "or HF_TOKEN); offline, use the 'local' profile with smollm2-135m-instruct"
+            + (" (the Hub did not answer here: only its local cache was read)." if not hub_reachable() else ".")
         ) from err
     if device.type != "cuda" and spec["source"] != "twin":
         model.to(device)

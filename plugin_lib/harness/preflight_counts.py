@@ -47,7 +47,7 @@ def tokenizer_for(model: str):
     spec = models.model_spec(model)
     if spec["source"] == "hub":
         try:
-            return AutoTokenizer.from_pretrained(spec["hub_id"]), True
+            return AutoTokenizer.from_pretrained(spec["hub_id"], **models.hub_kwargs(spec["hub_id"])), True
         except Exception:  # not in the local Hub cache, or no Hub: the stand-in counts
             return _smollm2_tokenizer(), False
     return _smollm2_tokenizer(), True  # the twins use it; SmolLM2's own is the same
