@@ -13,6 +13,11 @@ what determines the notebook's results, and nothing else:
   ``plugin_lib/`` (``.yaml``, ``.csv``, ``.json``, ``.txt``, among them the data checksums);
 - the data: which optional data files are present (they change splits), or the Hub.
 
+Before any stamp is printed or checked, every stored run record of the profile is read
+(``damaged_records``): a truncated or corrupt one stops the run here, named, with the cheapest
+mend first (``git checkout`` for a committed record, else deleting it so that it is recomputed),
+instead of letting a matching stamp skip the notebooks that depend on it.
+
 Nothing from the machine, the user or the other environment variables enters it, so a fresh
 clone of a commit whose executed notebooks were stamped skips them. The rule that keeps that
 true as the code changes: a commit that changes what a stamp hashes re-runs ``run_all.sh
@@ -24,12 +29,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # this checkout's plugin_lib, whatever PYTHONPATH says
-from plugin_lib.harness.profile import load_profile, profile_names  # noqa: E402
+from plugin_lib.harness.profile import load_profile, profile_names, results_dir  # noqa: E402
 # The code version is also what every new run record names (plugin_lib/utils/provenance.py).
 from plugin_lib.utils.provenance import code_files, code_version, file_content  # noqa: E402,F401
 
@@ -66,6 +72,37 @@ def stamp(notebook: str | Path, profile: str, parameters: dict[str, str] | None 
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def damaged_records(profile: str) -> list[Path]:
+    """The stored run records (``runs/**/*.json``, not the temporaries) of ``profile`` that do
+    not read as JSON: truncated by a full disk or a copy, or edited by hand."""
+    damaged = []
+    for path in sorted((results_dir(profile) / "runs").rglob("*.json")):
+        if path.name.startswith(".") or "cache" in path.relative_to(results_dir(profile)).parts:
+            continue
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            damaged.append(path)
+    return damaged
+
+
+def mend_advice(paths: list[Path]) -> str:
+    """What to do about damaged records, the cheapest first: restore the committed ones from git
+    (a second), delete the others (their notebook recomputes them)."""
+    committed, other = [], []
+    for path in paths:
+        tracked = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "--error-unmatch", str(path)],
+                                 capture_output=True).returncode == 0
+        (committed if tracked else other).append(path)
+    shown = lambda ps: " ".join(str(p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p) for p in ps)  # noqa: E731
+    lines = []
+    if committed:
+        lines.append(f"restore the committed record(s) with `git checkout -- {shown(committed)}`")
+    if other:
+        lines.append(f"delete {shown(other)}: the next run recomputes them")
+    return "; ".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", required=True, choices=profile_names())
@@ -75,6 +112,12 @@ def main(argv: list[str]) -> int:
                         help="compare with the stored stamps under results/PROFILE/executed; exit 1 if any is stale")
     parser.add_argument("notebooks", nargs="+")
     args = parser.parse_args(argv)
+    damaged = damaged_records(args.profile)
+    if damaged:
+        print(f"{len(damaged)} stored run record(s) of profile '{args.profile}' cannot be read: "
+              f"{', '.join(str(p) for p in damaged)}. The notebooks that use them would be skipped as finished or "
+              f"fail late. Mend them first: {mend_advice(damaged)}.", file=sys.stderr)
+        return 3
     code, data = code_version(), data_state()
     stale = []
     for notebook in args.notebooks:
