@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..harness import models
@@ -485,11 +486,11 @@ def update_readme(profile: Profile | str, readme: Path = config.REPO_ROOT / "REA
     return atomic_write_text(readme, head + block + tail)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write results/<profile>/REPORT.md")
     parser.add_argument("--profile", required=True, choices=config.profile_names())
     parser.add_argument("--readme", action="store_true", help="also refresh the README's results block")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(write_report(args.profile))
     if args.readme:
         print(update_readme(args.profile))

@@ -1,0 +1,135 @@
+"""``plugin-repro`` (or ``python -m plugin_lib``): the package's one command-line front door.
+
+Every job the README shows is a subcommand; each hands its arguments, unchanged, to the module
+that does the job, so ``plugin-repro preflight --help`` is the preflight's own help and the
+``python -m`` paths keep working:
+
+    plugin-repro run --profile local            bash run_all.sh (a checkout): data, notebooks, report
+    plugin-repro data fetch|check ...           plugin_lib.data.fetch, plugin_lib.data.check
+    plugin-repro preflight --profile paper ...  plugin_lib.harness.preflight
+    plugin-repro grid plan|run ...              plugin_lib.harness.grid
+    plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
+    plugin-repro confirmation status|judge|margins   plugin_lib.experiments.confirmation
+    plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
+    plugin-repro train|generate|serve ...       plugin_lib.serving.cli (a Plugin on your own data)
+
+An entry point sits above every layer (tests/test_architecture.py): it composes them, and
+nothing imports it. The jobs' modules are imported only when their command runs.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from .serving import cli as serving
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# A command that passes everything after its name to the job's own parser, --help included.
+PASS_ON = {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
+           "add_help_option": False}
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Reproduce 'Logits are All We Need to Adapt Closed Models', and use the Plugin on your own "
+                       "model. Each command's --help is the job's own.")
+for command in serving.app.registered_commands:  # train, generate, serve
+    app.registered_commands.append(command)
+data_app = typer.Typer(no_args_is_help=True, help="The datasets: fetch them, check them.")
+grid_app = typer.Typer(no_args_is_help=True, help="The notebooks' units on Ray, Slurm or here (docs/scale.md).")
+app.add_typer(data_app, name="data")
+app.add_typer(grid_app, name="grid")
+
+
+def _hand_over(module: str, args: list[str], *, prefix: tuple[str, ...] = ()) -> None:
+    """Run ``module``'s ``main`` with ``args`` as its command line; its status is ours."""
+    main = importlib.import_module(module).main
+    sys.argv = [sys.argv[0], *prefix, *args]  # for parsers that read sys.argv
+    status = main([*prefix, *args])
+    raise typer.Exit(status if isinstance(status, int) else 0)
+
+
+def _checkout_file(relpath: str) -> Path:
+    path = REPO_ROOT / relpath
+    if not path.is_file():
+        typer.echo(f"plugin-repro: error: this command needs a checkout of the repository ({relpath} is not "
+                   f"beside the package at {REPO_ROOT}): git clone it, then run it there.", err=True)
+        raise typer.Exit(2)
+    return path
+
+
+@app.command("run", **PASS_ON)
+def run(ctx: typer.Context) -> None:
+    """Data, every notebook of a profile, the report: bash run_all.sh with these arguments (--help)."""
+    script = _checkout_file("run_all.sh")
+    raise typer.Exit(subprocess.run(["bash", str(script), *ctx.args]).returncode)
+
+
+@data_app.command("fetch", **PASS_ON)
+def data_fetch(ctx: typer.Context) -> None:
+    """Download the datasets, SHA-256 verified (python -m plugin_lib.data.fetch)."""
+    _hand_over("plugin_lib.data.fetch", ctx.args)
+
+
+@data_app.command("check", **PASS_ON)
+def data_check(ctx: typer.Context) -> None:
+    """Check the data folder against its checksums (python -m plugin_lib.data.check)."""
+    _hand_over("plugin_lib.data.check", ctx.args)
+
+
+@app.command("preflight", **PASS_ON)
+def preflight(ctx: typer.Context) -> None:
+    """A run's plan: work, memory, disk and hours per notebook (python -m plugin_lib.harness.preflight)."""
+    _hand_over("plugin_lib.harness.preflight", ctx.args)
+
+
+@grid_app.command("plan", **PASS_ON)
+def grid_plan(ctx: typer.Context) -> None:
+    """The units, their states and the wall time on 1, 8 and 32 GPUs."""
+    _grid("plan", ctx.args)
+
+
+@grid_app.command("run", **PASS_ON)
+def grid_run(ctx: typer.Context) -> None:
+    """Compute the pending units with an executor (local, ray, slurm)."""
+    _grid("run", ctx.args)
+
+
+def _grid(verb: str, args: list[str]) -> None:
+    from .utils import malloc
+
+    malloc.restart_with_tunables()  # the plan's probe and the local executor compute here
+    _hand_over("plugin_lib.harness.grid.__main__", args, prefix=(verb,))
+
+
+@app.command("report", **PASS_ON)
+def report(ctx: typer.Context) -> None:
+    """Write results/<profile>/REPORT.md, and with --readme the README's block (python -m plugin_lib.report)."""
+    _hand_over("plugin_lib.report.document", ctx.args)
+
+
+@app.command("confirmation", **PASS_ON)
+def confirmation(ctx: typer.Context) -> None:
+    """The preregistered confirmation: status, judge, margins (python -m plugin_lib.experiments.confirmation)."""
+    _hand_over("plugin_lib.experiments.confirmation", ctx.args)
+
+
+@app.command("stamp", **PASS_ON)
+def stamp(ctx: typer.Context) -> None:
+    """Notebook stamps; --check compares them with results/<profile>/executed (scripts/run_stamp.py)."""
+    script = _checkout_file("scripts/run_stamp.py")
+    spec = importlib.util.spec_from_file_location("run_stamp", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    raise typer.Exit(module.main(ctx.args))
+
+
+def main() -> None:
+    app(prog_name="plugin-repro")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""``plugin-repro`` (``python -m plugin_lib``): one subcommand per job the README shows, each
+handing its arguments, --help included, to the job's own parser; exit statuses pass through."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def front_door(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "plugin_lib", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+
+
+def test_every_job_is_a_subcommand():
+    listed = front_door("--help")
+    assert listed.returncode == 0
+    for command in ("run", "data", "preflight", "grid", "report", "confirmation", "stamp", "train", "generate", "serve"):
+        assert f" {command} " in listed.stdout, command
+
+
+def test_a_subcommand_hands_its_arguments_and_help_to_the_jobs_own_parser():
+    help_text = front_door("grid", "plan", "--help")
+    assert help_text.returncode == 0 and "--profile" in help_text.stdout and "--summary" in help_text.stdout
+    wrong = front_door("preflight", "--profile", "no-such-profile")
+    assert wrong.returncode == 2 and "invalid choice: 'no-such-profile'" in wrong.stderr
+
+
+def test_the_stamp_check_gives_the_scripts_status():
+    notebook = "notebooks/13_theorem1_convergence.ipynb"
+    door = front_door("stamp", "--profile", "local", "--check", notebook)
+    script = subprocess.run([sys.executable, "scripts/run_stamp.py", "--profile", "local", "--check", notebook],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert door.returncode == script.returncode and door.stderr == script.stderr
