@@ -200,7 +200,7 @@ if [ -n "$executor" ]; then
   # shellcheck disable=SC2086  # PLUGIN_GRID_ARGS holds several options
   grid_rc=0
   # shellcheck disable=SC2086
-  "$py" -m plugin_lib.harness.grid run --profile "$profile" --executor "$executor" ${only:+--only "$only"} \
+  "$py" -m plugin_lib grid run --profile "$profile" --executor "$executor" ${only:+--only "$only"} \
       ${PLUGIN_GRID_ARGS:-} > >(tee "$out/logs/grid.log") 2>&1 || grid_rc=$?
   wait  # tee has written the whole log
   if [ "$grid_rc" = 2 ]; then  # the engine is missing (or the arguments are wrong): nothing ran

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from plugin_lib.harness import grid, load_profile
-from plugin_lib.harness.grid.__main__ import notebook_units
+from plugin_lib.commands.grid import notebook_units
 
 
 def _records(store: Path) -> dict:

@@ -7,7 +7,7 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro run --profile local            bash run_all.sh (a checkout): data, notebooks, report
     plugin-repro data fetch|check ...           plugin_lib.data.fetch, plugin_lib.data.check
     plugin-repro preflight --profile paper ...  plugin_lib.harness.preflight
-    plugin-repro grid plan|run ...              plugin_lib.harness.grid
+    plugin-repro grid plan|run ...              plugin_lib.commands.grid
     plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
     plugin-repro confirmation status|judge|margins   plugin_lib.experiments.confirmation
     plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
@@ -102,7 +102,7 @@ def _grid(verb: str, args: list[str]) -> None:
     from .utils import malloc
 
     malloc.restart_with_tunables()  # the plan's probe and the local executor compute here
-    _hand_over("plugin_lib.harness.grid.__main__", args, prefix=(verb,))
+    _hand_over("plugin_lib.commands.grid", args, prefix=(verb,))
 
 
 @app.command("report", **PASS_ON)

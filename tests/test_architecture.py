@@ -23,6 +23,7 @@ LAYERS = {
     "harness": 4,
     "report": 5, "serving": 5,
     "experiments": 6,
+    "commands": 7,
 }
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from plugin_lib.harness import grid, preflight, runner
 from plugin_lib.harness.grid import executors, plan as planning
-from plugin_lib.harness.grid.__main__ import SOURCES, notebook_units
+from plugin_lib.commands.grid import SOURCES, notebook_units
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils import malloc
 
@@ -133,7 +133,7 @@ def _unit(key, needs=()):
 
 
 def test_units_can_be_chosen_and_skipped_by_key_with_their_dependencies():
-    from plugin_lib.harness.grid.__main__ import select_units
+    from plugin_lib.commands.grid import select_units
 
     # a -> c -> e, b -> c, d alone
     units = [_unit("x/a"), _unit("x/b"), _unit("x/c", ("x/a", "x/b")), _unit("y/d"), _unit("x/e", ("x/c",))]
@@ -205,7 +205,7 @@ def test_a_missing_engine_says_what_to_install(monkeypatch):
 
 def test_the_plan_command_prints_units_states_and_wall_times(tmp_path, monkeypatch, capsys):
     real_data.require("e2e")  # its units (or the workers it starts) read E2E
-    from plugin_lib.harness.grid.__main__ import main
+    from plugin_lib.commands.grid import main
 
     _store(tmp_path, monkeypatch)
     assert main(["plan", "--profile", "smoke", "--only", "01", "--no-measure", "--csv", str(tmp_path / "u.csv")]) == 0

@@ -1,0 +1,231 @@
+"""``plugin-repro grid plan|run --profile P [--only NB ...]``: the notebooks' units of work, their
+plan, and their execution here, on Ray or on Slurm (docs/scale.md).
+
+It lives above the layers (``plugin_lib.commands``): it collects each notebook's units from the
+notebook's own module in ``plugin_lib.experiments``, and the harness's grid (plan, executors,
+units) never imports upwards. ``python -m plugin_lib.harness.grid`` still starts it.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import fnmatch
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .. import data
+from ..experiments import ablations, confirmation, shift, table5, table8, topk
+from ..harness import preflight
+from ..harness import profile as config
+from ..harness.grid import executors, plan as planning, units as grid_units
+from ..harness.profile import Profile
+
+GIB = 2**30
+MAIN_TABLES = dict(zip(preflight.NOTEBOOKS[1:5], data.DATASETS))
+
+
+def _main_table(dataset: str) -> Callable[[Profile, str], list]:
+    return lambda profile, notebook: grid_units.table_units(dataset, profile, notebook)
+
+
+# Each notebook's units, from the functions its own runs go through.
+SOURCES: dict[str, Callable[[Profile, str], list]] = {
+    **{notebook: _main_table(dataset) for notebook, dataset in MAIN_TABLES.items()},
+    "05_table5_bdpl_wrapper": table5.units,
+    "06_fig2_base_quality": ablations.base_quality_units,
+    "07_fig3_reweighting_complexity": ablations.complexity_units,
+    "08_fig7_architecture": ablations.architecture_units,
+    "10_distribution_shift": shift.units,
+    "11_table8_lora": table8.units,
+    "12_topk_logprobs": topk.units,
+}
+# Notebooks whose work stays in the notebook, and why.
+IN_NOTEBOOK = {
+    "00_dataset_statistics": "counts the data (seconds)",
+    "09_adidas_case_study": "reads notebook 04's runs",
+    "13_theorem1_convergence": "a synthetic study on the CPU (minutes)",
+    "14_api_model": "a base behind an API server it starts itself",
+}
+
+
+def notebook_units(profile: Profile, only: Sequence[str] = (), problems: dict[str, str] | None = None
+                   ) -> list[grid_units.Unit]:
+    """The units of the notebooks whose names start with one of ``only`` (all by default), one
+    per record, merged across notebooks that share it. With ``problems``, a notebook whose data
+    this machine lacks (e.g. E2E's train split, which notebook 06 fine-tunes on, offline) is left
+    out and the reason kept there; otherwise the error stops the call."""
+    chosen = [nb for nb in preflight.NOTEBOOKS if not only or any(nb.startswith(o) for o in only)]
+    if not chosen:
+        raise ValueError(f"--only {' '.join(only)} matches no notebook; the notebooks: {', '.join(preflight.NOTEBOOKS)}.")
+    found = []
+    for notebook in chosen:
+        if notebook not in SOURCES:
+            continue
+        try:
+            found += SOURCES[notebook](profile, notebook)
+        except (data.MissingDataError, ValueError) as err:
+            if problems is None:
+                raise
+            problems[notebook] = f"not planned here: {err}"
+    return grid_units.merge(found)
+
+
+def select_units(units: Sequence[grid_units.Unit], keep: Sequence[str] = (), skip: Sequence[str] = ()
+                 ) -> list[grid_units.Unit]:
+    """The units whose keys match a pattern of ``keep`` (``fnmatch``; all when empty) with the
+    units they need, less the units matching ``skip`` and every unit that needs one of those
+    (it would compute them itself). E.g. one process on a long unit, another on the rest."""
+    def matches(unit: grid_units.Unit, patterns: Sequence[str]) -> bool:
+        return any(fnmatch.fnmatchcase(unit.key, p) for p in patterns)
+
+    dropped = {u.key for u in units if matches(u, skip)}
+    for unit in planning.topological(units):  # dependency order: a dropped unit's dependents follow it
+        if set(unit.needs) & dropped:
+            dropped.add(unit.key)
+    kept = [u for u in units if u.key not in dropped]
+    if keep:
+        if not any(matches(u, keep) for u in units):
+            raise ValueError(f"--units {' '.join(keep)} matches no unit; `plan` lists their keys.")
+        wanted = [u for u in kept if matches(u, keep)]
+        if not wanted:
+            raise ValueError(f"--units {' '.join(keep)} --skip {' '.join(skip)} leaves no unit to run.")
+        kept = planning.with_needs(kept, wanted)
+    return kept
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.2f}"
+
+
+def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, show_units: bool,
+               problems: dict[str, str] | None = None, out=None) -> None:
+    out = out or sys.stdout
+    chosen = [nb for nb in preflight.NOTEBOOKS if not only or any(nb.startswith(o) for o in only)]
+    print(f"Grid plan of profile '{profile.name}': {len(plan.units)} units from notebooks "
+          f"{', '.join(nb[:2] for nb in chosen if nb in SOURCES)}; times: {plan.timed}.", file=out)
+    for notebook in chosen:
+        if notebook in IN_NOTEBOOK or notebook in (problems or {}):
+            print(f"  {notebook}: {(problems or {}).get(notebook) or IN_NOTEBOOK[notebook]}", file=out)
+    if show_units:
+        print("\nunit  kind  state  needs  GPU GiB  hours<=  notebooks", file=out)
+        for unit in plan.units:
+            needs = ",".join(k.rsplit("/", 1)[-1] for k in unit.needs) or "-"
+            print(f"{unit.key}  {unit.kind}  {plan.state.get(unit.key, '?')}  {needs}  "
+                  f"{plan.gpu_bytes.get(unit.key, 0) / GIB:.1f}  {_hours(plan.seconds.get(unit.key, 0.0))}  "
+                  f"{' '.join(nb[:2] for nb in unit.notebooks)}", file=out)
+    likely = bool(plan.likely)
+    print("\nkind  units  done  ready  waiting  hours<= (pending)" + ("  likely hours" if likely else ""), file=out)
+    for kind, n, done, ready, waiting, hours, likely_hours in planning.kind_summary(plan):
+        print(f"{kind}  {n}  {done}  {ready}  {waiting}  {hours:,.2f}"
+              + (f"  {likely_hours:,.2f}" if likely else ""), file=out)
+    total = sum(plan.seconds.get(u.key, 0.0) for u in plan.pending())
+    critical, chain = plan.critical_path()
+    print(f"\nPending: {len(plan.pending())} units, {_hours(total)} device-hours at most; critical path "
+          f"{_hours(critical)} h over {len(chain)} units.", file=out)
+
+    def walls(seconds=None) -> str:
+        return "; ".join(f"{n} GPU{'s' if n > 1 else ''} {_hours(plan.wall_seconds(n, seconds))} h" for n in (1, 8, 32))
+
+    print(f"Wall time, one unit per GPU at a time: {walls()}.", file=out)
+    if likely:
+        pending_likely = sum(plan.likely.get(u.key, 0.0) for u in plan.pending())
+        print(f"Likely: {_hours(pending_likely)} device-hours; wall time {walls(plan.likely)} (at the "
+              f"{plan.calibrated}; BDPL's searches at every configuration).", file=out)
+
+
+def write_csv(plan: planning.Plan, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["key", "kind", "state", "needs", "gpu_gib", "hours", "notebooks"])
+        for unit in plan.units:
+            writer.writerow([unit.key, unit.kind, plan.state.get(unit.key, ""), " ".join(unit.needs),
+                             f"{plan.gpu_bytes.get(unit.key, 0) / GIB:.2f}", f"{plan.seconds.get(unit.key, 0.0) / 3600:.4f}",
+                             " ".join(unit.notebooks)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="plugin-repro grid",
+                                     description="The notebooks' units of work: plan them, or run them here, on "
+                                                 "Ray or on Slurm; the notebooks then only aggregate.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("plan", "run"):
+        p = sub.add_parser(name)
+        p.add_argument("--profile", required=True, choices=config.profile_names())
+        p.add_argument("--only", nargs="+", default=[], metavar="NB", help="notebooks whose names start with these")
+        p.add_argument("--gpu-memory-gb", type=float, default=80.0, help="memory of one GPU (GPU shares, wall times)")
+        p.add_argument("--units", nargs="+", default=[], metavar="KEY",
+                       help="only the units whose keys match these patterns (fnmatch), with what they need")
+        p.add_argument("--skip", nargs="+", default=[], metavar="KEY",
+                       help="leave out the units whose keys match these patterns, and those that need them")
+    plan_parser = sub.choices["plan"]
+    plan_parser.add_argument("--summary", action="store_true", help="totals only, not one line per unit")
+    plan_parser.add_argument("--csv", type=Path, help="also write the units to this CSV file")
+    plan_parser.add_argument("--no-measure", action="store_true", help="no rates: states and memory only")
+    run_parser = sub.choices["run"]
+    run_parser.add_argument("--executor", choices=executors.EXECUTORS, default="local")
+    run_parser.add_argument("--address", help="ray: a running cluster ('auto', 'ray://host:10001')")
+    run_parser.add_argument("--num-gpus", type=float, help="ray: GPUs of the local cluster it starts (default: detected)")
+    run_parser.add_argument("--num-cpus", type=int, help="ray: CPUs of the local cluster it starts (default: detected)")
+    run_parser.add_argument("--partition", help="slurm: partition")
+    run_parser.add_argument("--account", help="slurm: account")
+    run_parser.add_argument("--time-min", type=int, default=240, help="slurm: time limit per job, minutes")
+    run_parser.add_argument("--gpus-per-job", type=int, default=1, help="slurm: GPUs per job (0 on a CPU cluster)")
+    run_parser.add_argument("--cpus-per-job", type=int, default=1, help="slurm: CPUs per job")
+    run_parser.add_argument("--mem-gb", type=float, help="slurm: memory per job")
+    run_parser.add_argument("--units-per-job", type=int, default=8, help="slurm: units of one base per array task")
+    run_parser.add_argument("--slurm-folder", type=Path, help="slurm: submitit's folder (default: the profile's logs)")
+    args = parser.parse_args(argv)
+
+    profile = config.load_profile(args.profile)
+    problems: dict[str, str] = {}
+    try:
+        units = notebook_units(profile, args.only, problems if args.command == "plan" else None)
+        units = select_units(units, args.units, args.skip)
+    except (ValueError, data.MissingDataError) as err:
+        parser.error(str(err))
+    if args.command == "plan":
+        plan = planning.make_plan(units, measure=not args.no_measure)
+        print_plan(plan, profile, args.only, show_units=not args.summary, problems=problems)
+        if args.csv:
+            write_csv(plan, args.csv)
+        return 0
+
+    if profile.name == confirmation.PROFILE:  # the preregistered runs decode the frozen test inputs, or none
+        try:
+            for dataset in sorted({u.task.dataset for u in units}):
+                confirmation.check_test_inputs(dataset, profile)
+        except ValueError as err:
+            parser.error(str(err))
+    plan = planning.make_plan(units, measure=False)
+    started = time.perf_counter()
+    print(f"[grid] {len(plan.pending())} of {len(plan.units)} units to compute with the {args.executor} executor.",
+          file=sys.stderr)
+    results: list[dict] = []
+    with executors.exit_on_sigterm():  # kill or scancel: the executor still cleans up (Ray's local cluster)
+        try:
+            if args.executor == "local":
+                results = executors.run_local(plan)
+            elif args.executor == "ray":
+                results = executors.run_ray(plan, address=args.address, gpu_memory_gb=args.gpu_memory_gb,
+                                            num_gpus=args.num_gpus, num_cpus=args.num_cpus)
+            else:
+                folder = args.slurm_folder or config.results_dir(profile) / "logs" / "slurm"
+                results = executors.run_slurm(plan, executors.SlurmOptions(
+                    folder=folder.resolve(), partition=args.partition, account=args.account, time_min=args.time_min,
+                    gpus_per_job=args.gpus_per_job, cpus_per_job=args.cpus_per_job, mem_gb=args.mem_gb,
+                    units_per_job=args.units_per_job))
+        except executors.MissingEngine as err:
+            print(f"python -m plugin_lib.harness.grid: {err}", file=sys.stderr)
+            return 2
+    planning.refresh(plan)
+    left = plan.pending()
+    print(f"[grid] {len(plan.units) - len(left)} of {len(plan.units)} units done "
+          f"({time.perf_counter() - started:.0f} s).", file=sys.stderr)
+    for failure in executors.failures(results):
+        print(f"[grid] failed: {failure['key']}: {failure['error']}", file=sys.stderr)
+    if left:
+        print("[grid] the finished units are stored: mend the failures above and run again to resume.", file=sys.stderr)
+    return 0 if not left else 1
