@@ -317,3 +317,11 @@ def test_offline_a_hub_id_is_read_from_the_local_cache_at_once(monkeypatch, tmp_
         assert models.hub_kwargs(tmp_path) == {}  # a local directory is read as it is
     finally:
         models.hub_reachable.cache_clear()
+
+
+def test_the_preflight_without_its_data_says_what_to_do_in_one_line(capsys):
+    """No data (this test declares none, so the folder it sees is empty): exit 2, one line naming
+    the missing file and how to fetch it, no traceback."""
+    assert preflight.main(["--profile", "smoke", "--plan-only", "--no-measure"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("preflight: Missing data file") and "fetch" in err and "Traceback" not in err

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..data.integrity import DataError, MissingDataError
 from . import gpus, models
 from . import profile as config
 # The preflight's parts (counting, the plan, the rates); their names stay importable from here.
@@ -224,6 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--save-rates", metavar="FILE", help="write the rates measured here (to plan elsewhere with --rates)")
     parser.add_argument("--only", default="", help="check the memory of the notebooks whose names start with this")
     args = parser.parse_args(argv)
+    try:
+        return _run_from(args)
+    except (MissingDataError, DataError) as err:  # one line that says what to do, not a traceback
+        print(f"preflight: {err}", file=sys.stderr)
+        return 2
+
+
+def _run_from(args: argparse.Namespace) -> int:
     return run(args.profile, gpu_memory_gb=args.gpu_memory_gb, disk_free_gb=args.disk_free_gb,
                measure=not args.no_measure, plan_only=args.plan_only, gpu_name=args.gpu, only=args.only,
                rates_file=args.rates, save_rates_file=args.save_rates)
