@@ -488,3 +488,21 @@ def test_a_damaged_stored_record_stops_the_stamps_naming_it_and_the_cheapest_men
     assert "Plugin-seed1.json" in err and "delete" in err and "recomputes" in err
     committed = ROOT / "results" / "local" / "runs" / "e2e" / "smollm2-135m-instruct" / "BDPL+Plugin-seed0.json"
     assert rs.mend_advice([committed]).startswith("restore the committed record(s) with `git checkout -- results/local/")
+
+
+def test_a_missing_executor_engine_is_exit_2_and_claims_nothing_about_resuming(tmp_path):
+    """--executor ray without ray: the grid cannot start, so run_all.sh exits 2 saying nothing
+    was computed (not 'finished units are stored, so a rerun resumes'), and no notebook runs."""
+    real_data.require("e2e")  # the grid plans the smoke profile's units from the data
+    repo = make_repo(tmp_path, {"01_table1_e2e": OK}, real_check=True)  # the grid imports the real preflight
+    no_ray = tmp_path / "no-ray" / "ray"
+    no_ray.mkdir(parents=True)
+    (no_ray / "__init__.py").write_text('raise ImportError("ray is not installed here (a test)")\n')
+    done = run_all(repo, "--profile", "smoke", "--only", "01", "--executor", "ray", timeout=300,
+                   PYTHONPATH=str(no_ray.parent), PLUGIN_DATA_DIR=os.environ["PLUGIN_DATA_DIR"],
+                   PLUGIN_RESULTS_DIR=str(tmp_path / "results"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "could not start" in done.stderr and "nothing was computed" in done.stderr
+    both = done.stdout + done.stderr  # the grid's own lines go through its log (tee) to stdout
+    assert "rerun resumes" not in both and "pip install 'plugin-repro[ray]'" in both
+    assert not (tmp_path / "results" / "smoke" / "marker.txt").exists()  # no notebook ran
