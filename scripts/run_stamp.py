@@ -94,7 +94,9 @@ def mend_advice(paths: list[Path]) -> str:
         tracked = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "--error-unmatch", str(path)],
                                  capture_output=True).returncode == 0
         (committed if tracked else other).append(path)
-    shown = lambda ps: " ".join(str(p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p) for p in ps)  # noqa: E731
+    def shown(paths: list[Path]) -> str:
+        return " ".join(str(p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p) for p in paths)
+
     lines = []
     if committed:
         lines.append(f"restore the committed record(s) with `git checkout -- {shown(committed)}`")

@@ -83,8 +83,9 @@ def record_claim(profile: Profile | str, key: str, claim: str, paper: str, ours:
     folder = "claims" if preregistered or prof is None or prof.test_inputs is None else "notebook-claims"
     if preregistered:
         entry["preregistered"] = True
-    if mixed.flag(entry):  # a significant deficit beside a favourable verdict (the verdict stands)
-        entry["mixed"] = mixed.flag(entry)
+    deficit = mixed.flag(entry)
+    if deficit:  # a significant deficit beside a favourable verdict (the verdict stands)
+        entry["mixed"] = deficit
     atomic_write_json(results_dir(profile) / folder / f"{key}.json", entry)
     return entry
 

@@ -22,18 +22,20 @@ from __future__ import annotations
 from .preregistered import ALPHA, RESAMPLES, holm, most
 
 
-def comparisons(statistic) -> list[dict]:
-    """Every paired bootstrap comparison in a claim's statistic (per-metric ``p`` and ``ci95``)."""
-    found = []
+def _dicts(statistic):
+    """Every dict in a claim's statistic, at any depth (depth first, in order)."""
     if isinstance(statistic, dict):
-        if isinstance(statistic.get("p"), dict) and isinstance(statistic.get("ci95"), dict):
-            found.append(statistic)
+        yield statistic
         for value in statistic.values():
-            found += comparisons(value)
+            yield from _dicts(value)
     elif isinstance(statistic, list):
         for value in statistic:
-            found += comparisons(value)
-    return found
+            yield from _dicts(value)
+
+
+def comparisons(statistic) -> list[dict]:
+    """Every paired bootstrap comparison in a claim's statistic (per-metric ``p`` and ``ci95``)."""
+    return [d for d in _dicts(statistic) if isinstance(d.get("p"), dict) and isinstance(d.get("ci95"), dict)]
 
 
 def deficits(comparison: dict) -> dict[str, float]:
@@ -47,22 +49,15 @@ def seed_deficits(statistic) -> list[str]:
     """Deficits in a notebook rule's per-seed bootstraps (``{"bootstrap": {metric: {"best baseline",
     "effect", "p_per_seed"}}}`` anywhere in the statistic), as "behind X on M (p <= q in most seeds)"."""
     found = []
-    if isinstance(statistic, dict):
-        tests = statistic.get("bootstrap")
-        if isinstance(tests, dict):
-            for metric, test in tests.items():
-                if not isinstance(test, dict) or not isinstance(test.get("p_per_seed"), list):
-                    continue
-                reverse = sorted(1.0 - float(p) for p in test["p_per_seed"])
-                below = [r for r in reverse if r < ALPHA]
-                if float(test.get("effect", 0.0)) < 0 and most(len(below), len(reverse)):
-                    found.append(f"behind {test.get('best baseline', 'the best baseline')} on {metric} "
-                                 f"(p {max(below):.3f} or less in {len(below)}/{len(reverse)} seeds)")
-        for value in statistic.values():
-            found += seed_deficits(value)
-    elif isinstance(statistic, list):
-        for value in statistic:
-            found += seed_deficits(value)
+    for tests in (d["bootstrap"] for d in _dicts(statistic) if isinstance(d.get("bootstrap"), dict)):
+        for metric, test in tests.items():
+            if not isinstance(test, dict) or not isinstance(test.get("p_per_seed"), list):
+                continue
+            reverse = sorted(1.0 - float(p) for p in test["p_per_seed"])
+            below = [r for r in reverse if r < ALPHA]
+            if float(test.get("effect", 0.0)) < 0 and most(len(below), len(reverse)):
+                found.append(f"behind {test.get('best baseline', 'the best baseline')} on {metric} "
+                             f"(p {max(below):.3f} or less in {len(below)}/{len(reverse)} seeds)")
     return found
 
 
