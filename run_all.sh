@@ -32,7 +32,8 @@
 #   the report is written only when every notebook finished, and the README's results block
 #   only by a complete `--profile local` run.
 # - A paper run prints its preflight plan first (work, memory, disk, hours) and stops when the
-#   GPU memory or the disk will not do, or when the machine has no CUDA GPU.
+#   GPU memory or the disk will not do, or when the machine has no CUDA GPU. Every other profile
+#   checks the disk the notebooks still to run may write before the first one starts.
 # - One call per profile at a time: a second call refuses at once.
 # - Notebooks import this checkout's plugin_lib (PYTHONPATH), even with a PLUGIN_VENV shared
 #   with another checkout. PLUGIN_SKIP_BOOTSTRAP=1 uses that environment as it is.
@@ -192,6 +193,23 @@ mode="$(printf '%o' $((0666 & ~0$(umask))))"  # the user's normal file permissio
 stamps="$("$py" "$root/scripts/run_stamp.py" --profile "$profile" "${notebooks[@]}")"
 declare -A want=()
 while read -r hash nb; do want["$nb"]="$hash"; done <<< "$stamps"
+
+# Disk first: what the notebooks still to run may write (the preflight's upper bounds, less what
+# the profile already stores) against the free disk, before anything is computed. The paper and
+# colab preflight above checked it already; PLUGIN_SKIP_PREFLIGHT=1 skips both.
+to_run=()
+for nb in "${notebooks[@]}"; do
+  name="$(basename "$nb" .ipynb)"
+  if [ "$force" = 1 ] || [ ! -f "$executed/$name.done" ] || [ ! -f "$executed/$name.ipynb" ] \
+      || [ "$(cat "$executed/$name.done")" != "${want[$nb]}" ]; then
+    to_run+=("$name")
+  fi
+done
+if [ ${#to_run[@]} -gt 0 ] && [ "$profile" != paper ] && [ "$profile" != colab ] \
+    && [ "${PLUGIN_SKIP_PREFLIGHT:-0}" != 1 ]; then
+  "$py" -m plugin_lib.harness.preflight --profile "$profile" --disk-only "${to_run[@]}" \
+    || die "the disk will not hold what the notebooks may write (see above); nothing was run. PLUGIN_SKIP_PREFLIGHT=1 runs anyway."
+fi
 
 # The units first, on the chosen executor (python -m plugin_lib.harness.grid; docs/scale.md): the
 # notebooks below then find their records current and only aggregate.

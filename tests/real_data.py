@@ -39,8 +39,9 @@ def _declare() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _missing(groups: tuple[str, ...]) -> str | None:
-    """Why the groups' data are not usable here, or None."""
+def _missing(groups: tuple[str, ...], setting: str | None) -> str | None:
+    """Why the groups' data are not usable here (``setting``: PLUGIN_DATA_DIR, part of the cache's
+    key, since a fixture may declare before the first test has set it), or None."""
     try:
         root = data_dir()
     except FileNotFoundError as err:
@@ -58,7 +59,7 @@ def require(*groups: str) -> Path:
     unknown = [g for g in groups if g not in sources.GROUPS]
     assert not unknown, f"unknown data groups {unknown}"
     _declare()
-    why = _missing(tuple(groups or sources.GROUPS))
+    why = _missing(tuple(groups or sources.GROUPS), os.environ.get("PLUGIN_DATA_DIR"))
     if why is not None:
         pytest.skip(f"needs the real datasets: {why}; {FETCH}")
     return data_dir()

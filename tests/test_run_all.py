@@ -43,6 +43,13 @@ print("[check] data ready")
 # The preflight (paper runs only), standing in for the real one: FAKE_PREFLIGHT=fail says it
 # will not fit, as the real one does when GPU memory or disk is short.
 FAKE_PREFLIGHT = '''import os, sys
+if "--disk-only" in sys.argv:  # the disk check every profile makes before its first notebook
+    names = sys.argv[sys.argv.index("--disk-only") + 1:]
+    if os.environ.get("FAKE_DISK") == "short":
+        print("NOT ENOUGH DISK: 3.2 GiB of disk short for", *names)
+        sys.exit(1)
+    print("Disk: fine for", *names)
+    sys.exit(0)
 print("[preflight] plan of profile", sys.argv[-1])
 if os.environ.get("FAKE_PREFLIGHT") == "fail":
     print("WILL NOT FIT: 10_distribution_shift needs about 144 GiB of GPU memory")
@@ -358,9 +365,24 @@ def test_a_preflight_that_will_not_fit_stops_a_paper_run_before_anything_is_writ
     assert skipped.returncode == 0 and "[preflight]" not in skipped.stdout
 
 
-def test_other_profiles_run_no_preflight(finished):
-    _, result = finished
+def test_other_profiles_run_no_preflight_but_check_the_disk_first(finished):
+    repo, result = finished
     assert "preflight" not in result.stdout
+    assert result.stdout.index("Disk: fine for 00_ok") < result.stdout.index("00_ok: running")
+
+
+def test_a_short_disk_stops_the_run_before_the_first_notebook_naming_the_shortfall(tmp_path):
+    repo = make_repo(tmp_path, {"00_ok": OK, "01_ok": OK})
+    result = run_all(repo, "--profile", "smoke", FAKE_DISK="short")
+    assert result.returncode == 1
+    assert "NOT ENOUGH DISK: 3.2 GiB of disk short for 00_ok 01_ok" in result.stdout
+    assert "nothing was run" in result.stderr and "running" not in result.stdout
+    assert not (repo / "results" / "smoke" / "marker.txt").exists()
+    done = run_all(repo, "--profile", "smoke", "--only", "00")
+    assert done.returncode == 0 and "Disk: fine for 00_ok\n" in done.stdout  # only what will run is checked
+    assert run_all(repo, "--profile", "smoke", FAKE_DISK="short", PLUGIN_SKIP_PREFLIGHT="1").returncode == 0
+    again = run_all(repo, "--profile", "smoke", FAKE_DISK="short")  # nothing left to run: nothing to check
+    assert again.returncode == 0 and "DISK" not in again.stdout and "already finished" in again.stdout
 
 
 def test_readme_only_changes_with_a_complete_local_run(tmp_path):

@@ -1,6 +1,8 @@
 import dataclasses
+import errno
 
 import pytest
+import torch
 
 from plugin_lib.core.train import TokenObjective
 from plugin_lib.harness import methods, runner
@@ -234,3 +236,51 @@ def test_a_new_run_record_names_its_code_libraries_and_device(task, profile):
     selection = runner.select_hparams(task, "NewModel", profile.replace(
         grid={**profile.section("grid"), "lr": [1e-3]}), progress=False)
     assert all(config["provenance"]["code"] == made["code"] for config in selection["configs"].values())
+
+
+def test_a_unit_that_fails_on_a_full_disk_leaves_no_checkpoint_behind(task, profile, monkeypatch):
+    """Issue 46: on a full disk the finished training's checkpoint stayed (100 MiB on smoke),
+    holding space the next attempt needs. Now it goes, and the error says so; any other failure
+    keeps it, so the unit resumes from it."""
+    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    profile = profile.replace(seeds=[0, 1])
+    runner.select_hparams(task, "Plugin", profile, progress=False)
+    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    real_write = runner.atomic_write_json
+
+    def record_fails(error):
+        def write(path, obj):
+            if path.name == "Plugin-seed1.json":
+                raise error
+            return real_write(path, obj)
+        return write
+
+    monkeypatch.setattr(runner, "atomic_write_json", record_fails(OSError(errno.ENOSPC, "No space left on device")))
+    with pytest.raises(OSError, match="No space left on device. Its training checkpoint Plugin-seed1-lr=.* was "
+                                      "removed") as info:
+        runner.run_experiment(task, "Plugin", 1, profile, progress=False)
+    assert info.value.errno == errno.ENOSPC
+    assert not list((folder / ".checkpoints").glob("*.pt")) and not (folder / "Plugin-seed1.json").exists()
+
+    monkeypatch.setattr(runner, "atomic_write_json", record_fails(RuntimeError("not about the disk")))
+    with pytest.raises(RuntimeError, match="not about the disk"):
+        runner.run_experiment(task, "Plugin", 1, profile, progress=False)
+    assert len(list((folder / ".checkpoints").glob("Plugin-seed1-lr=*.pt"))) == 1  # kept: a rerun resumes
+
+
+def test_a_search_whose_weights_do_not_fit_the_disk_leaves_no_checkpoint(task, profile, monkeypatch):
+    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    real_save = torch.save
+
+    def full_for_weights(obj, f, *args, **kwargs):  # the checkpoint fits; the chosen weights do not
+        if "finished" not in obj:  # a state dict of weights, not fit's training state
+            f.write(b"half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_for_weights)
+    hparams = runner.hparam_grid(profile, "Plugin")[0]
+    with pytest.raises(OSError, match="checkpoint Plugin-lr=.* was removed"):
+        runner.train_config(task, "Plugin", profile, hparams)
+    assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == []  # nothing of the unit stays

@@ -19,10 +19,13 @@
 
 It exits 1, before anything runs, when a GPU profile meets a machine without a CUDA GPU, when a
 notebook's peak GPU memory exceeds the GPU's (a measured or a ``--gpu-memory-gb`` one) or when
-the caches and fine-tuned models exceed the free disk. ``--plan-only`` prints the plan and
-checks nothing (e.g. to read a GPU profile's plan on a laptop). Counting needs the data (``PLUGIN_DATA_DIR``) and a tokenizer: the base's own where it is
-available offline, otherwise SmolLM2's stands in (the counts are then approximate; GPT-2's
-and LLaMA-3's tokenizers give counts within about 15% of it on this English text).
+the caches and fine-tuned models still to be written exceed the free disk. ``--plan-only`` prints
+the plan and checks nothing (e.g. to read a GPU profile's plan on a laptop). ``--disk-only
+NOTEBOOK ...`` checks only the disk those notebooks may still write (run_all.sh calls it for every
+profile before the first notebook). Counting needs the data (``PLUGIN_DATA_DIR``) and a
+tokenizer: the base's own where it is available offline, otherwise SmolLM2's stands in (the
+counts are then approximate; GPT-2's and LLaMA-3's tokenizers give counts within about 15% of
+it on this English text).
 """
 from __future__ import annotations
 
@@ -73,6 +76,46 @@ def _disk_free() -> int:
     if cache.stat().st_dev != folder.stat().st_dev:  # the cache directory is on another disk
         free = min(free, shutil.disk_usage(cache).free)
     return free
+
+
+def stored_bytes(profile: config.Profile) -> int:
+    """What the profile's runs and fine-tuned models already hold on disk (caches, weights,
+    checkpoints): a resumed or repeated run does not write it again."""
+    root = config.results_dir(profile)
+    return sum(path.stat().st_size for folder in ("runs", "finetuned") for path in (root / folder).rglob("*")
+               if path.is_file() and not path.is_symlink())
+
+
+def _disk_needed(planned: int, stored: int, free: int) -> tuple[int, str]:
+    """(bytes short, the sentence that says so; "" when the disk will do) of ``planned`` writes."""
+    needed = max(0, planned - stored)
+    if needed <= free:
+        return 0, ""
+    return needed - free, (f"{_gib(needed - free)} GiB of disk short: the notebooks to run may write "
+                           f"{_gib(planned)} GiB (the preflight's upper bounds), less {_gib(stored)} GiB the "
+                           f"profile already stores, and {_gib(free)} GiB are free under {config.results_dir()} "
+                           f"and {config.cache_dir()}. Free {_gib(needed - free)} GiB, or point PLUGIN_RESULTS_DIR "
+                           "(and PLUGIN_CACHE_DIR) at a larger disk.")
+
+
+def disk_check(profile_name: str, notebooks: Sequence[str], *, disk_free_gb: float | None = None,
+               out=sys.stdout) -> int:
+    """Whether the disk holds what ``notebooks`` (names without .ipynb) may still write at
+    ``profile_name``'s settings: one line either way; 1 (and the shortfall named) when it does not."""
+    profile = config.load_profile(profile_name)
+    wanted = set(notebooks)
+    plans = [plan for plan in plan_notebooks(profile, torch.cuda.is_available() or profile.name in GPU_PROFILES)
+             if plan.notebook in wanted]
+    planned = sum(plan.cache_bytes + plan.model_bytes + plan.weights_bytes for plan in plans)
+    stored = stored_bytes(profile)
+    free = int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free()
+    short, sentence = _disk_needed(planned, stored, free)
+    if short:
+        print(f"NOT ENOUGH DISK: {sentence}", file=out)
+        return 1
+    print(f"Disk: the notebooks to run may write up to {_gib(planned)} GiB ({_gib(stored)} GiB already stored); "
+          f"{_gib(free)} GiB free.", file=out)
+    return 0
 
 
 def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: float | None = None,
@@ -166,13 +209,13 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
     finetuned = sum(plan.model_bytes for plan in plans)
     weights = sum(plan.weights_bytes for plan in plans)
     written = caches + finetuned + weights
+    stored = stored_bytes(profile)
     print(f"\nDisk: base-output caches {_gib(caches)} GiB + fine-tuned models {_gib(finetuned)} GiB + "
-          f"reweighting weights {_gib(weights)} GiB = {_gib(written)} GiB; {_gib(checks.disk_free)} GiB free.",
-          file=out)
-    if written > checks.disk_free:
-        checks.failures.append(f"The caches, fine-tuned models and weights need {_gib(written)} GiB of disk; "
-                               f"{_gib(checks.disk_free)} GiB are free under {config.results_dir()} and "
-                               f"{config.cache_dir()} (PLUGIN_RESULTS_DIR, PLUGIN_CACHE_DIR move them).")
+          f"reweighting weights {_gib(weights)} GiB = {_gib(written)} GiB ({_gib(stored)} GiB already stored); "
+          f"{_gib(checks.disk_free)} GiB free.", file=out)
+    short, sentence = _disk_needed(written, stored, checks.disk_free)
+    if short:
+        checks.failures.append(sentence)
     for model, r in rates.items():
         if r is None:
             print(f"Rates for {model}: none (no measurement here, and the H100 probe did not cover it).", file=out)
@@ -224,8 +267,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rates", metavar="FILE", help="hours from the rates another machine saved with --save-rates")
     parser.add_argument("--save-rates", metavar="FILE", help="write the rates measured here (to plan elsewhere with --rates)")
     parser.add_argument("--only", default="", help="check the memory of the notebooks whose names start with this")
+    parser.add_argument("--disk-only", nargs="+", metavar="NOTEBOOK",
+                        help="check only the disk these notebooks may still write (names without .ipynb)")
     args = parser.parse_args(argv)
     try:
+        if args.disk_only:
+            return disk_check(args.profile, args.disk_only, disk_free_gb=args.disk_free_gb)
         return _run_from(args)
     except (MissingDataError, DataError) as err:  # one line that says what to do, not a traceback
         print(f"preflight: {err}", file=sys.stderr)

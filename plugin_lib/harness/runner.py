@@ -20,6 +20,7 @@ loss is recorded as it finishes, together with the weights of the best one so fa
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import glob
@@ -100,6 +101,26 @@ def _save_state(model: torch.nn.Module, path: Path) -> None:
         raise
 
 
+@contextlib.contextmanager
+def _nothing_left_on_full_disk(checkpoint):
+    """A unit that fails on a full disk leaves no training checkpoint (``checkpoint()``: its
+    path, or None) behind: the file would hold the space the next attempt needs, and the error
+    says it is gone. Other failures keep it, so the unit resumes from it."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        path = checkpoint()
+        size = path.stat().st_size if path is not None and path.exists() else 0
+        if size and (getattr(err, "errno", None) == errno.ENOSPC
+                     or shutil.disk_usage(path.parent).free < max(2 * size, 2**26)):
+            path.unlink(missing_ok=True)
+            said = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            raise OSError(errno.ENOSPC, f"{said.rstrip('.')}. Its training checkpoint {path.name} "
+                          f"({size / 2**20:,.0f} MiB) was removed, so the full disk keeps nothing of this "
+                          "unit; it trains from its start next time.") from err
+        raise
+
+
 def _selection_paths(task: methods.Task, method: str, profile: Profile, arch: dict | None, label: str | None
                      ) -> tuple[Path, Path, str, str]:
     """(selection record, best weights, settings fingerprint, inputs fingerprint) of a search."""
@@ -145,24 +166,25 @@ def _train_config(task: methods.Task, method: str, profile: Profile, hparams: di
         if tag in record["configs"]:
             checkpoint.unlink(missing_ok=True)
             return record
-        model, result = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
-                                             progress=progress, checkpoint=checkpoint)
-        with unit_lock(folder, f"{label}-selection"):
-            latest = fresh()
-            best = latest["best"]
-            if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
-                _save_state(model, state_path)
-                latest["best"] = tag
-            latest["configs"][tag] = {
-                "hparams": hparams,
-                "val_loss": result.best_val_loss,
-                "best_epoch": result.best_epoch,
-                "epochs_run": result.epochs_run,
-                "seconds": result.seconds,
-                "history": result.history,
-                "provenance": provenance(task.base.device),
-            }
-            atomic_write_json(record_path, latest)
+        with _nothing_left_on_full_disk(lambda: checkpoint):
+            model, result = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
+                                                 progress=progress, checkpoint=checkpoint)
+            with unit_lock(folder, f"{label}-selection"):
+                latest = fresh()
+                best = latest["best"]
+                if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
+                    _save_state(model, state_path)
+                    latest["best"] = tag
+                latest["configs"][tag] = {
+                    "hparams": hparams,
+                    "val_loss": result.best_val_loss,
+                    "best_epoch": result.best_epoch,
+                    "epochs_run": result.epochs_run,
+                    "seconds": result.seconds,
+                    "history": result.history,
+                    "provenance": provenance(task.base.device),
+                }
+                atomic_write_json(record_path, latest)
         checkpoint.unlink(missing_ok=True)
         return latest
 
@@ -269,10 +291,11 @@ def trained_model(task: methods.Task, method: str, profile: Profile, *, arch: di
                 hparams = selection["configs"][selection["best"]]["hparams"]
                 _, _, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
                 checkpoint = fit_checkpoint(folder, f"{label}-{selection['best']}", fingerprint, inputs)
-                model, _ = methods.train_method(  # the chosen configuration's training again: its checkpoint
-                    task, method, arch, hparams, profile.seeds[0], profile.training, progress=False,
-                    checkpoint=checkpoint)
-                _save_state(model, state)
+                with _nothing_left_on_full_disk(lambda: checkpoint):
+                    model, _ = methods.train_method(  # the chosen configuration's training again: its checkpoint
+                        task, method, arch, hparams, profile.seeds[0], profile.training, progress=False,
+                        checkpoint=checkpoint)
+                    _save_state(model, state)
                 checkpoint.unlink(missing_ok=True)
                 return model.eval()
     model = methods.build_model(task, method, arch, profile.seeds[0])
@@ -330,55 +353,56 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
     started = time.perf_counter()
     usage_before = task.base.usage.snapshot() if isinstance(task.base, ApiBlackBox) else None
     model, hparams, training, checkpoint = None, None, None, None
-    if method in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
-        selection = selection or select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
-        chosen = selection["configs"][selection["best"]]
-        hparams = chosen["hparams"]
-        if seed == profile.seeds[0]:
-            model = trained_model(task, method, profile, arch=arch, label=label)
-            training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
+    with _nothing_left_on_full_disk(lambda: checkpoint):
+        if method in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
+            selection = selection or select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
+            chosen = selection["configs"][selection["best"]]
+            hparams = chosen["hparams"]
+            if seed == profile.seeds[0]:
+                model = trained_model(task, method, profile, arch=arch, label=label)
+                training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
+            else:
+                # kept until the record is stored: a kill while decoding does not train it again
+                checkpoint = fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
+                model, result = methods.train_method(task, method, arch, hparams, seed, profile.training,
+                                                     progress=progress, checkpoint=checkpoint)
+                training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
+                            "epochs_run": result.epochs_run, "history": result.history}
+        if method == "TempNet-greedy":
+            # Greedy decoding at any positive temperature picks the base's own tokens (tested), so the
+            # outputs and their scores are Zeroshot's: read from its stored run, not decoded or scored again.
+            zeroshot = run_experiment(task, "Zeroshot", seed, profile, progress=progress)
+            predictions, metrics = zeroshot["predictions"], zeroshot["metrics"]
         else:
-            # kept until the record is stored: a kill while decoding does not train it again
-            checkpoint = fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
-            model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress,
-                                                 checkpoint=checkpoint)
-            training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
-                        "epochs_run": result.epochs_run, "history": result.history}
-    if method == "TempNet-greedy":
-        # Greedy decoding at any positive temperature picks the base's own tokens (tested), so the
-        # outputs and their scores are Zeroshot's: read from its stored run, not decoded or scored again.
-        zeroshot = run_experiment(task, "Zeroshot", seed, profile, progress=progress)
-        predictions, metrics = zeroshot["predictions"], zeroshot["metrics"]
-    else:
-        predictions = methods.predict(task, method, model, seed, profile.decoding, hparams, progress=progress)
-        metrics = compute_metrics(predictions, [list(ex.references) for ex in task.test])
-    record = {
-        "dataset": task.dataset,
-        "model": task.base.name,
-        "method": label,
-        "seed": seed,
-        "profile": profile.name,
-        "settings": fingerprint,
-        "inputs": inputs,
-        "hparams": hparams,
-        "training": training,
-        "metrics": metrics,
-        "predictions": predictions,
-        "test_ids": [ex.id for ex in task.test],
-        "scale": {
-            "train_inputs": len(task.train),
-            "hyper_inputs": len(task.hyper),
-            "test_inputs": len(task.test),
-            "train_pairs": len(task.encoded("train")),
-        },
-        "seconds": time.perf_counter() - started,
-        "provenance": provenance(task.base.device),
-    }
-    if usage_before is not None:
-        # What this run asked of the server, per phase: teacher forcing (the base-output cache,
-        # built by the run that needs it first; later runs read it from disk) and decoding.
-        record["api_usage"] = task.base.usage.minus(usage_before).as_dict()
-    atomic_write_json(path, record)
+            predictions = methods.predict(task, method, model, seed, profile.decoding, hparams, progress=progress)
+            metrics = compute_metrics(predictions, [list(ex.references) for ex in task.test])
+        record = {
+            "dataset": task.dataset,
+            "model": task.base.name,
+            "method": label,
+            "seed": seed,
+            "profile": profile.name,
+            "settings": fingerprint,
+            "inputs": inputs,
+            "hparams": hparams,
+            "training": training,
+            "metrics": metrics,
+            "predictions": predictions,
+            "test_ids": [ex.id for ex in task.test],
+            "scale": {
+                "train_inputs": len(task.train),
+                "hyper_inputs": len(task.hyper),
+                "test_inputs": len(task.test),
+                "train_pairs": len(task.encoded("train")),
+            },
+            "seconds": time.perf_counter() - started,
+            "provenance": provenance(task.base.device),
+        }
+        if usage_before is not None:
+            # What this run asked of the server, per phase: teacher forcing (the base-output cache,
+            # built by the run that needs it first; later runs read it from disk) and decoding.
+            record["api_usage"] = task.base.usage.minus(usage_before).as_dict()
+        atomic_write_json(path, record)
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     return record
