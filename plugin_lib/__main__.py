@@ -9,7 +9,7 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro preflight --profile paper ...  plugin_lib.harness.preflight
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
     plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
-    plugin-repro confirmation status|judge|margins   plugin_lib.experiments.confirmation
+    plugin-repro confirmation [wave2] status|judge|margins   plugin_lib.experiments.confirmation, commands.confirmation_wave2
     plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
     plugin-repro train|generate|serve ...       plugin_lib.serving.cli (a Plugin on your own data)
 
@@ -113,7 +113,10 @@ def report(ctx: typer.Context) -> None:
 
 @app.command("confirmation", **PASS_ON)
 def confirmation(ctx: typer.Context) -> None:
-    """The preregistered confirmation: status, judge, margins (python -m plugin_lib.experiments.confirmation)."""
+    """The preregistered confirmation: status, judge, margins; `confirmation wave2 ...` the second wave
+    (python -m plugin_lib.experiments.confirmation, plugin_lib.commands.confirmation_wave2)."""
+    if ctx.args[:1] == ["wave2"]:
+        _hand_over("plugin_lib.commands.confirmation_wave2", ctx.args[1:])
     _hand_over("plugin_lib.experiments.confirmation", ctx.args)
 
 

@@ -21,6 +21,7 @@ from ..harness import preflight
 from ..harness import profile as config
 from ..harness.grid import executors, plan as planning, units as grid_units
 from ..harness.profile import Profile
+from . import confirmation_wave2
 
 GIB = 2**30
 MAIN_TABLES = dict(zip(preflight.NOTEBOOKS[1:5], data.DATASETS))
@@ -160,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="only the units whose keys match these patterns (fnmatch), with what they need")
         p.add_argument("--skip", nargs="+", default=[], metavar="KEY",
                        help="leave out the units whose keys match these patterns, and those that need them")
+        p.add_argument("--wave", type=int, choices=(2,),
+                       help="the confirm profile's second preregistered wave (docs/preregistration.md) instead of notebooks")
     plan_parser = sub.choices["plan"]
     plan_parser.add_argument("--summary", action="store_true", help="totals only, not one line per unit")
     plan_parser.add_argument("--csv", type=Path, help="also write the units to this CSV file")
@@ -182,13 +185,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = config.load_profile(args.profile)
     problems: dict[str, str] = {}
     try:
-        units = notebook_units(profile, args.only, problems if args.command == "plan" else None)
+        if args.wave and profile.name != confirmation.PROFILE:
+            raise ValueError(f"--wave {args.wave} belongs to the {confirmation.PROFILE!r} profile")
+        units = (confirmation_wave2.units(profile) if args.wave else
+                 notebook_units(profile, args.only, problems if args.command == "plan" else None))
         units = select_units(units, args.units, args.skip)
     except (ValueError, data.MissingDataError) as err:
         parser.error(str(err))
     if args.command == "plan":
         plan = planning.make_plan(units, measure=not args.no_measure)
-        print_plan(plan, profile, args.only, show_units=not args.summary, problems=problems)
+        only = ("05", "07", "11") if args.wave else args.only  # the wave's units come from these notebooks
+        print_plan(plan, profile, only, show_units=not args.summary, problems=problems)
         if args.csv:
             write_csv(plan, args.csv)
         return 0

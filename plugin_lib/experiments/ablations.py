@@ -364,15 +364,17 @@ def pretrained_variant(model_name: str, n_layers: int | None) -> Variant:
                    f"pretrained: {display}, first {n_layers} {blocks}")
 
 
-def complexity_variants(model_name: str, layers: Sequence[int], pretrained_layers: int | None) -> list[Variant]:
-    """The family's reweighting model with each number of layers, then the pretrained one."""
+def complexity_variants(model_name: str, layers: Sequence[int], pretrained_layers: int | None,
+                        *, pretrained: bool = True) -> list[Variant]:
+    """The family's reweighting model with each number of layers, then (``pretrained``) the
+    pretrained one."""
     default = runner.arch_for(model_name)
     variants = [
         Variant(ONE_LAYER, None, "1 layer") if k == default["n_layer"]
         else Variant(f"Plugin-{k}L", {**default, "n_layer": k}, f"{k} layers")
         for k in layers
     ]
-    return variants + [pretrained_variant(model_name, pretrained_layers)]
+    return variants + ([pretrained_variant(model_name, pretrained_layers)] if pretrained else [])
 
 
 def architecture_variants(model_name: str) -> list[Variant]:

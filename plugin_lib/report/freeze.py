@@ -10,10 +10,17 @@ itself). :func:`check` lists every way the history contradicts the preregistrati
   commit that does not descend from it, or in it;
 - while ``FROZEN_AT`` is unset, any confirmatory result is in git at all.
 
-``tests/test_preregistration.py`` runs it on the repository; the report quotes ``FROZEN_AT``.
+The second wave (``report.preregistered_wave2``, issue 45) was frozen later, in a commit of its
+own, ``WAVE2_FROZEN_AT``. :func:`check_wave2` lists the contradictions of its history: its rules
+file differs from that commit, or one of its results (``WAVE2_RESULTS``: its claims, and the
+runs of BDPL, LoRA and the deeper models on WebNLG, CommonGen and Adidas) entered git in that
+commit or in one that does not descend from it.
+
+``tests/test_preregistration.py`` runs both on the repository; the report quotes the commits.
 """
 from __future__ import annotations
 
+import fnmatch
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +33,16 @@ FROZEN_FILES = ("plugin_lib/report/preregistered.py", "plugin_lib/report/preregi
 FROZEN_PROFILE = "confirm"
 CONFIRM_RESULTS = "results/confirm"
 FROZEN_AT: str | None = "f13c0acf11332f46735cab4a4512b286554e2344"  # the commit "Preregistration (issue 25): ..."
+
+
+WAVE2_FILES = ("plugin_lib/report/preregistered_wave2.py",)
+WAVE2_FROZEN_AT = "64d4a179c75dd991719a37d0572d71fba985a653"  # the commit "Wave 2 preregistered (issue 45): ..."
+WAVE2_RESULTS = (
+    f"{CONFIRM_RESULTS}/claims/wave2_*",
+    *(f"{CONFIRM_RESULTS}/runs/{dataset}/*/{name}"
+      for dataset in ("webnlg", "commongen", "adidas")
+      for name in ("BDPL*", "LoRA*", "Plugin-*L-*", "bdpl-prompts/*")),
+)
 
 
 class HistoryUnavailable(RuntimeError):
@@ -79,8 +96,14 @@ def check(repo: Path = REPO_ROOT, frozen_at: str | None = FROZEN_AT, files: Sequ
     if then.returncode != 0 or frozen_settings(then.stdout) != frozen_settings(now) or not frozen_settings(now):
         problems.append(f"the {FROZEN_PROFILE!r} profile (or a model or architecture it uses) in {profiles_path} "
                         f"differs from the freezing commit {frozen_at[:10]}")
+    return problems + _added_before(repo, frozen_at, results, tracked)
+
+
+def _added_before(repo: Path, frozen_at: str, results: str, tracked: set[str]) -> list[str]:
+    """Each of the ``tracked`` files under ``results`` whose adding commit is ``frozen_at`` or
+    does not descend from it."""
     added = _git(repo, "log", "--format=commit %H", "--name-only", "--diff-filter=A", "--", results).stdout
-    commit = None
+    commit, problems = None, []
     for line in added.splitlines():
         if line.startswith("commit "):
             commit = line.split()[1]
@@ -91,3 +114,19 @@ def check(repo: Path = REPO_ROOT, frozen_at: str | None = FROZEN_AT, files: Sequ
                 problems.append(f"{line} entered git in {commit[:10]}, which does not come after the freezing "
                                 f"commit {frozen_at[:10]}")
     return problems
+
+
+def check_wave2(repo: Path = REPO_ROOT, frozen_at: str = WAVE2_FROZEN_AT, files: Sequence[str] = WAVE2_FILES,
+                patterns: Sequence[str] = WAVE2_RESULTS, results: str = CONFIRM_RESULTS) -> list[str]:
+    """Every contradiction between the history of ``repo`` and the second wave's freeze (empty:
+    none). Wave 1's own check (:func:`check`) covers the ``confirm`` profile and the tests it reuses."""
+    repo = Path(repo)
+    if _git(repo, "rev-parse", "--git-dir", check=False).returncode != 0:
+        raise HistoryUnavailable(f"{repo} is not a git checkout")
+    if _git(repo, "cat-file", "-e", f"{frozen_at}^{{commit}}", check=False).returncode != 0:
+        raise HistoryUnavailable(f"the wave-2 freezing commit {frozen_at} is not in this clone's history")
+    problems = [f"{f} differs from the wave-2 freezing commit {frozen_at[:10]}" for f in files
+                if _git(repo, "diff", "--quiet", frozen_at, "--", f, check=False).returncode != 0]
+    tracked = {line for line in _git(repo, "ls-files", "--", results).stdout.splitlines()
+               if any(fnmatch.fnmatchcase(line, p) for p in patterns)}
+    return problems + _added_before(repo, frozen_at, results, tracked)

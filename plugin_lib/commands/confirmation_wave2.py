@@ -1,0 +1,173 @@
+"""The second preregistered wave, run and judged: the units its claims need, and the stored runs
+of the ``confirm`` profile under the rules frozen in ``report.preregistered_wave2``.
+
+It lives with the commands, above the layers, because it collects units from three notebooks'
+modules. Like ``experiments.confirmation`` (wave 1), it finds the runs that play each claim's
+roles and changes no rule. Its runs are the ``confirm`` profile's own, at its unchanged
+settings, on the datasets the frozen rules name: the units of notebooks 05 (BDPL at the
+profile's budget; not the learning-budget search), 11 (LoRA) and 07 (the 2-, 4- and 8-layer
+models), on WebNLG, CommonGen and Adidas. The Plugin, Zeroshot and their caches come from the
+main tables' stored runs.
+
+    plugin-repro grid plan --profile confirm --wave 2     # what is stored, what is left
+    plugin-repro grid run --profile confirm --wave 2      # compute it (resumes)
+    plugin-repro confirmation wave2 status|judge|margins  # python -m plugin_lib.commands.confirmation_wave2
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import pandas as pd
+
+from ..harness import bdpl, grid
+from ..harness.profile import Profile, load_profile, results_dir
+from ..report import freeze
+from ..report import preregistered as pre
+from ..report import preregistered_wave2 as wave2
+from ..report.claims import record_claim
+from ..utils.io import atomic_write_json, read_json
+from ..experiments import ablations, table5, table8
+from ..experiments.confirmation import PROFILE, Missing, Roles, references, summary, versus_labels
+
+MARGINS_FILE = "margin_sensitivity_wave2.json"
+
+
+def units(profile: Profile) -> list[grid.Unit]:
+    """The wave's units (done ones included: the plan marks them)."""
+    datasets = list(wave2.DATASETS)
+    found = [u for u in table5.units(profile, "05_table5_bdpl_wrapper", datasets=datasets)
+             if "learning-budget" not in u.key]
+    found += table8.units(profile, "11_table8_lora", datasets=datasets)
+    setup = ablations.settings(profile)
+    variants = ablations.complexity_variants(setup.model, (1, *wave2.LAYERS), None, pretrained=False)
+    jobs = ablations.variant_jobs(variants, ablations.seeds_for(setup, "complexity", profile), setup.complexity_hparams)
+    for dataset in datasets:
+        found += grid.task_units(grid.TaskRef(setup.model, dataset), profile,
+                                 [(j.method, j.seed, j.label, j.arch, j.narrow) for j in jobs],
+                                 "07_fig3_reweighting_complexity")
+    return grid.merge(found)
+
+
+class WaveRoles(Roles):
+    """Wave 1's roles, with BDPL's prompts of the claim's own dataset."""
+
+    def dataset_prompts(self, dataset: str) -> list[dict]:
+        paths = [bdpl.prompt_path(self.profile, dataset, self.base, s) for s in self.profile.seeds]
+        missing = [p.name for p in paths if not p.exists()]
+        if missing:
+            raise Missing(f"{dataset}: BDPL prompts {missing}")
+        return [read_json(p) for p in paths]
+
+
+def comparisons(roles: WaveRoles, c: pre.Claim) -> list[tuple[list[dict], list[dict]]]:
+    """(A's runs, B's runs) per comparison of the claim."""
+    d = c.dataset
+    if c.a == "Plugin-deeper":
+        return [(roles.runs(d, label), roles.runs(d, "Plugin")) for label in wave2.deeper_labels()]
+    return [(roles.runs(d, c.a), roles.runs(d, b)) for b in c.b]
+
+
+def premise(roles: WaveRoles, c: pre.Claim) -> dict | None:
+    if c.premise is None:
+        return None
+    if c.premise == "bdpl learned":
+        return pre.bdpl_learned(roles.dataset_prompts(c.dataset))
+    raise ValueError(f"Unknown wave-2 premise {c.premise!r}")
+
+
+def judge_claim(roles: WaveRoles, c: pre.Claim) -> dict:
+    found = premise(roles, c)
+    if found is not None and not found["holds"]:
+        return {"verdict": pre.NOT_MEASURABLE, "premise": found}
+    pairs = comparisons(roles, c)
+    result = wave2.judge_comparisons(c, [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in pairs])
+    for row, label in zip(result["comparisons"], versus_labels(pairs)):
+        row["versus"] = label
+    if found is not None:
+        result["premise"] = found
+    return result
+
+
+def status(profile: Profile | None = None) -> pd.DataFrame:
+    roles = WaveRoles(profile or load_profile(PROFILE))
+    rows = []
+    for c in wave2.CLAIMS:
+        try:
+            if not (c.premise and not premise(roles, c)["holds"]):
+                comparisons(roles, c)
+            state = "ready"
+        except Missing as why:
+            state = f"waiting: {why}"
+        except ValueError as error:
+            state = f"cannot be judged: {error}"
+        rows.append({"claim": c.key, "notebook": c.notebook, "state": state})
+    return pd.DataFrame(rows)
+
+
+def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> list[dict]:
+    """Record the verdict of every wave-2 claim whose runs are stored (or of ``keys``)."""
+    profile = profile or load_profile(PROFILE)
+    roles, recorded = WaveRoles(profile), []
+    for c in wave2.CLAIMS:
+        if keys and c.key not in keys:
+            continue
+        try:
+            result = judge_claim(roles, c)
+        except Missing as why:
+            print(f"{c.key}: waiting ({why})")
+            continue
+        n = (result.get("comparisons") or [{}])[0].get("n") or {"inputs": profile.rows.test, "seeds": None}
+        recorded.append(record_claim(
+            profile, c.key, f"{c.claim} (notebook {c.notebook}; wave 2)", "", summary(c, result), result["verdict"],
+            rule=wave2.rule_text(c), scope=c.scope, preregistered=True,
+            statistic={"summary": summary(c, result), "n": n, "result": result, "wave": wave2.WAVE,
+                       "frozen_at": freeze.WAVE2_FROZEN_AT, "group": wave2.group(c),
+                       "test inputs": f"{profile.rows.test} fresh per dataset (wave 1's, frozen)"}))
+    return recorded
+
+
+def margin_sensitivity(profile: Profile | None = None) -> list[dict]:
+    """Each judged null claim of the wave at 1x, 0.5x and 0.25x its frozen margins (as wave 1's)."""
+    from ..experiments.confirmation import MARGIN_FACTORS
+
+    profile = profile or load_profile(PROFILE)
+    roles, rows = WaveRoles(profile), []
+    for c in (c for c in wave2.CLAIMS if c.test in ("non-superiority", "equivalence")):
+        stored = results_dir(profile) / "claims" / f"{c.key}.json"
+        if not stored.exists():
+            continue
+        test = pre.non_superiority if c.test == "non-superiority" else pre.equivalence
+        compared = [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in comparisons(roles, c)]
+        verdicts = {f"{f:g}x": pre.weakest([test(x, {m: v * f for m, v in pre.MARGINS.items()})["verdict"]
+                                             for x in compared]) for f in MARGIN_FACTORS}
+        committed = read_json(stored)["verdict"]
+        if verdicts["1x"] != committed:
+            raise RuntimeError(f"{c.key}: at the frozen margins the test gives {verdicts['1x']!r}, but the stored "
+                               f"verdict is {committed!r}.")
+        rows.append({"key": c.key, "claim": c.claim, "test": c.test, "margins": dict(pre.MARGINS),
+                     "verdicts": verdicts})
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="plugin-repro confirmation wave2",
+                                     description="The second preregistered wave: status, judge, margins.")
+    parser.add_argument("command", choices=("status", "judge", "margins"))
+    parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        print(status().to_string(index=False))
+    elif args.command == "margins":
+        profile = load_profile(PROFILE)
+        path = results_dir(profile) / MARGINS_FILE
+        atomic_write_json(path, {"factors": [1.0, 0.5, 0.25], "claims": margin_sensitivity(profile)})
+        print(path)
+    else:
+        for claim in judge(keys=args.claims):
+            print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
