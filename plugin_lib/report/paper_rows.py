@@ -8,8 +8,9 @@ Three kinds of row, each labelled in the README and REPORT.md:
   - NewModel occasionally achieves a higher NIST;
   - WeightedComb does not perform well;
   - the FLOPs gap narrows or inverts with the model configuration.
-- **wave 2**: claims that need new runs at CPU scale. Their rules will be frozen in a commit of
-  their own before the first run (docs/preregistration.md, "Wave 2").
+- **wave 2**: claims that need new runs at CPU scale. Their rules were frozen in a commit of
+  their own before the first run (``report.preregistered_wave2``, docs/preregistration.md); a
+  row shows its group's judged claims (``plugin-repro confirmation wave2 judge``).
 - **paper profile only**: claims whose runs exceed the CPU budget. The row says why.
 
 ``python -m plugin_lib.report.paper_rows`` judges the exploratory rows from
@@ -24,7 +25,8 @@ from pathlib import Path
 
 from ..harness import profile as config
 from ..utils.io import atomic_write_json, read_json
-from . import mixed
+from . import freeze, mixed
+from . import preregistered_wave2 as wave2
 from .verdicts import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 
 EXPLORATORY, WAVE_2, PAPER_ONLY = "exploratory", "wave 2", "paper profile only"
@@ -62,6 +64,7 @@ class PaperRow:
     claim: str
     kind: str
     why: str = ""
+    group: str = ""  # a wave-2 row: its group of claims (``preregistered_wave2.GROUPS``)
 
 
 ROWS = (
@@ -69,9 +72,12 @@ ROWS = (
     PaperRow("weightedcomb_poor", "WeightedComb does not perform well", EXPLORATORY),
     PaperRow("flops_configurations", "the FLOPs gap to LoRA narrows or inverts with the model configuration",
              EXPLORATORY),
-    PaperRow("table5_other_three", f"Table 5 on {OTHER_THREE}: BDPL + Plugin beats BDPL", WAVE_2),
-    PaperRow("table8_lora_other_three", f"Table 8's LoRA rows on {OTHER_THREE}: the Plugin is as good as LoRA", WAVE_2),
-    PaperRow("complexity_other_three", f"Figure 3's trend on {OTHER_THREE}: more layers do not help", WAVE_2),
+    PaperRow("table5_other_three", f"Table 5 on {OTHER_THREE}: BDPL + Plugin beats BDPL and the Plugin, the Plugin "
+             "beats BDPL", WAVE_2, group="table5"),
+    PaperRow("table8_lora_other_three", f"Table 8's LoRA rows on {OTHER_THREE}: the Plugin is as good as LoRA", WAVE_2,
+             group="table8_lora"),
+    PaperRow("complexity_other_three", f"Figure 3's trend on {OTHER_THREE}: more layers do not help", WAVE_2,
+             group="complexity"),
     PaperRow("base_quality_other_three", f"Figure 2's trend on {OTHER_THREE}: the Plugin improves with the base",
              PAPER_ONLY, "about 19 CPU-hours (3 fine-tunes a dataset), over wave 2's budget"),
     PaperRow("pretrained_other_three", f"Figure 3 on {OTHER_THREE}: pretrained initialisation helps", PAPER_ONLY,
@@ -160,6 +166,21 @@ def load(root: Path) -> dict[str, dict]:
     return {p.stem: read_json(p) for p in sorted((root / FOLDER).glob("*.json"))}
 
 
+def wave2_row(root: Path, row: PaperRow) -> tuple[str, str]:
+    """(verdict, statistic) of a wave-2 row from its group's judged claims; ("", what is left) before."""
+    keys = [c.key for c in wave2.CLAIMS if wave2.group(c) == row.group]
+    judged = {k: read_json(root / "claims" / f"{k}.json") for k in keys if (root / "claims" / f"{k}.json").exists()}
+    if not judged:
+        return "", f"rules frozen at {freeze.WAVE2_FROZEN_AT[:7]}; runs under way"
+    verdicts = [c["verdict"] for c in judged.values()]
+    counts = ", ".join(f"{v} {verdicts.count(v)}" for v in dict.fromkeys(verdicts))
+    flags = [f for f in (mixed.flag(c) for c in judged.values()) if f]
+    statistic = (f"{len(judged)}/{len(keys)} claims judged: {counts}" + (f"; {len(flags)} mixed" if flags else "")
+                 + (f"; {len(keys) - len(judged)} wait for their runs" if len(judged) < len(keys) else ""))
+    verdict = wave2.row_verdict(verdicts) if len(judged) == len(keys) else ""
+    return verdict, statistic
+
+
 def table_rows(root: Path) -> list[str]:
     """The README's rows for these claims: | claim | statistic | confirmatory | exploratory |."""
     judged = load(root)
@@ -171,7 +192,8 @@ def table_rows(root: Path) -> list[str]:
             lines.append(f"| {row.claim} | {statistic} | *exploratory only* | "
                          f"{found['verdict'] if found else '*not yet judged*'} |")
         elif row.kind == WAVE_2:
-            lines.append(f"| {row.claim} | | *wave 2* | - |")
+            verdict, statistic = wave2_row(root, row)
+            lines.append(f"| {row.claim} | {statistic} | {verdict + ' ' if verdict else ''}*wave 2* | - |")
         else:
             lines.append(f"| {row.claim} | {row.why} | *`paper` profile only* | - |")
     return lines
@@ -180,8 +202,11 @@ def table_rows(root: Path) -> list[str]:
 def count_line(root: Path) -> str:
     judged = load(root)
     kinds = [r.kind for r in ROWS]
+    waves = [wave2_row(root, r)[0] for r in ROWS if r.kind == WAVE_2]
+    done = sum(bool(v) for v in waves)
     return (f"The paper's other claims: {len(judged)} exploratory only (rules written after the confirmation's "
-            f"numbers), {kinds.count(WAVE_2)} wait for wave 2 (CPU scale, rules frozen before the runs), "
+            f"numbers); {len(waves)} in wave 2 (SmolLM2, {len(wave2.CLAIMS)} claims on the confirm inputs, rules "
+            f"frozen at {freeze.WAVE2_FROZEN_AT[:7]} before the runs), {done} of them judged; "
             f"{kinds.count(PAPER_ONLY)} not run at CPU scale (`paper` only).")
 
 
@@ -209,6 +234,9 @@ def report_section(root: Path) -> list[str]:
         found = judged.get(row.key)
         verdict = found["verdict"] if found else ("-" if row.kind != EXPLORATORY else "not yet judged")
         statistic = found["statistic"]["summary"] if found else row.why
+        if row.kind == WAVE_2:
+            verdict, statistic = wave2_row(root, row)
+            verdict = verdict or "-"
         lines.append(f"| {row.claim} | {row.kind} | {verdict} | {statistic} |")
     lines.append("")
     for row in ROWS:
