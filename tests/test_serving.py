@@ -165,9 +165,11 @@ def test_generate_needs_exactly_one_prompt_source(tmp_path):
 class Served:
     """``create_app`` under a real uvicorn server in a thread, with an ``openai`` client."""
 
-    def __init__(self, adapted: PluginModel, limits: Limits = Limits()):
+    def __init__(self, adapted: PluginModel, limits: Limits = Limits(), **options):
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(create_app(adapted, model_id="mine", limits=limits),
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.key = options.get("api_key") or "unused"
+        self.server = uvicorn.Server(uvicorn.Config(create_app(adapted, model_id="mine", limits=limits, **options),
                                                     host="127.0.0.1", port=self.port, log_level="info"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -175,8 +177,7 @@ class Served:
         self.thread.start()
         while not self.server.started:
             time.sleep(0.05)
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="unused", max_retries=0,
-                             timeout=300)
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.key, max_retries=0, timeout=300)
 
     def __exit__(self, *exc):
         self.server.should_exit = True

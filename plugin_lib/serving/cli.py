@@ -106,17 +106,24 @@ def serve(
     max_tokens: int = typer.Option(512, help="Largest max_tokens a request may ask for."),
     max_prompt_tokens: int = typer.Option(2048, help="Longest prompt accepted, in tokens."),
     base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
+    api_key: Optional[str] = typer.Option(None, envvar="PLUGIN_API_KEY", show_default=False,
+                                          help="Clients must send 'Authorization: Bearer <key>' (OpenAI's api_key)."),
+    docs: bool = typer.Option(False, help="Also serve the interactive docs (/docs, /openapi.json)."),
 ):
     """Serve the adapted model with an OpenAI-compatible API (/v1/completions, /v1/chat/completions)."""
     import uvicorn
 
-    from .server import Limits, create_app
+    from .server import Limits, create_app, exposure_warning
+
+    warning = exposure_warning(host, api_key)
+    if warning:
+        typer.secho(warning, err=True, fg=typer.colors.RED, bold=True)
 
     try:
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
         limits = Limits(max_concurrency=max_concurrency or (4 if adapted.base_spec.kind == "endpoint" else 1),
                         max_queue=max_queue, max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens)
-        api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits)
+        api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits, api_key=api_key, docs=docs)
     except USER_ERRORS as err:
         fail(str(err))
     uvicorn.run(api, host=host, port=port, log_level="info")

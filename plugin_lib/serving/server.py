@@ -12,10 +12,19 @@ artifact's default) decodes greedily; otherwise ``temperature`` and ``top_p`` sa
 cuts the text at the first stop string.
 
 Bounds: at most ``max_concurrency`` requests decode at once and ``max_queue`` wait; the next one
-gets 503 at once. ``max_tokens`` and the prompt's length are capped (400 beyond). Errors use
-OpenAI's format ``{"error": {"message", "type", "param", "code"}}``: 400 for bad parameters,
-404 for an unknown model, 502 when the upstream base fails (its message, never its key), 503 when
-the queue is full. A failure in the middle of a stream ends it with an ``error`` event.
+gets 503 at once. A request counts until its decoding has stopped: a client that disconnects
+(a dropped stream, a closed connection) stops its decoding within one token (``RequestCancelled``
+from the streamer) and frees its place then. ``max_tokens`` and the prompt's length are capped
+(400 beyond). Errors use OpenAI's format ``{"error": {"message", "type", "param", "code"}}``: 400
+for bad parameters, 401 for a missing or wrong key, 404 for an unknown model, 502 when the
+upstream base fails (its message, never its key), 503 when the queue is full. A failure in the
+middle of a stream ends it with an ``error`` event.
+
+With ``api_key``, every ``/v1`` route needs ``Authorization: Bearer <key>`` (compared in
+constant time). ``GET /metrics`` is in Prometheus' format (``serving.metrics``), ``GET /health``
+a summary; the interactive docs (``/docs``, ``/openapi.json``) are served only with ``docs=True``.
+Usage comes with every answer, and in a stream's last chunk with ``stream_options.include_usage``.
+Chat ``content`` is a string or a list of text parts.
 
 The base runs in process or upstream behind another OpenAI-compatible server (an artifact whose
 base is an endpoint); the upstream key is read by ``core.api.CompletionsClient`` from its
@@ -24,7 +33,10 @@ environment variable at each request and is never logged.
 from __future__ import annotations
 
 import asyncio
+import hmac
+import ipaddress
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -34,12 +46,14 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import TextStreamer
+from transformers.generation.streamers import BaseStreamer
 
 from ..core.api import ApiError
 from .artifact import Completion, PluginModel
+from .metrics import ServerMetrics
 
 # Parameters of OpenAI's API this server does not implement: a request that sets one to
 # something other than its neutral value is refused rather than silently answered otherwise.
@@ -81,15 +95,25 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     user: str | None = None
+    stream_options: dict[str, Any] | None = None
 
 
 class CompletionRequest(_Sampling):
     prompt: str | list[str]
 
 
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "developer"]
-    content: str
+    content: str | list[TextPart]
+
+    def text(self) -> str:
+        """The content as one string: text parts joined by newlines (OpenAI's list form)."""
+        return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
 
 
 class ChatRequest(_Sampling):
@@ -103,6 +127,7 @@ class Gate:
     def __init__(self, limits: Limits):
         self.limits = limits
         self.admitted = 0
+        self.decoding = 0
         self._slots: asyncio.Semaphore | None = None
 
     def admit(self) -> None:
@@ -149,13 +174,38 @@ class StopScanner:
         return out
 
 
+class RequestCancelled(Exception):
+    """The client went away: its decoding stopped at the next token."""
+
+
+class CancelWatch(BaseStreamer):
+    """A streamer that only watches ``cancel``: generation calls ``put`` at every token (in
+    process and over an API alike), so a set event stops it within one token."""
+
+    def __init__(self, cancel: threading.Event):
+        self.cancel = cancel
+
+    def put(self, value) -> None:
+        if self.cancel.is_set():
+            raise RequestCancelled()
+
+    def end(self) -> None:
+        pass
+
+
 class QueueStreamer(TextStreamer):
     """transformers' text streamer that hands each finished piece of text to an asyncio queue
-    (None at the end), so the event loop awaits text without a thread blocked on it."""
+    (None at the end), so the event loop awaits text without a thread blocked on it; a set
+    ``cancel`` stops generation at the next token."""
 
-    def __init__(self, tokenizer, loop: asyncio.AbstractEventLoop):
+    def __init__(self, tokenizer, loop: asyncio.AbstractEventLoop, cancel: threading.Event):
         super().__init__(tokenizer, skip_prompt=True, skip_special_tokens=True)
-        self.loop, self.queue = loop, asyncio.Queue()
+        self.loop, self.queue, self.cancel = loop, asyncio.Queue(), cancel
+
+    def put(self, value) -> None:
+        if self.cancel.is_set():
+            raise RequestCancelled()
+        super().put(value)
 
     def on_finalized_text(self, text: str, stream_end: bool = False):
         if text:
@@ -164,14 +214,33 @@ class QueueStreamer(TextStreamer):
             self.loop.call_soon_threadsafe(self.queue.put_nowait, None)
 
 
-def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits = Limits()) -> FastAPI:
-    """The FastAPI application serving ``plugin`` as ``model_id``."""
-    app = FastAPI(title="plugin-repro", description=f"A base adapted by a Plugin: {plugin!r}")
+def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits = Limits(),
+               api_key: str | None = None, docs: bool = False) -> FastAPI:
+    """The FastAPI application serving ``plugin`` as ``model_id``; ``api_key``: the Bearer key
+    every ``/v1`` route needs; ``docs``: serve ``/docs`` and ``/openapi.json``."""
+    shown = {} if docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="plugin-repro", description=f"A base adapted by a Plugin: {plugin!r}", **shown)
     gate = Gate(limits)
+    metrics = ServerMetrics(lambda: gate.admitted, lambda: gate.decoding)
     # Decoding runs on threads of its own, one per slot: the event loop keeps answering.
     workers = ThreadPoolExecutor(limits.max_concurrency, thread_name_prefix="decode")
     created = int(time.time())
-    app.state.plugin, app.state.gate, app.state.limits = plugin, gate, limits
+    expected = f"Bearer {api_key}".encode() if api_key else None
+    app.state.plugin, app.state.gate, app.state.limits, app.state.metrics = plugin, gate, limits, metrics
+
+    @app.middleware("http")
+    async def key_and_count(request: Request, call_next):
+        if not request.url.path.startswith("/v1/"):
+            return await call_next(request)
+        given = request.headers.get("authorization", "").encode()
+        if expected is not None and not hmac.compare_digest(given, expected):
+            response = JSONResponse(OpenAIError(401, "Incorrect or missing API key: send it as 'Authorization: Bearer "
+                                                     "<key>' (the server's --api-key).", code="invalid_api_key").body(),
+                                    status_code=401)
+        else:
+            response = await call_next(request)
+        metrics.requests.labels(request.url.path, str(response.status_code)).inc()
+        return response
 
     @app.exception_handler(OpenAIError)
     async def openai_error(_request: Request, err: OpenAIError):
@@ -180,6 +249,10 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, err: RequestValidationError):
         first = err.errors()[0] if err.errors() else {}
+        if first.get("type") == "json_invalid":  # its location is a character offset, not a parameter
+            return JSONResponse(OpenAIError(400, f"The request body is not valid JSON: {first.get('msg', '')} "
+                                                 f"(at character {first.get('loc', ('', '?'))[-1]}).",
+                                            code="invalid_json").body(), status_code=400)
         where = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
         return JSONResponse(OpenAIError(400, f"{where or 'body'}: {first.get('msg', 'invalid request')}", param=where,
                                         code="invalid_value").body(), status_code=400)
@@ -191,38 +264,72 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "decoding_or_queued": gate.admitted}
+        return {"status": "ok", "decoding_or_queued": gate.admitted, "decoding": gate.decoding}
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.exposition(), media_type=metrics.content_type)
 
     @app.post("/v1/completions")
-    async def completions(request: CompletionRequest):
+    async def completions(request: CompletionRequest, raw: Request):
         prompts = [request.prompt] if isinstance(request.prompt, str) else list(request.prompt)
         if not prompts:
             raise OpenAIError(400, "prompt is empty.", param="prompt")
         texts = [plugin.format_prompt(p) for p in prompts]
-        return await _answer(request, texts, chat=False)
+        return await _answer(request, raw, texts, chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: ChatRequest):
+    async def chat_completions(request: ChatRequest, raw: Request):
         if plugin.tokenizer.chat_template is None:
             raise OpenAIError(400, "This base's tokenizer has no chat template: use /v1/completions.", param="messages")
-        messages = [m.model_dump() for m in request.messages]
+        messages = [{"role": m.role, "content": m.text()} for m in request.messages]
         text = plugin.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return await _answer(request, [text], chat=True)
+        return await _answer(request, raw, [text], chat=True)
 
-    async def _answer(request: _Sampling, texts: list[str], *, chat: bool):
+    async def _answer(request: _Sampling, raw: Request, texts: list[str], *, chat: bool):
         settings = _check(request, texts)
         if request.stream and len(texts) != 1:
             raise OpenAIError(400, "stream: true takes a single prompt.", param="prompt")
         gate.admit()
         if request.stream:
-            return StreamingResponse(_stream(request, texts[0], settings, chat), media_type="text/event-stream")
+            body = _stream(request, raw, texts[0], settings, chat)
+            await body.__anext__()  # admitted and decoding before the response starts
+            return StreamingResponse(body, media_type="text/event-stream")
+        started, cancel = time.perf_counter(), threading.Event()
+        watcher = asyncio.create_task(_watch(raw, cancel))
         try:
-            async with gate.running():
+            async with _slot():
                 loop = asyncio.get_running_loop()
-                done = [await loop.run_in_executor(workers, _complete, text, settings) for text in texts]
+                done = [await loop.run_in_executor(workers, _complete, text, settings, CancelWatch(cancel))
+                        for text in texts]
+        except RequestCancelled:
+            metrics.cancelled.inc()
+            return Response(status_code=499)  # nobody reads it: the client has gone
         finally:
+            watcher.cancel()
             gate.leave()
+        metrics.latency.labels(raw.url.path).observe(time.perf_counter() - started)
+        usage = _usage(done)
+        metrics.tokens(usage["prompt_tokens"], usage["completion_tokens"])
         return _response(request, done, chat)
+
+    async def _watch(raw: Request, cancel: threading.Event) -> None:
+        """Set ``cancel`` when the client disconnects (a non-streaming request's handler is not
+        cancelled by Starlette, so it asks)."""
+        while not await raw.is_disconnected():
+            await asyncio.sleep(0.05)
+        cancel.set()
+
+    class _slot:
+        """One of the decoding slots, held by the request until its decoding has stopped."""
+
+        async def __aenter__(self):
+            await gate.running().acquire()
+            gate.decoding += 1
+
+        async def __aexit__(self, *exc):
+            gate.decoding -= 1
+            gate.running().release()
 
     def _check(request: _Sampling, texts: list[str]) -> dict:
         if request.model is not None and request.model != model_id:
@@ -257,8 +364,14 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
             done = Completion(cut, done.prompt_tokens, done.completion_tokens, "stop")
         return done
 
-    async def _stream(request: _Sampling, text: str, settings: dict, chat: bool) -> AsyncIterator[str]:
+    async def _stream(request: _Sampling, raw: Request, text: str, settings: dict, chat: bool
+                      ) -> AsyncIterator[str]:
+        """The stream's events. Its first item, "", is taken by ``_answer`` once the request holds
+        a slot and decodes; from then on a disconnect (Starlette cancels this generator, or
+        ``_watch`` sees it) stops the decoding at the next token, and the request's place is
+        freed when the decoding thread has stopped."""
         ident, kind = _ident(chat), "chat.completion.chunk" if chat else "text_completion"
+        include_usage = bool((request.stream_options or {}).get("include_usage"))
 
         def chunk(piece: str | None, finish: str | None = None) -> str:
             if chat:
@@ -267,36 +380,70 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
                 choice = {"index": 0, "delta": delta, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
-            return _event({"id": ident, "object": kind, "created": int(time.time()), "model": model_id,
-                           "choices": [choice]})
+            payload = {"id": ident, "object": kind, "created": int(time.time()), "model": model_id, "choices": [choice]}
+            return _event({**payload, "usage": None} if include_usage else payload)
 
+        started, cancel = time.perf_counter(), threading.Event()
+        watcher = asyncio.create_task(_watch(raw, cancel))
+        slot, held, work = _slot(), False, None
         try:
-            async with gate.running():
-                loop = asyncio.get_running_loop()
-                streamer = QueueStreamer(plugin.tokenizer, loop)
-                scanner = StopScanner(settings["stops"])
-                work = loop.run_in_executor(workers, _run_streaming, text, settings, streamer)
-                if chat:
-                    yield chunk(None)
-                while True:
-                    piece = await streamer.queue.get()
-                    if piece is None:
-                        break
-                    released = scanner.feed(piece)
-                    if released:
-                        yield chunk(released)
-                tail = scanner.flush()
-                if tail:
-                    yield chunk(tail)
-                try:
-                    done = await work
-                except OpenAIError as err:
-                    yield _event(err.body())
-                    return
-                yield chunk(None, "stop" if scanner.stopped else done.finish_reason)
-                yield "data: [DONE]\n\n"
+            await slot.__aenter__()
+            held = True
+            loop = asyncio.get_running_loop()
+            streamer = QueueStreamer(plugin.tokenizer, loop, cancel)
+            scanner = StopScanner(settings["stops"])
+            work = loop.run_in_executor(workers, _run_streaming, text, settings, streamer)
+            yield ""  # primed: admitted, decoding
+            if chat:
+                yield chunk(None)
+            first = True
+            while True:
+                piece = await streamer.queue.get()
+                if piece is None:
+                    break
+                released = scanner.feed(piece)
+                if released:
+                    if first:
+                        metrics.first_token.observe(time.perf_counter() - started)
+                        first = False
+                    yield chunk(released)
+            tail = scanner.flush()
+            if tail:
+                yield chunk(tail)
+            try:
+                done = await work
+            except RequestCancelled:
+                metrics.cancelled.inc()
+                return
+            except OpenAIError as err:
+                yield _event(err.body())
+                return
+            yield chunk(None, "stop" if scanner.stopped else done.finish_reason)
+            if include_usage:
+                yield _event({"id": ident, "object": kind, "created": int(time.time()), "model": model_id,
+                              "choices": [], "usage": _usage([done])})
+            metrics.tokens(done.prompt_tokens, done.completion_tokens)
+            metrics.latency.labels(raw.url.path).observe(time.perf_counter() - started)
+            yield "data: [DONE]\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            metrics.cancelled.inc()
+            raise
         finally:
-            gate.leave()
+            watcher.cancel()
+            cancel.set()  # after the end a no-op; after a drop, decoding stops at the next token
+
+            def release(*_) -> None:
+                if work is not None and work.done() and not work.cancelled():
+                    work.exception()  # retrieved: a cancelled decoding's RequestCancelled is expected
+                if held:
+                    gate.decoding -= 1
+                    gate.running().release()
+                gate.leave()
+
+            if work is not None and not work.done():
+                work.add_done_callback(release)  # its place stays taken until the thread has stopped
+            else:
+                release()
 
     def _run_streaming(text: str, settings: dict, streamer: QueueStreamer) -> Completion:
         try:
@@ -305,9 +452,7 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
             streamer.end()  # the reader stops even when generation failed
 
     def _response(request: _Sampling, done: list[Completion], chat: bool) -> dict:
-        usage = {"prompt_tokens": sum(d.prompt_tokens for d in done),
-                 "completion_tokens": sum(d.completion_tokens for d in done)}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        usage = _usage(done)
         if chat:
             choices = [{"index": i, "message": {"role": "assistant", "content": d.text}, "finish_reason": d.finish_reason}
                        for i, d in enumerate(done)]
@@ -318,6 +463,23 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
                 "created": int(time.time()), "model": model_id, "choices": choices, "usage": usage}
 
     return app
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The warning for serving an address other machines can reach without a key, or None."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: assume the network can reach it
+        loopback = False
+    if loopback or api_key:
+        return None
+    return (f"WARNING: serving {host}, which other machines can reach, without a key: anyone who can connect can "
+            "use this model. Set --api-key (or PLUGIN_API_KEY), or serve 127.0.0.1.")
+
+
+def _usage(done: list[Completion]) -> dict:
+    prompt, completion = sum(d.prompt_tokens for d in done), sum(d.completion_tokens for d in done)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def _ident(chat: bool) -> str:
