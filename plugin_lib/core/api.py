@@ -340,6 +340,9 @@ class ApiBlackBox(ServerChecks, BlackBoxLM):
 
     # -- decoding
 
+    def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values=None):
+        raise NotImplementedError("A black box behind an API has no KV cache here: decode with generate.")
+
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                  logits_processor: Sequence[Callable] | None = None, max_new_tokens: int = 20,

@@ -141,6 +141,17 @@ class BlackBoxLM:
         return seen["hidden"][positions.to(logits.device)]
 
     @torch.no_grad()
+    def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_key_values=None):
+        """One decoding step with a KV cache: the next-token logits (B, V, float32, the box's
+        view) after ``input_ids`` (the new tokens of a left-padded batch; ``attention_mask``
+        covers the cache's positions and theirs), and the cache that continues it."""
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        out = self._model(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids_from_mask(attention_mask)[:, -input_ids.shape[1]:],
+                          past_key_values=past_key_values, use_cache=True, logits_to_keep=1)
+        return self.view(out.logits[:, -1]).float(), out.past_key_values
+
+    @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
         """transformers' ``generate`` (with its KV cache); ``logits_processor`` is the Plugin's hook."""
         return self._model.generate(

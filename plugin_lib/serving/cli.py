@@ -100,8 +100,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
     name: Optional[str] = typer.Option(None, help="The model id clients use (default: the directory's name)."),
-    max_concurrency: Optional[int] = typer.Option(None, help="Requests decoded at once (default: 1 in process, "
-                                                             "4 over an endpoint)."),
+    max_concurrency: Optional[int] = typer.Option(None, help="Requests decoded at once (default: 8 in process, "
+                                                             "in one batch; 4 over an endpoint)."),
     max_queue: int = typer.Option(16, help="Requests that may wait; beyond that, 503."),
     max_tokens: int = typer.Option(512, help="Largest max_tokens a request may ask for."),
     max_prompt_tokens: int = typer.Option(2048, help="Longest prompt accepted, in tokens."),
@@ -121,7 +121,7 @@ def serve(
 
     try:
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
-        limits = Limits(max_concurrency=max_concurrency or (4 if adapted.base_spec.kind == "endpoint" else 1),
+        limits = Limits(max_concurrency=max_concurrency or (4 if adapted.base_spec.kind == "endpoint" else 8),
                         max_queue=max_queue, max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens)
         api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits, api_key=api_key, docs=docs)
     except USER_ERRORS as err:

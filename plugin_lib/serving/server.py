@@ -11,6 +11,12 @@ with ``stream: true`` as server-sent events in OpenAI's chunk format. ``temperat
 artifact's default) decodes greedily; otherwise ``temperature`` and ``top_p`` sample. ``stop``
 cuts the text at the first stop string.
 
+Decoding: with a base in this process, the admitted requests decode together in one batch
+(``batching.BatchEngine``: they join and leave at token boundaries, each with its own KV caches,
+sampling settings and stop; greedy outputs equal single-request decoding); with a base behind an
+API, up to ``max_concurrency`` requests ask it at once. On shutdown, uvicorn refuses new
+connections and lets the requests in flight finish; then the batch's thread ends.
+
 Bounds: at most ``max_concurrency`` requests decode at once and ``max_queue`` wait; the next one
 gets 503 at once. A request counts until its decoding has stopped: a client that disconnects
 (a dropped stream, a closed connection) stops its decoding within one token (``RequestCancelled``
@@ -33,6 +39,7 @@ environment variable at each request and is never logged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -51,8 +58,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformers import TextStreamer
 from transformers.generation.streamers import BaseStreamer
 
-from ..core.api import ApiError
+from ..core.api import ApiBlackBox, ApiError
 from .artifact import Completion, PluginModel
+from .batching import BatchEngine, Request as EngineRequest
 from .metrics import ServerMetrics
 
 # Parameters of OpenAI's API this server does not implement: a request that sets one to
@@ -219,7 +227,20 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
     """The FastAPI application serving ``plugin`` as ``model_id``; ``api_key``: the Bearer key
     every ``/v1`` route needs; ``docs``: serve ``/docs`` and ``/openapi.json``."""
     shown = {} if docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
-    app = FastAPI(title="plugin-repro", description=f"A base adapted by a Plugin: {plugin!r}", **shown)
+    # A base in this process decodes every admitted request in one batch (``batching``); a base
+    # behind an API is asked by up to ``max_concurrency`` threads at once, its client's bound.
+    engine = None if isinstance(plugin.base, ApiBlackBox) else BatchEngine(
+        plugin.base, plugin.reweighter, eos_token_id=plugin.base.eos_token_id,
+        repetition_penalty=plugin.decoding.repetition_penalty, max_batch=limits.max_concurrency)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        if engine is not None:  # uvicorn has let the requests in flight finish and refused new ones
+            engine.close()
+
+    app = FastAPI(title="plugin-repro", description=f"A base adapted by a Plugin: {plugin!r}", lifespan=lifespan,
+                  **shown)
     gate = Gate(limits)
     metrics = ServerMetrics(lambda: gate.admitted, lambda: gate.decoding)
     # Decoding runs on threads of its own, one per slot: the event loop keeps answering.
@@ -227,6 +248,7 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
     created = int(time.time())
     expected = f"Bearer {api_key}".encode() if api_key else None
     app.state.plugin, app.state.gate, app.state.limits, app.state.metrics = plugin, gate, limits, metrics
+    app.state.engine = engine
 
     @app.middleware("http")
     async def key_and_count(request: Request, call_next):
@@ -299,9 +321,7 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
         watcher = asyncio.create_task(_watch(raw, cancel))
         try:
             async with _slot():
-                loop = asyncio.get_running_loop()
-                done = [await loop.run_in_executor(workers, _complete, text, settings, CancelWatch(cancel))
-                        for text in texts]
+                done = [await _decode(text, settings, None, cancel) for text in texts]
         except RequestCancelled:
             metrics.cancelled.inc()
             return Response(status_code=499)  # nobody reads it: the client has gone
@@ -352,12 +372,35 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
         return {"max_new_tokens": max_tokens, "temperature": request.temperature, "top_p": request.top_p,
                 "seed": request.seed, "stops": stops}
 
+    def _decode(text: str, settings: dict, streamer, cancel: threading.Event) -> asyncio.Future:
+        """The completion of ``text``: in the batch (a base in process) or on a worker thread."""
+        if engine is None:
+            return asyncio.get_running_loop().run_in_executor(workers, _complete, text, settings,
+                                                              streamer or CancelWatch(cancel))
+        return asyncio.ensure_future(_batched(text, settings, streamer, cancel))
+
+    async def _batched(text: str, settings: dict, streamer, cancel: threading.Event) -> Completion:
+        ids = plugin.tokenizer(text, add_special_tokens=False).input_ids
+        d = plugin.decoding
+        request = EngineRequest(ids, settings["max_new_tokens"],
+                                d.temperature if settings["temperature"] is None else settings["temperature"],
+                                d.top_p if settings["top_p"] is None else settings["top_p"], settings["seed"],
+                                streamer, cancel)
+        generated, reason = await asyncio.wrap_future(engine.submit(request))
+        if reason == "cancelled":
+            raise RequestCancelled()
+        done = Completion(plugin.tokenizer.decode(generated, skip_special_tokens=True), len(ids), len(generated), reason)
+        return _cut(done, settings)
+
     def _complete(text: str, settings: dict, streamer=None) -> Completion:
         try:
             done = plugin.complete(text, max_new_tokens=settings["max_new_tokens"], temperature=settings["temperature"],
                                    top_p=settings["top_p"], seed=settings["seed"], streamer=streamer)
         except ApiError as err:
             raise OpenAIError(502, f"The upstream base failed: {err}", "upstream_error", code="upstream_failed") from None
+        return _cut(done, settings)
+
+    def _cut(done: Completion, settings: dict) -> Completion:
         scanner = StopScanner(settings["stops"])
         cut = scanner.feed(done.text) + scanner.flush()
         if scanner.stopped:
@@ -392,7 +435,8 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
             loop = asyncio.get_running_loop()
             streamer = QueueStreamer(plugin.tokenizer, loop, cancel)
             scanner = StopScanner(settings["stops"])
-            work = loop.run_in_executor(workers, _run_streaming, text, settings, streamer)
+            work = (loop.run_in_executor(workers, _run_streaming, text, settings, streamer) if engine is None
+                    else _decode(text, settings, streamer, cancel))
             yield ""  # primed: admitted, decoding
             if chat:
                 yield chunk(None)
