@@ -169,8 +169,8 @@ class Served:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.key = options.get("api_key") or "unused"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(adapted, model_id="mine", limits=limits, **options),
-                                                    host="127.0.0.1", port=self.port, log_level="info"))
+        self.app = create_app(adapted, model_id="mine", limits=limits, **options)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="info"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):

@@ -107,3 +107,30 @@ def test_usage_in_streams_content_parts_and_metrics(plugin):  # noqa: F811
         assert _metric(url, "plugin_generation_tokens_total") >= 3 * plain.usage.completion_tokens
         assert _metric(url, "plugin_time_to_first_token_seconds_count") == 1
         assert json.loads(httpx.get(f"{url}/health", timeout=10).text)["decoding"] == 0
+
+
+def test_concurrent_clients_decode_in_one_batch_as_each_would_alone(plugin):  # noqa: F811
+    """Four clients at once, in one batch: each gets the greedy output it gets alone, and
+    ``min_tokens`` (vLLM's extension) holds the end of sequence back."""
+    prompts = [PROMPT, "Name a colour.", "Name a fruit.", "What is the capital of France?"]
+    alone = [plugin.complete(plugin.format_prompt(p), max_new_tokens=10).text for p in prompts]
+    served = Served(plugin, Limits(max_concurrency=4, max_queue=4))
+    with served as client:
+        answers = [None] * len(prompts)
+
+        def ask(i):
+            answers[i] = client.completions.create(model="mine", prompt=prompts[i], max_tokens=10).choices[0].text
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+        assert answers == alone
+        engine = served.app.state.engine
+        assert engine.steps < sum(len(plugin.tokenizer(a).input_ids) for a in answers)  # steps were shared
+        forced = client.completions.create(model="mine", prompt="Name a colour.", max_tokens=12,
+                                           extra_body={"min_tokens": 12})
+        assert forced.usage.completion_tokens == 12 and forced.choices[0].finish_reason == "length"
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model="mine", prompt=PROMPT, max_tokens=4, extra_body={"min_tokens": 5})

@@ -182,7 +182,8 @@ class PluginModel:
                         **_sampling(settings["temperature"], settings["top_p"]))
 
     def complete(self, text: str, *, max_new_tokens: int | None = None, temperature: float | None = None,
-                 top_p: float | None = None, seed: int | None = None, streamer=None) -> Completion:
+                 top_p: float | None = None, seed: int | None = None, streamer=None, min_new_tokens: int = 0
+                 ) -> Completion:
         """One continuation of ``text``, already formatted (``format_prompt`` or a chat template).
         ``streamer``: a transformers streamer (e.g. ``TextIteratorStreamer``) fed token by token."""
         d = self.decoding
@@ -191,6 +192,8 @@ class PluginModel:
         processor = PluginLogitsProcessor(self.reweighter, enc.attention_mask,
                                           repetition_penalty=d.repetition_penalty)
         extra = {"streamer": streamer} if streamer is not None else {}
+        if min_new_tokens:
+            extra["min_new_tokens"] = min_new_tokens
         sampling = _sampling(d.temperature if temperature is None else temperature, d.top_p if top_p is None else top_p)
         lock = self._in_process_lock or _NO_LOCK
         with lock:

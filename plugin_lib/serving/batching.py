@@ -38,6 +38,7 @@ class Request:
     top_p: float = 1.0
     seed: int | None = None
     streamer: object | None = None  # transformers' streamer protocol: put(ids), end()
+    min_new_tokens: int = 0  # the end of sequence is ruled out before this many tokens
     cancel: threading.Event = field(default_factory=threading.Event)
     done: Future = field(default_factory=Future)
     generated: list[int] = field(default_factory=list)
@@ -175,6 +176,8 @@ class BatchEngine:
             penalty = RepetitionPenaltyLogitsProcessor(self.penalty)
             base, rw = penalty(seen, base.clone()), penalty(seen, rw.clone())
         scores = combine_log_probs(base, rw)
+        if len(request.generated) < request.min_new_tokens:
+            scores[..., self.eos] = -float("inf")
         if not request.temperature:
             return int(scores.argmax(-1))
         scores = TemperatureLogitsWarper(float(request.temperature))(None, scores)

@@ -104,6 +104,7 @@ class _Sampling(BaseModel):
     seed: int | None = None
     user: str | None = None
     stream_options: dict[str, Any] | None = None
+    min_tokens: int = Field(0, ge=0)  # vLLM's extension: no end of sequence before this many tokens
 
 
 class CompletionRequest(_Sampling):
@@ -369,8 +370,11 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
                 raise OpenAIError(400, f"The prompt has {length} tokens; this server accepts at most "
                                        f"{limits.max_prompt_tokens}.", param="prompt", code="context_length_exceeded")
         stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+        if request.min_tokens > max_tokens:
+            raise OpenAIError(400, f"min_tokens ({request.min_tokens}) exceeds max_tokens ({max_tokens}).",
+                              param="min_tokens", code="invalid_value")
         return {"max_new_tokens": max_tokens, "temperature": request.temperature, "top_p": request.top_p,
-                "seed": request.seed, "stops": stops}
+                "seed": request.seed, "stops": stops, "min_new_tokens": request.min_tokens}
 
     def _decode(text: str, settings: dict, streamer, cancel: threading.Event) -> asyncio.Future:
         """The completion of ``text``: in the batch (a base in process) or on a worker thread."""
@@ -383,9 +387,9 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
         ids = plugin.tokenizer(text, add_special_tokens=False).input_ids
         d = plugin.decoding
         request = EngineRequest(ids, settings["max_new_tokens"],
-                                d.temperature if settings["temperature"] is None else settings["temperature"],
-                                d.top_p if settings["top_p"] is None else settings["top_p"], settings["seed"],
-                                streamer, cancel)
+                                temperature=d.temperature if settings["temperature"] is None else settings["temperature"],
+                                top_p=d.top_p if settings["top_p"] is None else settings["top_p"], seed=settings["seed"],
+                                streamer=streamer, cancel=cancel, min_new_tokens=settings["min_new_tokens"])
         generated, reason = await asyncio.wrap_future(engine.submit(request))
         if reason == "cancelled":
             raise RequestCancelled()
@@ -395,7 +399,8 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
     def _complete(text: str, settings: dict, streamer=None) -> Completion:
         try:
             done = plugin.complete(text, max_new_tokens=settings["max_new_tokens"], temperature=settings["temperature"],
-                                   top_p=settings["top_p"], seed=settings["seed"], streamer=streamer)
+                                   top_p=settings["top_p"], seed=settings["seed"], streamer=streamer,
+                                   min_new_tokens=settings["min_new_tokens"])
         except ApiError as err:
             raise OpenAIError(502, f"The upstream base failed: {err}", "upstream_error", code="upstream_failed") from None
         return _cut(done, settings)
