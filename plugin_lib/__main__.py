@@ -11,7 +11,7 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
     plugin-repro confirmation [wave2] status|judge|margins   plugin_lib.experiments.confirmation, commands.confirmation_wave2
     plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
-    plugin-repro train|generate|serve ...       plugin_lib.serving.cli (a Plugin on your own data)
+    plugin-repro train|generate|evaluate|serve  plugin_lib.serving.cli (a Plugin on your own data)
 
 An entry point sits above every layer (tests/test_architecture.py): it composes them, and
 nothing imports it. The jobs' modules are imported only when their command runs.

@@ -17,7 +17,8 @@ def front_door(*args: str) -> subprocess.CompletedProcess:
 def test_every_job_is_a_subcommand():
     listed = front_door("--help")
     assert listed.returncode == 0
-    for command in ("run", "data", "preflight", "grid", "report", "confirmation", "stamp", "train", "generate", "serve"):
+    for command in ("run", "data", "preflight", "grid", "report", "confirmation", "stamp", "train", "generate",
+                    "evaluate", "serve"):
         assert f" {command} " in listed.stdout, command
 
 

@@ -2,6 +2,7 @@
 
     plugin-repro train --base smollm2-135m-instruct --data pairs.jsonl --out my-plugin
     plugin-repro generate --plugin my-plugin --prompt "name[The Eagle] | food[French]"
+    plugin-repro evaluate --plugin my-plugin --data test.jsonl   # the Plugin against the base alone
     plugin-repro serve --plugin my-plugin --port 8000
 
 Bad input (a missing or empty file, a missing column, an unknown base, a tokenizer that is not
@@ -76,15 +77,24 @@ def generate(
     max_new_tokens: Optional[int] = typer.Option(None, help="Default: the artifact's."),
     temperature: Optional[float] = typer.Option(None, help="0 is greedy (the artifact's default)."),
     base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
+    base_only: bool = typer.Option(False, "--base-only", help="The base alone, decoded as the Plugin decodes "
+                                                              "(greedy): what the Plugin changes."),
 ):
     """Generate with a trained Plugin: one prompt printed as text, a file as JSONL."""
     if (prompt is None) == (file is None):
         fail("give exactly one of --prompt and --file.")
+    if base_only and temperature:
+        fail("--base-only decodes greedily, as the comparison with the Plugin does; leave out --temperature.")
     try:
         prompts = [prompt] if prompt is not None else _prompts_from(file)
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
         overrides = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature)) if v is not None}
-        outputs = adapted.generate(prompts, progress=len(prompts) > 1, **overrides)
+        if base_only:
+            from .evaluation import base_only_outputs
+
+            outputs = base_only_outputs(adapted, prompts, max_new_tokens=max_new_tokens, progress=len(prompts) > 1)
+        else:
+            outputs = adapted.generate(prompts, progress=len(prompts) > 1, **overrides)
     except USER_ERRORS as err:
         fail(str(err))
     if prompt is not None:
@@ -92,6 +102,34 @@ def generate(
     else:
         for text, output in zip(prompts, outputs):
             typer.echo(json.dumps({"prompt": text, "completion": output}, ensure_ascii=False))
+
+
+@app.command()
+def evaluate(
+    plugin: Path = typer.Option(..., help="An artifact directory."),
+    data: Path = typer.Option(..., help="Held-out pairs: JSONL or CSV with the columns prompt and completion."),
+    resamples: int = typer.Option(1000, min=100, help="Paired bootstrap draws over the pairs."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Default: the artifact's."),
+    base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
+    card: bool = typer.Option(True, help="Store evaluation.json in the artifact and add the table to its model card."),
+):
+    """The Plugin against its base alone on held-out pairs: BLEU, ROUGE, NIST, chrF, with paired bootstrap CIs."""
+    from .evaluation import evaluate as run_evaluation, markdown, write_to_artifact
+
+    try:
+        pairs = read_pairs(data)
+        adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
+        typer.echo(f"{len(pairs)} pairs from {data}; decoding with the Plugin and with the base alone", err=True)
+        result = run_evaluation(adapted, pairs, resamples=resamples, max_new_tokens=max_new_tokens,
+                                progress=len(pairs) > 16)
+        result["data"] = {"file": str(data), "pairs": len(pairs)}
+        if card:
+            write_to_artifact(plugin, result)
+    except USER_ERRORS as err:
+        fail(str(err))
+    typer.echo(markdown(result), nl=False)
+    if card:
+        typer.echo(f"stored in {plugin / 'evaluation.json'} and the model card ({plugin / 'README.md'})", err=True)
 
 
 @app.command()
