@@ -330,3 +330,41 @@ def test_an_upstream_stopped_mid_request_is_502_or_an_error_event(plugin, monkey
             with pytest.raises(openai.APIStatusError) as caught:
                 client.completions.create(model="mine", prompt=PROMPT, max_tokens=4)
     assert caught.value.status_code == 502 and caught.value.body["code"] == "upstream_failed"
+
+
+def test_train_takes_budget_and_size_from_flags_estimates_first_and_can_refit(tmp_path):
+    """Issue 44: epochs, learning rates and the reweighting model's size from flags; the time
+    estimate before the grid starts; a refit on every pair; the profile chosen for the machine."""
+    done = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS), "--out",
+                                        str(tmp_path / "mine"), "--epochs", "2", "--lr", "1e-3", "--lr", "5e-3",
+                                        "--reweighter-width", "64", "--refit"])
+    assert done.exit_code == 0, done.output
+    assert "estimated at most" in done.stderr and "chosen for this machine" in done.stderr
+    assert done.stdout.startswith("wrote ")
+    record = json.loads((tmp_path / "mine" / "training.json").read_text())
+    assert record["max_epochs"] == 2 and record["grid"]["lr"][:2] == [1e-3, 5e-3]
+    assert record["arch"]["hidden_size"] == 64 and record["arch"]["intermediate_size"] == 256
+    assert record["refit"]["pairs"] == 12 and record["refit"]["epochs"] == record["best_epoch"]
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no resume state left behind
+    bad = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS), "--out",
+                                       str(tmp_path / "other"), "--reweighter-width", "50", "--lr", "-1"])
+    assert bad.exit_code == 2 and "--lr must be positive" in bad.output
+
+
+def test_an_interrupted_training_resumes_and_base_outputs_are_reused(smollm2, tmp_path, monkeypatch):
+    from plugin_lib.core.train import TokenObjective
+    from plugin_lib.harness.profile import load_profile
+    from plugin_lib.serving.training import train_plugin
+
+    pairs, spec = read_pairs(PAIRS), BaseSpec("model", "smollm2-135m-instruct")
+    profile = load_profile("smoke")
+    arch = {"arch": "llama", "n_layer": 1, "hidden_size": 32, "num_attention_heads": 1, "intermediate_size": 64}
+    kept = dict(cache_dir=tmp_path / "outputs", resume_dir=tmp_path / "resume", arch=arch, progress=False)
+    first = train_plugin(smollm2, spec, pairs, profile, **kept)
+    assert list((tmp_path / "resume").glob("config-*.pt")) and list((tmp_path / "outputs").glob("base-*.npy"))
+    # Again, as after an interrupt: nothing is trained and the base is not run again.
+    monkeypatch.setattr(TokenObjective, "nll", lambda *a, **k: pytest.fail("trained again"))
+    monkeypatch.setattr(type(smollm2), "logits", lambda *a, **k: pytest.fail("the base ran again"))
+    again = train_plugin(smollm2, spec, pairs, profile, **kept)
+    assert again.training["hparams"] == first.training["hparams"]
+    assert again.training["val_loss"] == first.training["val_loss"]

@@ -11,6 +11,7 @@ the base's) is one line on stderr and exit status 2, before any model is loaded 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Optional
@@ -18,9 +19,10 @@ from typing import Optional
 import typer
 
 from ..core.api import ApiError
+from ..harness import profile as config
 from ..harness.profile import load_profile, profile_names
 from .artifact import CONFIG_FILE, ArtifactError, BaseSpec, PluginModel
-from .training import DataFileError, read_pairs, train_plugin
+from .training import DataFileError, data_sha256, read_pairs, reweighter_arch, train_plugin
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Train, run and serve a Plugin: a small reweighting model on top of a black-box LLM.")
@@ -39,7 +41,14 @@ def train(
                                        "or an OpenAI-compatible server's URL (http://host:port)."),
     data: Path = typer.Option(..., help="JSONL or CSV with the columns prompt and completion."),
     out: Path = typer.Option(..., help="The artifact directory to write (replaced whole when training ends)."),
-    profile: str = typer.Option("paper", help="Whose grid and training budget: " + ", ".join(profile_names())),
+    profile: Optional[str] = typer.Option(None, help="Whose grid and training budget: " + ", ".join(profile_names())
+                                          + " (default: paper with a GPU and the Hub, else local)."),
+    epochs: Optional[int] = typer.Option(None, min=1, help="At most this many epochs (default: the profile's)."),
+    lr: Optional[list[float]] = typer.Option(None, help="Learning rates to search (repeat; default: the profile's)."),
+    weight_decay: Optional[list[float]] = typer.Option(None, help="Weight decays to search (repeat)."),
+    reweighter_layers: Optional[int] = typer.Option(None, help="Blocks of the reweighting model (default: 1)."),
+    reweighter_width: Optional[int] = typer.Option(None, help="Hidden width of the reweighting model."),
+    refit: bool = typer.Option(False, help="Train the chosen configuration again on every pair at the end."),
     top_k: Optional[int] = typer.Option(None, help="Log-probabilities per position the base gives (an endpoint: "
                                                    "20 unless set; a model: its top-k view, default all)."),
     chat: bool = typer.Option(False, "--chat/--plain", help="Show prompts as a user turn of the chat template."),
@@ -51,22 +60,42 @@ def train(
 ):
     """Train a Plugin on (prompt, completion) pairs and write it as one artifact."""
     try:
-        chosen = load_profile(profile)
+        chosen = _training_profile(profile, epochs, lr, weight_decay)
         pairs = read_pairs(data)
         spec = BaseSpec.parse(base, top_k=top_k, model=model, api_key_env=api_key_env)
+        arch = reweighter_arch(spec, reweighter_layers, reweighter_width)
         if out.exists() and any(out.iterdir()) and not (out / CONFIG_FILE).exists():
             fail(f"{out} exists and is not a Plugin artifact: choose a new directory (an artifact there is replaced).")
         if spec.kind == "endpoint" and not tokenizer:
             fail("an endpoint base needs --tokenizer (a local copy of the server's tokenizer).")
-        typer.echo(f"{len(pairs)} pairs from {data}; base {spec.display}; profile {chosen.name}", err=True)
+        typer.echo(f"{len(pairs)} pairs from {data}; base {spec.display}; profile {chosen.name}"
+                   f"{'' if profile else ' (chosen for this machine; --profile overrides)'}", err=True)
+        # An interrupted call resumes: every configuration's state is kept beside the output until it is written.
+        resume = out.parent / f".{out.name}.resume-{data_sha256(pairs)[:12]}"
+        if resume.exists():
+            typer.echo(f"resuming from {resume}", err=True)
         black_box = spec.load(_tokenizer(tokenizer) if spec.kind == "endpoint" else None)
-        plugin = train_plugin(black_box, spec, pairs, chosen, prompt_format="chat" if chat else "plain", seed=seed)
+        plugin = train_plugin(black_box, spec, pairs, chosen, prompt_format="chat" if chat else "plain", seed=seed,
+                              arch=arch, refit=refit, cache_dir=config.cache_dir() / "train-outputs",
+                              resume_dir=resume, announce=lambda line: typer.echo(line, err=True))
         plugin.save_pretrained(out)
+        shutil.rmtree(resume, ignore_errors=True)
     except USER_ERRORS as err:
         fail(str(err))
     record = plugin.training
     typer.echo(f"wrote {out}: lr {record['hparams']['lr']:g}, weight decay {record['hparams']['weight_decay']:g}, "
                f"hyper-validation loss {record['val_loss']:.4f} (epoch {record['best_epoch']})")
+
+
+def _training_profile(name: str | None, epochs: int | None, lrs: list[float] | None, decays: list[float] | None):
+    """The profile ``train`` uses, with the budget and grid the flags set."""
+    chosen = load_profile(name or config.auto_profile())
+    if epochs is not None:
+        chosen = chosen.replace(training={**chosen.section("training"), "max_epochs": epochs})
+    if any(x <= 0 for x in lrs or []) or any(x < 0 for x in decays or []):
+        raise ValueError("--lr must be positive and --weight-decay at least 0.")
+    grid = {k: list(v) for k, v in (("lr", lrs), ("weight_decay", decays)) if v}
+    return chosen.replace(grid={**chosen.section("grid"), **grid}) if grid else chosen
 
 
 @app.command()

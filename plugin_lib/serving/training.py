@@ -6,7 +6,9 @@ hyper-validation part (``data.split_hyper_validation``, as for the paper's datas
 configuration of the profile's grid (learning rate x weight decay) is trained with the profile's
 budget (AdamW, warmup, early stopping on hyper-validation loss), a choice at an edge pushes the
 grid further as the runner does (``harness.runner.beyond_edge``), and the configuration with the
-lowest hyper-validation loss is kept. The base's outputs are computed once for all of them.
+lowest hyper-validation loss is kept. The base's outputs are computed once for all of them (and
+kept for a later run on the same pairs); an interrupted run resumes each configuration where it
+stopped; ``refit`` trains the choice again on every pair.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from ..core.blackbox import BlackBoxLM
@@ -103,27 +106,93 @@ def as_examples(pairs: list[Pair]) -> list[Example]:
             for i, (prompt, completions) in enumerate(grouped.items())]
 
 
+def reweighter_arch(spec: BaseSpec, layers: int | None = None, width: int | None = None) -> dict:
+    """The family's reweighting model (the authors'), with ``layers`` blocks and hidden width
+    ``width`` where given (a LLaMA-style model keeps its 4x feed-forward ratio)."""
+    arch = models.reweighter_spec(_family(spec))
+    if layers is not None:
+        if layers < 1:
+            raise ValueError(f"--reweighter-layers must be at least 1, got {layers}.")
+        arch["n_layer"] = layers
+    if width is not None:
+        key = {"llama": "hidden_size", "gpt2": "n_embd"}.get(arch["arch"])
+        if key is None or width < 8:
+            raise ValueError(f"--reweighter-width {width} does not apply to a {arch['arch']} reweighting model "
+                             "(llama or gpt2, at least 8).")
+        heads = arch.get("num_attention_heads", arch.get("n_head", 1))
+        if width % heads:
+            raise ValueError(f"--reweighter-width must be a multiple of its {heads} attention heads, got {width}.")
+        arch[key] = width
+        if arch["arch"] == "llama":
+            arch["intermediate_size"] = 4 * width
+    return arch
+
+
+def _encoded(base: BlackBoxLM, examples, profile: Profile, prompt_format: str):
+    return encode_pairs(base.tokenizer, [format_for_model(ex.source, base.tokenizer, prompt_format == "chat")
+                                         for ex, _ in training_pairs(examples)],
+                        [reference for _, reference in training_pairs(examples)],
+                        max_prompt_tokens=profile.tokens.max_prompt, max_target_tokens=profile.tokens.max_target)
+
+
+def _objective(base: BlackBoxLM, encoded, cache_dir: Path | None, progress: bool) -> TokenObjective:
+    """The Plugin's training objective; the base's outputs are read from ``cache_dir`` when an
+    earlier run stored them for the same base and pairs (``BaseOutputCache`` keys them)."""
+    cache = BaseOutputCache.build(base, encoded, directory=cache_dir, progress=progress)
+    return TokenObjective(encoded, base.tokenizer.pad_token_id, log_probs=reachable_plugin_log_probs, cache=cache)
+
+
+def _estimate(base: BlackBoxLM, arch: dict, objective: TokenObjective, hyper: TokenObjective, profile: Profile,
+              configs: int, seed: int) -> str:
+    """The grid's time at most, from two training steps and one hyper-validation batch timed here."""
+    model = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    batch = profile.training.batch_size
+    first = list(range(min(batch, len(objective))))
+    started = time.perf_counter()
+    for _ in range(2):
+        loss, n = objective.nll(model, first)
+        (loss / n).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    step = (time.perf_counter() - started) / 2
+    started = time.perf_counter()
+    with torch.no_grad():
+        hyper.nll(model, list(range(min(batch, len(hyper)))))
+    scored = time.perf_counter() - started
+    epoch = step * -(-len(objective) // batch) + scored * -(-len(hyper) // batch)
+    total = configs * profile.training.max_epochs * epoch
+    shown = f"{total:,.0f} s" if total < 120 else f"{total / 60:,.1f} min"
+    return (f"estimated at most {shown}: {configs} configuration(s) x up to "
+            f"{profile.training.max_epochs} epochs x {epoch:,.1f} s an epoch (timed here); early stopping ends "
+            "most sooner")
+
+
 def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profile: Profile, *,
                  prompt_format: str = "plain", seed: int | None = None, arch: dict | None = None,
-                 progress: bool = True) -> PluginModel:
-    """A ``PluginModel`` trained on ``pairs`` by the profile's grid and budget."""
+                 progress: bool = True, cache_dir: str | Path | None = None, resume_dir: str | Path | None = None,
+                 refit: bool = False, announce=None) -> PluginModel:
+    """A ``PluginModel`` trained on ``pairs`` by the profile's grid and budget.
+
+    ``cache_dir``: where the base's outputs are kept and found again by a later run on the same
+    pairs. ``resume_dir``: every configuration's training state, so an interrupted call resumes
+    where it stopped (the caller removes it when done). ``refit``: after the choice, train the
+    chosen configuration again on all pairs for the chosen number of epochs. ``announce``: gets
+    the time estimate before the grid starts."""
     seed = profile.seeds[0] if seed is None else seed
-    arch = arch or models.reweighter_spec(_family(base_spec))
+    arch = arch or reweighter_arch(base_spec)
     decoding = DecodingSettings(max_new_tokens=profile.decoding.max_new_tokens,
                                 repetition_penalty=profile.decoding.repetition_penalty,
                                 prompt_format=prompt_format, max_prompt_tokens=profile.tokens.max_prompt)
     train, hyper = split_hyper_validation(as_examples(pairs), seed=seed)
-    objectives = {}
-    for part, examples in (("train", train), ("hyper", hyper)):
-        encoded = encode_pairs(base.tokenizer, [format_for_model(ex.source, base.tokenizer, prompt_format == "chat")
-                                for ex, _ in training_pairs(examples)],
-                               [reference for _, reference in training_pairs(examples)],
-                               max_prompt_tokens=profile.tokens.max_prompt, max_target_tokens=profile.tokens.max_target)
-        cache = BaseOutputCache.build(base, encoded, progress=progress)
-        objectives[part] = TokenObjective(encoded, base.tokenizer.pad_token_id, log_probs=reachable_plugin_log_probs,
-                                          cache=cache)
+    cache_dir = Path(cache_dir) if cache_dir is not None else None
+    objectives = {part: _objective(base, _encoded(base, examples, profile, prompt_format), cache_dir, progress)
+                  for part, examples in (("train", train), ("hyper", hyper))}
 
     values = {k: list(getattr(profile.grid, k)) for k in runner.grid_keys("Plugin")}
+    if announce is not None:
+        most = len(runner.hparam_grid(profile, "Plugin", values)) + profile.grid.extend_edges * len(values)
+        announce(_estimate(base, arch, objectives["train"], objectives["hyper"], profile, most, seed))
     results: dict[tuple, dict] = {}
     best = None
     extensions = {k: 0 for k in values}
@@ -132,10 +201,9 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
         todo = [h for h in runner.hparam_grid(profile, "Plugin", values) if tuple(sorted(h.items())) not in results]
         for hparams in tqdm(todo, desc="grid", disable=not progress):
             model = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
-            cfg = TrainConfig(lr=hparams["lr"], weight_decay=hparams["weight_decay"], seed=seed,
-                              max_epochs=profile.training.max_epochs, patience=profile.training.patience,
-                              batch_size=profile.training.batch_size, warmup_ratio=profile.training.warmup_ratio)
-            result = fit(model, objectives["train"], objectives["hyper"], cfg, progress=progress)
+            cfg = _config(profile, hparams, seed)
+            result = fit(model, objectives["train"], objectives["hyper"], cfg, progress=progress,
+                         checkpoint=_resume_file(resume_dir, arch, hparams, cfg), keep_checkpoint=resume_dir is not None)
             results[tuple(sorted(hparams.items()))] = {"hparams": hparams, "val_loss": result.best_val_loss,
                                                       "best_epoch": result.best_epoch, "epochs_run": result.epochs_run}
             if best is None or result.best_val_loss < best[1]["val_loss"]:
@@ -151,11 +219,44 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
         "pairs": len(pairs), "prompts": len(train) + len(hyper),
         "train_pairs": len(objectives["train"]), "hyper_pairs": len(objectives["hyper"]),
         "data_sha256": data_sha256(pairs), "profile": profile.name, "seed": seed, "arch": arch,
+        "max_epochs": profile.training.max_epochs,
         "grid": values, "configs": list(results.values()), "hparams": chosen["hparams"],
         "val_loss": chosen["val_loss"], "best_epoch": chosen["best_epoch"],
-        "seconds": round(time.perf_counter() - started, 1), "package_version": package_version(),
     }
+    if refit:
+        model, record["refit"] = _refit(base, arch, profile, chosen, train + hyper, prompt_format, cache_dir, seed,
+                                        progress)
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    record["package_version"] = package_version()
     return PluginModel(base, model.eval(), base_spec=base_spec, decoding=decoding, training=record)
+
+
+def _config(profile: Profile, hparams: dict, seed: int, **changes) -> TrainConfig:
+    settings = dict(lr=hparams["lr"], weight_decay=hparams["weight_decay"], seed=seed,
+                    max_epochs=profile.training.max_epochs, patience=profile.training.patience,
+                    batch_size=profile.training.batch_size, warmup_ratio=profile.training.warmup_ratio)
+    return TrainConfig(**{**settings, **changes})
+
+
+def _resume_file(resume_dir, arch: dict, hparams: dict, cfg: TrainConfig) -> Path | None:
+    """A configuration's training state in ``resume_dir``, named after everything it depends on
+    besides the data (the caller's folder is the data's)."""
+    if resume_dir is None:
+        return None
+    key = hashlib.sha256(json.dumps([arch, hparams, repr(cfg)], sort_keys=True).encode()).hexdigest()[:16]
+    return Path(resume_dir) / f"config-{key}.pt"
+
+
+def _refit(base: BlackBoxLM, arch: dict, profile: Profile, chosen: dict, examples, prompt_format: str,
+           cache_dir: Path | None, seed: int, progress: bool):
+    """The chosen configuration trained again on every pair for its chosen number of epochs
+    (no pair is held out, so nothing stops it early)."""
+    everything = _objective(base, _encoded(base, examples, profile, prompt_format), cache_dir, progress)
+    epochs = max(1, chosen["best_epoch"])
+    model = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
+    cfg = _config(profile, chosen["hparams"], seed, max_epochs=epochs, patience=epochs + 1)
+    result = fit(model, everything, everything, cfg, progress=progress)
+    return model, {"pairs": len(everything), "epochs": epochs, "train_loss": result.history[-1]["train_loss"]}
 
 
 def _family(spec: BaseSpec) -> str:
