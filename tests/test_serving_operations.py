@@ -134,3 +134,24 @@ def test_concurrent_clients_decode_in_one_batch_as_each_would_alone(plugin):  # 
         assert forced.usage.completion_tokens == 12 and forced.choices[0].finish_reason == "length"
         with pytest.raises(openai.BadRequestError):
             client.completions.create(model="mine", prompt=PROMPT, max_tokens=4, extra_body={"min_tokens": 5})
+
+
+def test_one_prompt_length_policy_for_generate_and_serve(plugin, tmp_path):  # noqa: F811
+    """Issue 44: generate kept the last 192 tokens of a long prompt while serve took it whole,
+    and the two answered differently. Now both take it whole, and both refuse one over the limit."""
+    from typer.testing import CliRunner
+
+    from plugin_lib.serving import cli
+
+    long = PROMPT + " Some more words about the place." * 40
+    assert len(plugin.tokenizer(plugin.format_prompt(long)).input_ids) > 2 * plugin.decoding.max_prompt_tokens
+    generated = plugin.generate([long], max_new_tokens=6)[0]
+    with Served(plugin, Limits(max_prompt_tokens=500)) as client:
+        served = client.completions.create(model="mine", prompt=long, max_tokens=6).choices[0].text
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(model="mine", prompt=long * 3, max_tokens=6)
+    assert served.strip() == generated and caught.value.body["code"] == "context_length_exceeded"
+    plugin.save_pretrained(tmp_path / "mine")
+    refused = CliRunner().invoke(cli.app, ["generate", "--plugin", str(tmp_path / "mine"), "--prompt", long,
+                                           "--max-prompt-tokens", "100"])
+    assert refused.exit_code == 2 and "prompt 1 has" in refused.output and "never cut" in refused.output

@@ -103,6 +103,13 @@ class BaseSpec:
                            teacher_forcing=self.teacher_forcing, model=self.model, speculate=self.speculate)
 
 
+MAX_PROMPT_TOKENS = 2048  # the longest prompt generate, evaluate and serve accept unless told otherwise
+
+
+class PromptTooLong(ValueError):
+    """A prompt longer than the limit: refused, never cut."""
+
+
 @dataclass
 class DecodingSettings:
     """How the adapted model decodes unless a request says otherwise. ``temperature`` 0 is
@@ -171,15 +178,30 @@ class PluginModel:
         """The prompt as the reweighting model saw prompts in training."""
         return format_for_model(prompt, self.tokenizer, self.decoding.prompt_format == "chat")
 
-    def generate(self, prompts: list[str], *, progress: bool = False, **overrides) -> list[str]:
+    def generate(self, prompts: list[str], *, progress: bool = False, max_prompt_tokens: int = MAX_PROMPT_TOKENS,
+                 **overrides) -> list[str]:
         """Continuations of ``prompts`` (batched), with the artifact's decoding settings unless
-        ``overrides`` (``max_new_tokens``, ``temperature``, ``top_p``, ``repetition_penalty``)."""
+        ``overrides`` (``max_new_tokens``, ``temperature``, ``top_p``, ``repetition_penalty``).
+        Every prompt is used whole, as ``serve`` uses it; one over ``max_prompt_tokens`` is refused
+        (``check_prompt_lengths``)."""
         settings = {**asdict(self.decoding), **overrides}
-        return generate(self.base, [self.format_prompt(p) for p in prompts], self.reweighter,
-                        max_new_tokens=settings["max_new_tokens"],
-                        repetition_penalty=settings["repetition_penalty"],
-                        max_prompt_tokens=settings["max_prompt_tokens"], progress=progress,
+        texts = [self.format_prompt(p) for p in prompts]
+        self.check_prompt_lengths(texts, max_prompt_tokens)
+        return generate(self.base, texts, self.reweighter, max_new_tokens=settings["max_new_tokens"],
+                        repetition_penalty=settings["repetition_penalty"], progress=progress,
                         **_sampling(settings["temperature"], settings["top_p"]))
+
+    def check_prompt_lengths(self, texts: list[str], limit: int = MAX_PROMPT_TOKENS) -> list[int]:
+        """The token counts of formatted prompts; ``PromptTooLong`` naming the first one over
+        ``limit``. The one policy of ``generate``, ``evaluate`` and ``serve``: a prompt is used
+        whole or refused, never cut (training kept the last ``decoding.max_prompt_tokens``
+        tokens of its prompts; a longer prompt is still used whole)."""
+        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False).input_ids]
+        for i, length in enumerate(lengths):
+            if length > limit:
+                raise PromptTooLong(f"prompt {i + 1} has {length} tokens; at most {limit} are accepted "
+                                    "(--max-prompt-tokens). Shorten it: it is never cut silently.")
+        return lengths
 
     def complete(self, text: str, *, max_new_tokens: int | None = None, temperature: float | None = None,
                  top_p: float | None = None, seed: int | None = None, streamer=None, min_new_tokens: int = 0

@@ -21,7 +21,7 @@ import typer
 from ..core.api import ApiError
 from ..harness import profile as config
 from ..harness.profile import load_profile, profile_names
-from .artifact import CONFIG_FILE, ArtifactError, BaseSpec, PluginModel
+from .artifact import CONFIG_FILE, MAX_PROMPT_TOKENS, ArtifactError, BaseSpec, PluginModel
 from .training import DataFileError, data_sha256, read_pairs, reweighter_arch, train_plugin
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -108,6 +108,8 @@ def generate(
     base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
     base_only: bool = typer.Option(False, "--base-only", help="The base alone, decoded as the Plugin decodes "
                                                               "(greedy): what the Plugin changes."),
+    max_prompt_tokens: int = typer.Option(MAX_PROMPT_TOKENS, help="Longest prompt accepted, in tokens (a longer "
+                                                                  "one is refused, never cut; as serve)."),
 ):
     """Generate with a trained Plugin: one prompt printed as text, a file as JSONL."""
     if (prompt is None) == (file is None):
@@ -118,12 +120,14 @@ def generate(
         prompts = [prompt] if prompt is not None else _prompts_from(file)
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
         overrides = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature)) if v is not None}
+        adapted.check_prompt_lengths([adapted.format_prompt(p) for p in prompts], max_prompt_tokens)
         if base_only:
             from .evaluation import base_only_outputs
 
             outputs = base_only_outputs(adapted, prompts, max_new_tokens=max_new_tokens, progress=len(prompts) > 1)
         else:
-            outputs = adapted.generate(prompts, progress=len(prompts) > 1, **overrides)
+            outputs = adapted.generate(prompts, progress=len(prompts) > 1, max_prompt_tokens=max_prompt_tokens,
+                                       **overrides)
     except USER_ERRORS as err:
         fail(str(err))
     if prompt is not None:
@@ -171,7 +175,8 @@ def serve(
                                                              "in one batch; 4 over an endpoint)."),
     max_queue: int = typer.Option(16, help="Requests that may wait; beyond that, 503."),
     max_tokens: int = typer.Option(512, help="Largest max_tokens a request may ask for."),
-    max_prompt_tokens: int = typer.Option(2048, help="Longest prompt accepted, in tokens."),
+    max_prompt_tokens: int = typer.Option(MAX_PROMPT_TOKENS, help="Longest prompt accepted, in tokens (a longer "
+                                                                  "one is refused, never cut; as generate)."),
     base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
     api_key: Optional[str] = typer.Option(None, envvar="PLUGIN_API_KEY", show_default=False,
                                           help="Clients must send 'Authorization: Bearer <key>' (OpenAI's api_key)."),

@@ -33,9 +33,10 @@ def base_only_outputs(plugin: PluginModel, prompts: Sequence[str], *, max_new_to
                       progress: bool = False) -> list[str]:
     """The base alone on ``prompts``, decoded as the adapted model decodes them (greedy)."""
     d = plugin.decoding
-    return generate(plugin.base, [plugin.format_prompt(p) for p in prompts], None,
-                    max_new_tokens=max_new_tokens or d.max_new_tokens, repetition_penalty=d.repetition_penalty,
-                    max_prompt_tokens=d.max_prompt_tokens, progress=progress)
+    texts = [plugin.format_prompt(p) for p in prompts]
+    plugin.check_prompt_lengths(texts)
+    return generate(plugin.base, texts, None, max_new_tokens=max_new_tokens or d.max_new_tokens,
+                    repetition_penalty=d.repetition_penalty, progress=progress)
 
 
 class _Chrf:

@@ -59,7 +59,7 @@ from transformers import TextStreamer
 from transformers.generation.streamers import BaseStreamer
 
 from ..core.api import ApiBlackBox, ApiError
-from .artifact import Completion, PluginModel
+from .artifact import MAX_PROMPT_TOKENS, Completion, PluginModel, PromptTooLong
 from .batching import BatchEngine, Request as EngineRequest
 from .metrics import ServerMetrics
 
@@ -75,7 +75,7 @@ class Limits:
     max_concurrency: int = 1
     max_queue: int = 16
     max_tokens: int = 512
-    max_prompt_tokens: int = 2048
+    max_prompt_tokens: int = MAX_PROMPT_TOKENS
 
 
 class OpenAIError(Exception):
@@ -364,11 +364,10 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
         if max_tokens > limits.max_tokens:
             raise OpenAIError(400, f"max_tokens is {max_tokens}; this server allows at most {limits.max_tokens}.",
                               param="max_tokens", code="invalid_value")
-        for text in texts:
-            length = len(plugin.tokenizer(text, add_special_tokens=False).input_ids)
-            if length > limits.max_prompt_tokens:
-                raise OpenAIError(400, f"The prompt has {length} tokens; this server accepts at most "
-                                       f"{limits.max_prompt_tokens}.", param="prompt", code="context_length_exceeded")
+        try:  # the one policy of generate, evaluate and serve: used whole or refused
+            plugin.check_prompt_lengths(texts, limits.max_prompt_tokens)
+        except PromptTooLong as err:
+            raise OpenAIError(400, str(err), param="prompt", code="context_length_exceeded") from None
         stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         if request.min_tokens > max_tokens:
             raise OpenAIError(400, f"min_tokens ({request.min_tokens}) exceeds max_tokens ({max_tokens}).",
