@@ -368,3 +368,25 @@ def test_an_interrupted_training_resumes_and_base_outputs_are_reused(smollm2, tm
     again = train_plugin(smollm2, spec, pairs, profile, **kept)
     assert again.training["hparams"] == first.training["hparams"]
     assert again.training["val_loss"] == first.training["val_loss"]
+
+
+@pytest.mark.parametrize("damage, named", [
+    (lambda d: (d / "reweighter" / "model.safetensors").write_bytes(
+        (d / "reweighter" / "model.safetensors").read_bytes()[:1000]), "mine/reweighter:"),
+    (lambda d: (d / "reweighter" / "config.json").write_text('{"vocab_size": '), "mine/reweighter:"),
+    (lambda d: (d / "plugin_config.json").write_text("{not json"), "plugin_config.json"),
+])
+def test_a_damaged_artifact_is_one_line_naming_the_file(plugin, tmp_path, damage, named):
+    plugin.save_pretrained(tmp_path / "mine")
+    damage(tmp_path / "mine")
+    done = CliRunner().invoke(cli.app, ["generate", "--plugin", str(tmp_path / "mine"), "--prompt", "x"])
+    assert done.exit_code == 2 and "Traceback" not in done.output
+    line = done.output.strip().splitlines()[-1]
+    assert line.startswith("plugin-repro: error: ") and named in line and "damaged" in line
+
+
+def test_a_data_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes('{"prompt": "caf\u00e9", "completion": "x"}\n'.encode("latin-1"))
+    with pytest.raises(DataFileError, match=r"pairs.jsonl: not UTF-8 text \(byte"):
+        read_pairs(path)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, PreTrainedModel
 
@@ -277,7 +278,7 @@ class PluginModel:
             base = spec.load(tokenizer)
         check_same_tokenizer(tokenizer, base.tokenizer, spec.display)
         reweighter = _load_reweighter(directory, config["reweighter"]).to(base.device)
-        training = json.loads((directory / "training.json").read_text()) if (directory / "training.json").exists() else {}
+        training = _read_json(directory / "training.json") if (directory / "training.json").exists() else {}
         return cls(base, reweighter, base_spec=spec, decoding=DecodingSettings(**config["decoding"]), training=training)
 
 
@@ -307,7 +308,7 @@ def read_config(directory: str | os.PathLike) -> dict:
     if not path.is_file():
         raise ArtifactError(f"{directory} is not a Plugin artifact (no {CONFIG_FILE}): make one with "
                             "`plugin-repro train` or PluginModel.save_pretrained.")
-    config = json.loads(path.read_text())
+    config = _read_json(path)
     if config.get("format") != FORMAT:
         raise ArtifactError(f"{path} has artifact format {config.get('format')!r}; this package reads format "
                             f"{FORMAT}: install the plugin-repro version that wrote it ({config.get('package_version')}).")
@@ -344,14 +345,35 @@ def _save_reweighter(reweighter: torch.nn.Module, directory: Path) -> dict:
                         "causal LM or one of plugin_lib.make_reweighter's architectures.")
 
 
+def _read_json(path: Path) -> dict:
+    """A JSON file of the artifact, or one line naming it and what is wrong."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ArtifactError(f"{path} is damaged ({err}): write the artifact again (plugin-repro train, or "
+                            "save_pretrained), or restore the file.") from None
+    if not isinstance(found, dict):
+        raise ArtifactError(f"{path} holds a {type(found).__name__}, not an object: the artifact is damaged.")
+    return found
+
+
 def _load_reweighter(directory: Path, spec: dict) -> torch.nn.Module:
-    if spec.get("kind") == "transformers":
-        return AutoModelForCausalLM.from_pretrained(directory / "reweighter", dtype=torch.float32).eval()
-    if spec.get("kind") == "context-free":
-        model = ContextFreeReweighter(spec["vocab_size"], spec["embed_dim"], spec["hidden_size"])
-        load_model(model, str(directory / "reweighter.safetensors"))
-        return model.eval()
-    raise ArtifactError(f"{directory}: unknown reweighter kind {spec.get('kind')!r}.")
+    """The saved reweighting model, or one line naming the damaged file (a truncated weights file,
+    an edited config)."""
+    kind = spec.get("kind")
+    where = directory / ("reweighter" if kind == "transformers" else "reweighter.safetensors")
+    try:
+        if kind == "transformers":
+            return AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32).eval()
+        if kind == "context-free":
+            model = ContextFreeReweighter(spec["vocab_size"], spec["embed_dim"], spec["hidden_size"])
+            load_model(model, str(where))
+            return model.eval()
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ArtifactError(f"{where}: the reweighting model cannot be loaded ({first[:300]}); the artifact is "
+                            "damaged: write it again (plugin-repro train) or restore it.") from None
+    raise ArtifactError(f"{directory}: unknown reweighter kind {kind!r}.")
 
 
 def model_card(spec: BaseSpec, decoding: DecodingSettings, training: dict) -> str:

@@ -51,6 +51,13 @@ def read_pairs(path: str | Path) -> list[Pair]:
     path = Path(path)
     if not path.is_file():
         raise DataFileError(f"{path}: no such file. Pass a JSONL or CSV file of {' and '.join(COLUMNS)} columns.")
+    try:
+        return _read_pairs(path)
+    except UnicodeDecodeError as err:
+        raise DataFileError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}). Save it as UTF-8.") from None
+
+
+def _read_pairs(path: Path) -> list[Pair]:
     if path.suffix.lower() == ".csv":
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
