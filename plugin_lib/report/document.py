@@ -408,7 +408,7 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
     # are judged as their runs complete (docs/preregistration.md).
     report = (config.results_dir(confirm) / "REPORT.md").exists()
     where = (f"[`results/{confirm.name}/REPORT.md`](results/{confirm.name}/REPORT.md)" if report else
-             f"under way, judged as its runs complete ([docs/preregistration.md](docs/preregistration.md))")
+             "under way, judged as its runs complete ([docs/preregistration.md](docs/preregistration.md))")
     lines = [f"**Confirmatory**: the `{confirm.name}` profile on a 2-core CPU ({_scale(confirm)}, "
              f"never decoded by `{local.name}`), judged by rules frozen in git in `{frozen}` before these numbers: "
              f"{where}. **Exploratory**: the "
