@@ -184,6 +184,21 @@ class Served:
         self.thread.join(30)
 
 
+def ask_at_once(client, prompts: list[str], max_tokens: int) -> list[str]:
+    """Each prompt from a client thread of its own, all at once; the texts in the prompts' order."""
+    answers = [None] * len(prompts)
+
+    def ask(i):
+        answers[i] = client.completions.create(model="mine", prompt=prompts[i], max_tokens=max_tokens).choices[0].text
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    return answers
+
+
 def _wait_until(condition, timeout_s: float = 120.0):
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -252,17 +267,7 @@ def test_a_full_queue_is_503_and_concurrent_clients_all_get_their_answer(plugin)
     prompts = [PROMPT, "Name a colour.", "Name a fruit.", "Name a city."]
     serial = plugin.generate(prompts, max_new_tokens=8)
     with Served(plugin, Limits(max_concurrency=1, max_queue=len(prompts))) as client:
-        answers = [None] * len(prompts)
-
-        def ask(i):
-            answers[i] = client.completions.create(model="mine", prompt=prompts[i], max_tokens=8).choices[0].text
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
-        assert answers == serial
+        assert ask_at_once(client, prompts, 8) == serial
 
     with Served(plugin, Limits(max_concurrency=1, max_queue=0)) as client:
         stream = client.completions.create(model="mine", prompt=PROMPT, max_tokens=64, stream=True)

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from plugin_lib.serving.server import Limits, exposure_warning
-from test_serving import PROMPT, Served, plugin  # noqa: F401 - the fixture
+from test_serving import PROMPT, Served, ask_at_once, plugin  # noqa: F401 - the fixture
 
 
 def _health(url: str) -> dict:
@@ -116,16 +116,7 @@ def test_concurrent_clients_decode_in_one_batch_as_each_would_alone(plugin):  # 
     alone = [plugin.complete(plugin.format_prompt(p), max_new_tokens=10).text for p in prompts]
     served = Served(plugin, Limits(max_concurrency=4, max_queue=4))
     with served as client:
-        answers = [None] * len(prompts)
-
-        def ask(i):
-            answers[i] = client.completions.create(model="mine", prompt=prompts[i], max_tokens=10).choices[0].text
-
-        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
+        answers = ask_at_once(client, prompts, 10)
         assert answers == alone
         engine = served.app.state.engine
         assert engine.steps < sum(len(plugin.tokenizer(a).input_ids) for a in answers)  # steps were shared

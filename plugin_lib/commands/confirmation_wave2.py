@@ -29,7 +29,8 @@ from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
 from ..utils.io import atomic_write_json, read_json
 from ..experiments import ablations, table5, table8
-from ..experiments.confirmation import PROFILE, Missing, Roles, references, summary, versus_labels
+from ..experiments.confirmation import (MARGIN_FACTORS, PROFILE, Missing, Roles, margin_verdicts, references,
+                                         summary, versus_labels)
 
 MARGINS_FILE = "margin_sensitivity_wave2.json"
 
@@ -130,24 +131,13 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> 
 
 def margin_sensitivity(profile: Profile | None = None) -> list[dict]:
     """Each judged null claim of the wave at 1x, 0.5x and 0.25x its frozen margins (as wave 1's)."""
-    from ..experiments.confirmation import MARGIN_FACTORS
-
     profile = profile or load_profile(PROFILE)
     roles, rows = WaveRoles(profile), []
     for c in (c for c in wave2.CLAIMS if c.test in ("non-superiority", "equivalence")):
         stored = results_dir(profile) / "claims" / f"{c.key}.json"
-        if not stored.exists():
-            continue
-        test = pre.non_superiority if c.test == "non-superiority" else pre.equivalence
-        compared = [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in comparisons(roles, c)]
-        verdicts = {f"{f:g}x": pre.weakest([test(x, {m: v * f for m, v in pre.MARGINS.items()})["verdict"]
-                                             for x in compared]) for f in MARGIN_FACTORS}
-        committed = read_json(stored)["verdict"]
-        if verdicts["1x"] != committed:
-            raise RuntimeError(f"{c.key}: at the frozen margins the test gives {verdicts['1x']!r}, but the stored "
-                               f"verdict is {committed!r}.")
-        rows.append({"key": c.key, "claim": c.claim, "test": c.test, "margins": dict(pre.MARGINS),
-                     "verdicts": verdicts})
+        if stored.exists():
+            compared = [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in comparisons(roles, c)]
+            rows.append(margin_verdicts(c, compared, premise(roles, c), read_json(stored)["verdict"]))
     return rows
 
 
@@ -162,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.command == "margins":
         profile = load_profile(PROFILE)
         path = results_dir(profile) / MARGINS_FILE
-        atomic_write_json(path, {"factors": [1.0, 0.5, 0.25], "claims": margin_sensitivity(profile)})
+        atomic_write_json(path, {"factors": list(MARGIN_FACTORS), "claims": margin_sensitivity(profile)})
         print(path)
     else:
         for claim in judge(keys=args.claims):

@@ -457,21 +457,26 @@ def margin_sensitivity(profile: Profile | None = None) -> list[dict]:
     profile = profile or load_profile(freeze.FROZEN_PROFILE)
     roles, rows = Roles(profile), []
     for c in (c for c in pre.CLAIMS if c.test in ("non-superiority", "equivalence")):
-        test = pre.non_superiority if c.test == "non-superiority" else pre.equivalence
-        found = premise(roles, c)
         compared = [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in comparisons(roles, c)]
-        verdicts = {}
-        for factor in MARGIN_FACTORS:
-            margins = {metric: value * factor for metric, value in pre.MARGINS.items()}
-            verdicts[f"{factor:g}x"] = (pre.NOT_MEASURABLE if found is not None and not found["holds"] else
-                                        pre.weakest([test(x, margins)["verdict"] for x in compared]))
         committed = read_json(results_dir(profile) / "claims" / f"{c.key}.json")["verdict"]
-        if verdicts["1x"] != committed:
-            raise RuntimeError(f"{c.key}: at the frozen margins the test gives {verdicts['1x']!r}, but the committed "
-                               f"verdict is {committed!r}: these are not the runs or the data it was judged on.")
-        rows.append({"key": c.key, "claim": c.claim, "test": c.test, "margins": dict(pre.MARGINS),
-                     "verdicts": verdicts})
+        rows.append(margin_verdicts(c, compared, premise(roles, c), committed))
     return rows
+
+
+def margin_verdicts(c: pre.Claim, compared: Sequence[dict], found: dict | None, committed: str) -> dict:
+    """A null claim's verdicts at ``MARGIN_FACTORS`` times its frozen margins, on its comparisons
+    ``compared`` (``found``: its premise's result); RuntimeError where the verdict at 1x is not the
+    ``committed`` one: these are then not the runs or the data it was judged on."""
+    test = pre.non_superiority if c.test == "non-superiority" else pre.equivalence
+    verdicts = {}
+    for factor in MARGIN_FACTORS:
+        margins = {metric: value * factor for metric, value in pre.MARGINS.items()}
+        verdicts[f"{factor:g}x"] = (pre.NOT_MEASURABLE if found is not None and not found["holds"] else
+                                    pre.weakest([test(x, margins)["verdict"] for x in compared]))
+    if verdicts["1x"] != committed:
+        raise RuntimeError(f"{c.key}: at the frozen margins the test gives {verdicts['1x']!r}, but the committed "
+                           f"verdict is {committed!r}: these are not the runs or the data it was judged on.")
+    return {"key": c.key, "claim": c.claim, "test": c.test, "margins": dict(pre.MARGINS), "verdicts": verdicts}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
