@@ -146,3 +146,29 @@ def test_one_prompt_length_policy_for_generate_and_serve(plugin, tmp_path):  # n
     refused = CliRunner().invoke(cli.app, ["generate", "--plugin", str(tmp_path / "mine"), "--prompt", long,
                                            "--max-prompt-tokens", "100"])
     assert refused.exit_code == 2 and "prompt 1 has" in refused.output and "never cut" in refused.output
+
+
+def test_shutdown_finishes_what_is_in_flight_and_refuses_new_work(plugin):  # noqa: F811
+    """Issue 44: on shutdown (uvicorn's, as on SIGTERM) the stream in flight is decoded to its
+    end, new connections are refused, and then the batch's thread ends."""
+    served = Served(plugin, Limits(max_concurrency=2))
+    with served as client:
+        url = f"http://127.0.0.1:{client.base_url.port}"
+        stream = client.completions.create(model="mine", prompt=PROMPT, max_tokens=30, stream=True,
+                                           extra_body={"min_tokens": 30})
+        first = next(iter(stream))
+        served.server.should_exit = True
+        deadline = time.monotonic() + 30
+        while True:  # the listener closes first
+            try:
+                httpx.get(f"{url}/health", timeout=2)
+            except httpx.ConnectError:
+                break
+            assert time.monotonic() < deadline, "the server still accepts new connections"
+            time.sleep(0.05)
+        rest = list(stream)
+        assert rest[-1].choices[0].finish_reason == "length"
+        assert len(plugin.tokenizer(first.choices[0].text + "".join(c.choices[0].text for c in rest)).input_ids) > 20
+    engine = served.app.state.engine
+    engine._thread.join(30)
+    assert not engine._thread.is_alive()
