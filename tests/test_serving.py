@@ -225,7 +225,9 @@ def test_completions_chat_and_streaming(plugin):
         assert chunks[-1].choices[0].finish_reason in ("stop", "length")
 
         two = client.completions.create(model="mine", prompt=[PROMPT, "Name a colour."], max_tokens=6)
-        assert [c.index for c in two.choices] == [0, 1]
+        assert [c.index for c in two.choices] == [0, 1]  # decoded together, each as alone
+        assert [c.text for c in two.choices] == [plugin.complete(plugin.format_prompt(p), max_new_tokens=6).text
+                                                 for p in (PROMPT, "Name a colour.")]
 
 
 def test_a_stop_string_cuts_the_text_streamed_or_not(plugin):

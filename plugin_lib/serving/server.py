@@ -322,7 +322,8 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
         watcher = asyncio.create_task(_watch(raw, cancel))
         try:
             async with _slot():
-                done = [await _decode(text, settings, None, cancel) for text in texts]
+                # a list of prompts decodes together: in the batch, or on the worker threads
+                done = list(await asyncio.gather(*(_decode(text, settings, None, cancel) for text in texts)))
         except RequestCancelled:
             metrics.cancelled.inc()
             return Response(status_code=499)  # nobody reads it: the client has gone
