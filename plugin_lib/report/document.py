@@ -17,7 +17,7 @@ from ..harness import profile as config
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..utils.io import atomic_write_text, read_json
-from . import freeze, mixed, paper_rows, preregistered
+from . import freeze, mixed, paper_rows, preregistered, preregistered_wave2
 from .code_versions import code_versions_section
 from .claims import RULE_NOT_RECORDED, SCOPES, STATISTIC_NOT_RECORDED, VERDICTS, load_claims, n_seeds
 from .stats import BOOTSTRAP_METRICS
@@ -363,6 +363,25 @@ def _twin_note(prof: Profile) -> list[str]:
             "information about the paper's claims.", ""]
 
 
+WAVE2_KEYS = frozenset(c.key for c in preregistered_wave2.CLAIMS)
+
+
+def first_wave(claims: list[dict]) -> list[dict]:
+    """The claims of the first preregistered wave (or of any other profile): all but wave 2's."""
+    return [c for c in claims if c["key"] not in WAVE2_KEYS]
+
+
+def wave2_section(claims: list[dict]) -> list[str]:
+    """REPORT.md's section of the second wave's judged claims, apart from the first wave's."""
+    second = [c for c in claims if c["key"] in WAVE2_KEYS]
+    if not second:
+        return []
+    return ["## Wave 2: the paper's claims that had no row", "",
+            f"Rules frozen in `{freeze.WAVE2_FROZEN_AT[:7]}` (`report.preregistered_wave2`) before any of their runs, "
+            f"judged on the same frozen test inputs; {len(second)} of {len(WAVE2_KEYS)} claims judged so far.", "",
+            *claims_table(second, PREREGISTERED_LEGEND)]
+
+
 def write_report(profile: Profile | str) -> Path:
     prof = config.load_profile(profile)
     root = config.results_dir(prof)
@@ -379,9 +398,11 @@ def write_report(profile: Profile | str) -> Path:
         "",
         *([EXPLORATORY, ""] if prof.name == "local" else []),
         *([preregistered_note(prof), ""] if prof.test_inputs is not None else []),
-        *claims_table(load_claims(prof), PREREGISTERED_LEGEND if prof.test_inputs is not None else VERDICT_LEGEND),
+        *claims_table(first_wave(load_claims(prof)),
+                      PREREGISTERED_LEGEND if prof.test_inputs is not None else VERDICT_LEGEND),
         *margin_section(root),
         *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
+        *wave2_section(load_claims(prof)),
     ]
     for prefix, title, stems in SECTIONS:
         lines += _section(root, prefix, title, stems)
@@ -414,6 +435,7 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
              f"{where}. **Exploratory**: the "
              f"`{local.name}` profile ({_scale(local)}), judged by rules written after its numbers: "
              f"[`results/{local.name}/REPORT.md`](results/{local.name}/REPORT.md).", ""]
+    confirmed = first_wave(confirmed)  # wave 2's claims have rows of their own (report.paper_rows)
     by_key = {c["key"]: c for c in confirmed}
     before = {c["key"]: c for c in explored}
     # Most statistics end with the profile's full scale; said once above the table instead.
