@@ -9,6 +9,7 @@ from plugin_lib import data
 from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.experiments import ablations
 from plugin_lib.harness import finetune, methods, models, runner
+from plugin_lib.harness import variants as reweighting_variants
 from plugin_lib.harness.models import load_causal_lm
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import METRIC_NAMES
@@ -65,7 +66,7 @@ def test_truncated_pretrained_reweighter_has_base_vocabulary_and_k_layers(smollm
 
 
 def test_complexity_variants(monkeypatch):
-    monkeypatch.setattr(ablations, "truncated_pretrained", lambda model, k: f"/cache/{model}-first{k}layers")
+    monkeypatch.setattr(reweighting_variants, "truncated_pretrained", lambda model, k: f"/cache/{model}-first{k}layers")
     variants = ablations.complexity_variants("smollm2-135m-instruct", [1, 2, 12], 4)
     assert [v.label for v in variants] == ["Plugin", "Plugin-2L", "Plugin-12L", "Plugin-pretrained"]
     assert variants[0].arch is None  # the main tables' Plugin run, shared

@@ -32,29 +32,24 @@ import dataclasses
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
 
-from ..core.reweighter import count_parameters
-from ..core.train import TokenObjective, small_model_log_probs
 from .. import data
-from ..harness import grid, methods, models, preflight, runner
+from ..harness import grid, preflight, runner
 from ..harness import finetune
-from ..harness.finetune import decoder_layers, save_model_dir
-from ..harness.profile import Ablations, Profile, cache_dir
+from ..harness.profile import Ablations, Profile
 from ..metrics import METRIC_NAMES
 from ..report import stats, tables, verdicts
 from ..report.claims import n_seeds, record_claim
 from ..report.stats import BOOTSTRAP_METRICS
+# The reweighting models compared and their runs live in the harness; their names stay importable here.
+from ..harness.variants import (ONE_LAYER, PAPER_PRETRAINED, Variant, VariantJob, architecture_variants,  # noqa: F401
+                                complexity_variants, one_layer_profile, pretrained_variant, truncated_pretrained,
+                                variant_frame, variant_jobs, variant_runs)
 
-# GPT2-Small shares GPT-2's tokenizer: the paper's pretrained reweighting model.
-PAPER_PRETRAINED = {"gpt2-medium": "gpt2", "gpt2-xl": "gpt2"}
-ONE_LAYER = "Plugin"  # label of the family's default (1-layer) reweighting model
 
 
 def settings(profile: Profile, **overrides) -> Ablations:
@@ -324,114 +319,6 @@ def plot_base_quality(summary: pd.DataFrame, order: Sequence[str], metrics: Sequ
 # ---------------------------------------------------------------- reweighting models
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One reweighting model of an ablation."""
-
-    label: str  # the run's method field and file name
-    arch: dict | None  # for make_reweighter; None: the family's default (shares the main runs)
-    name: str  # for figures and tables
-
-
-def truncated_pretrained(model_name: str, n_layers: int) -> Path:
-    """``model_name``'s public checkpoint cut to its first ``n_layers`` blocks, with its own
-    embeddings, final norm and output head; saved once under the cache directory."""
-    safe = model_name.replace("/", "--")
-    target = cache_dir() / "models" / f"{safe}-first{n_layers}layers"
-    if (target / "config.json").exists():
-        return target
-    model, tokenizer = models.load_causal_lm(model_name, dtype=torch.float32, device="cpu")
-    layers = decoder_layers(model)
-    origin = {"source": model_name, "layers_kept": n_layers, "layers_of_source": len(layers)}
-    if not 1 <= n_layers < len(layers):
-        raise ValueError(f"n_layers must be in 1..{len(layers) - 1} for {model_name}, got {n_layers}.")
-    del layers[n_layers:]
-    model.config.num_hidden_layers = n_layers
-    return save_model_dir(target, model, tokenizer, {"truncated.json": origin})
-
-
-def pretrained_variant(model_name: str, n_layers: int | None) -> Variant:
-    """GPT2-Small for GPT-2 bases (the paper); otherwise the base's own checkpoint, truncated."""
-    if model_name in PAPER_PRETRAINED:
-        return Variant("Plugin-pretrained", {"arch": "pretrained", "pretrained": PAPER_PRETRAINED[model_name]},
-                       "pretrained: GPT2-Small")
-    if n_layers is None:
-        raise ValueError(f"No pretrained reweighting model is known for {model_name}: set pretrained_layers.")
-    path = truncated_pretrained(model_name, n_layers)
-    display = models.model_spec(model_name)["display"]
-    blocks = "block" if n_layers == 1 else "blocks"
-    return Variant("Plugin-pretrained", {"arch": "pretrained", "pretrained": str(path)},
-                   f"pretrained: {display}, first {n_layers} {blocks}")
-
-
-def complexity_variants(model_name: str, layers: Sequence[int], pretrained_layers: int | None,
-                        *, pretrained: bool = True) -> list[Variant]:
-    """The family's reweighting model with each number of layers, then (``pretrained``) the
-    pretrained one."""
-    default = runner.arch_for(model_name)
-    variants = [
-        Variant(ONE_LAYER, None, "1 layer") if k == default["n_layer"]
-        else Variant(f"Plugin-{k}L", {**default, "n_layer": k}, f"{k} layers")
-        for k in layers
-    ]
-    return variants + ([pretrained_variant(model_name, pretrained_layers)] if pretrained else [])
-
-
-def architecture_variants(model_name: str) -> list[Variant]:
-    """Transformer layer (the family's default), two-layer ReLU MLP and linear, same widths."""
-    default = runner.arch_for(model_name)
-    width = default.get("hidden_size", 768)  # GPT2Config's default width for GPT-2 families
-    inner = default.get("intermediate_size", 4 * width)
-    return [
-        Variant(ONE_LAYER, None, "transformer layer"),
-        Variant("Plugin-MLP", {"arch": "mlp", "hidden_size": width, "intermediate_size": inner},
-                "MLP (2 layers, ReLU)"),
-        Variant("Plugin-linear", {"arch": "linear", "hidden_size": width}, "linear"),
-    ]
-
-
-def one_layer_profile(task: methods.Task, profile: Profile, *, progress: bool = False) -> Profile:
-    """The profile with its grid narrowed to the hyperparameters chosen for the 1-layer Plugin
-    (searched first if they are not stored yet)."""
-    return runner.narrowed_profile(task, profile, "Plugin", progress=progress)
-
-
-def variant_runs(task: methods.Task, profile: Profile, variants: Sequence[Variant], seeds: Sequence[int],
-                 *, hparams: str = "own", progress: bool = False) -> list[dict]:
-    """Zeroshot (the base alone) and a Plugin run per variant and seed. ``hparams="own"``: each
-    variant searches the profile's grid; ``"one-layer"``: the others reuse the 1-layer choice."""
-    records, narrowed = [], None
-    for job in variant_jobs(variants, seeds, hparams):
-        if job.narrow:
-            narrowed = narrowed or one_layer_profile(task, profile, progress=progress)
-        records.append(runner.run_experiment(task, job.method, job.seed, narrowed if job.narrow else profile,
-                                             arch=job.arch, label=job.label, progress=progress))
-    return records
-
-
-@dataclass(frozen=True)
-class VariantJob:
-    """One run of :func:`variant_runs` (also a unit of the grid, ``harness.grid``). ``narrow``:
-    trained on the 1-layer Plugin's chosen hyperparameters (``one_layer_profile``)."""
-
-    method: str
-    seed: int
-    label: str
-    arch: dict | None = None
-    narrow: bool = False
-
-
-def variant_jobs(variants: Sequence[Variant], seeds: Sequence[int], hparams: str = "own") -> list[VariantJob]:
-    """Zeroshot once, then each variant's Plugin run per seed, in :func:`variant_runs`'s order."""
-    if hparams not in ("own", "one-layer"):
-        raise ValueError(f"hparams must be 'own' or 'one-layer', got {hparams!r}.")
-    jobs = [VariantJob("Zeroshot", seeds[0], "Zeroshot")]
-    for variant in variants:
-        narrow = hparams == "one-layer" and variant.label != ONE_LAYER
-        jobs += [VariantJob("Plugin", seed, variant.label, variant.arch, narrow) for seed in seeds]
-    return jobs
-
-
 def complexity_units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Unit]:
     """The grid's units of notebook 07 at the profile's ablation settings."""
     setup = settings(profile)
@@ -451,25 +338,6 @@ def _variant_units(model: str, dataset: str, profile: Profile, jobs: Sequence[Va
                    ) -> list[grid.Unit]:
     return grid.task_units(grid.TaskRef(model, dataset), profile,
                            [(j.method, j.seed, j.label, j.arch, j.narrow) for j in jobs], notebook)
-
-
-def variant_frame(task: methods.Task, variants: Sequence[Variant], seed: int = 0) -> pd.DataFrame:
-    """Each reweighting model's size and, before any training, its hyper-validation loss
-    (nats per target token) alone and inside the Plugin. A randomly initialised model is
-    close to uniform, so its Plugin starts at about the base's own loss; a pretrained one
-    starts wherever its own predictions put it."""
-    default = runner.arch_for(task.base.name)
-    alone = TokenObjective(task.encoded("hyper"), task.base.tokenizer.pad_token_id, log_probs=small_model_log_probs)
-    plugin = methods.objective(task, "Plugin", "hyper", {})
-    rows = []
-    for variant in variants:
-        model = methods.build_model(task, "Plugin", variant.arch or default, seed)
-        rows.append({"label": variant.label, "reweighting model": variant.name,
-                     "parameters": count_parameters(model),
-                     "loss alone at init": alone.mean_nll(model),
-                     "Plugin loss at init": plugin.mean_nll(model)})
-    # Recomputed at every execution: 4 decimals keep the table the same across thread counts.
-    return pd.DataFrame(rows).round({"loss alone at init": 4, "Plugin loss at init": 4})
 
 
 SINGLE_LAYER_CLAIM = "one layer improves on the base"

@@ -13,7 +13,7 @@ A unit names a record of the run store and the call that makes it:
   the notebook's own (the harness never imports the notebooks' modules).
 
 Units are built from the notebooks' own job lists (``runner.table_jobs``,
-``experiments.ablations.variant_jobs``), so a unit's record is the one its notebook reads, keyed
+``harness.variants.variant_jobs``), so a unit's record is the one its notebook reads, keyed
 by the same fingerprints; a unit whose record is current is done and is skipped.
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def folder_key(ref: TaskRef) -> str:
 def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: str, needs: tuple[str, ...] = ()
                ) -> list[Unit]:
     """The units of runs on one task. ``jobs``: (method, seed, label, arch, narrow) tuples, e.g.
-    from ``runner.table_jobs`` or ``ablations.variant_jobs``. Every trained method's search is
+    from ``runner.table_jobs`` or ``variants.variant_jobs``. Every trained method's search is
     split into a unit per configuration of the profile's grid (``search: grid``; a coordinate
     search decides its next configuration from the last, so it stays one unit). ``needs``: units
     every unit of the task needs (the fine-tuning of its base)."""
