@@ -1,11 +1,13 @@
 """Decoding speed of the Plugin on the offline base model; every ratio comes from this run.
 
-    python benchmarks/bench_decode.py [--new-tokens 64] [--batches 8 32]
+    python benchmarks/bench_decode.py [--new-tokens 64] [--batches 8 32] [--plugin DIR]
 
 Prints, for greedy decoding of real E2E prompts (all sequences forced to the same length so
 both sides do the same number of steps):
-  1. Plugin time / base-alone time at each batch size (FLOPs bound: about 1 + reweighting
-     FLOPs / base FLOPs),
+  1. Plugin time / base-alone time at each batch size (bound: about 1 + the reweighting model's
+     bytes read per step / the base's), with the reweighting model's output layer in float32
+     (exact) and in bfloat16 (``--head-dtype bfloat16`` of generate, evaluate and serve), and
+     how many of the batch's greedy outputs the two heads decode identically,
   2. KV-cached decoding vs re-running both models over the whole sequence at every step
      (the authors' approach),
   3. batched vs one-by-one throughput.
@@ -19,19 +21,24 @@ import torch
 
 from plugin_lib import data
 from plugin_lib.core.decode import generate, greedy_decode_uncached
-from plugin_lib.core.reweighter import count_parameters, make_reweighter
+from plugin_lib.core.reweighter import count_parameters, for_decoding, make_reweighter
 from plugin_lib.data import prompts
 from plugin_lib.harness.models import load_base_model
 
 
 def timed(fn, repeats: int = 1) -> float:
     """Best wall time of ``repeats`` calls (the minimum is the least noisy estimate)."""
-    best = float("inf")
+    return timed_result(fn, repeats)[0]
+
+
+def timed_result(fn, repeats: int = 1):
+    """Best wall time of ``repeats`` calls, and the last call's result."""
+    best, result = float("inf"), None
     for _ in range(repeats):
         start = time.perf_counter()
-        fn()
+        result = fn()
         best = min(best, time.perf_counter() - start)
-    return best
+    return best, result
 
 
 def main() -> None:
@@ -39,25 +46,41 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--plugin", help="A trained artifact (plugin-repro train) whose base and reweighting model "
+                                         "to decode with (default: a freshly initialised reweighting model).")
     args = parser.parse_args()
     torch.manual_seed(0)
 
-    base = load_base_model("smollm2-135m-instruct")
-    reweighter = make_reweighter("llama", base.vocab_size, seed=0).eval()
     examples = data.load_dataset("e2e", "test", rows=max(args.batches))
-    texts = [prompts.build_prompt("e2e", "llama", ex.source) for ex in examples]
+    if args.plugin:
+        from plugin_lib.serving import PluginModel
+
+        adapted = PluginModel.from_pretrained(args.plugin)
+        base, reweighter = adapted.base, adapted.reweighter
+        texts = [adapted.format_prompt(ex.source) for ex in examples]
+    else:
+        base = load_base_model("smollm2-135m-instruct")
+        reweighter = make_reweighter("llama", base.vocab_size, seed=0).eval()
+        texts = [prompts.build_prompt("e2e", "llama", ex.source) for ex in examples]
+    low_head = for_decoding(reweighter, "bfloat16")
     n = args.new_tokens
     fixed_length = dict(max_new_tokens=n, min_new_tokens=n, progress=False)
     base_params = sum(p.numel() for p in base._model.parameters())  # noqa: SLF001 - size only
-    print(f"base: SmolLM2-135M ({base_params / 1e6:.0f}M parameters), reweighter: 1-layer LLaMA-style "
+    print(f"base: {base.name} ({base_params / 1e6:.0f}M parameters), reweighter: "
+          f"{'trained, from ' + args.plugin if args.plugin else 'freshly initialised 1-layer LLaMA-style'} "
           f"({count_parameters(reweighter) / 1e6:.1f}M), {n} new tokens, {torch.get_num_threads()} threads")
 
-    print("\n1. Plugin / base-alone greedy decoding time (KV caches on both)")
+    print("\n1. Plugin / base-alone greedy decoding time (KV caches on both); head: the reweighting model's output layer")
     for batch in args.batches:
         prompts_b = texts[:batch]
         t_base = timed(lambda: generate(base, prompts_b, None, batch_size=batch, **fixed_length), args.repeats)
-        t_plugin = timed(lambda: generate(base, prompts_b, reweighter, batch_size=batch, **fixed_length), args.repeats)
-        print(f"   batch {batch:>3}: base {t_base:6.2f} s, Plugin {t_plugin:6.2f} s, ratio {t_plugin / t_base:.3f}")
+        t_plugin, exact = timed_result(
+            lambda: generate(base, prompts_b, reweighter, batch_size=batch, **fixed_length), args.repeats)
+        t_low, approx = timed_result(
+            lambda: generate(base, prompts_b, low_head, batch_size=batch, **fixed_length), args.repeats)
+        same = sum(a == b for a, b in zip(exact, approx))
+        print(f"   batch {batch:>3}: base {t_base:6.2f} s | float32 head {t_plugin:6.2f} s, ratio {t_plugin / t_base:.3f} "
+              f"| bfloat16 head {t_low:6.2f} s, ratio {t_low / t_base:.3f}, outputs as float32's {same}/{batch}")
 
     print("\n2. KV-cached vs full re-computation at every step (Plugin, batch 8)")
     enc = base.tokenizer(texts[:8], return_tensors="pt", padding=True)

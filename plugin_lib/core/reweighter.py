@@ -11,7 +11,11 @@ The vocabulary always equals the base model's; ``check_vocabulary`` says what to
 """
 from __future__ import annotations
 
+import copy
+import warnings
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_outputs import CausalLMOutputWithPast
@@ -148,6 +152,49 @@ def reweighter_logits(
     if positions is not None:
         hidden = hidden[positions]
     return model.get_output_embeddings()(hidden)
+
+
+HEAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class LowPrecisionHead(nn.Module):
+    """An output layer that multiplies in a narrower dtype and returns float32 logits."""
+
+    def __init__(self, head: nn.Linear, dtype: torch.dtype):
+        super().__init__()
+        self.weight = nn.Parameter(head.weight.detach().to(dtype), requires_grad=False)
+        self.bias = None if head.bias is None else nn.Parameter(head.bias.detach().to(dtype), requires_grad=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden.to(self.weight.dtype), self.weight, self.bias).float()
+
+
+def for_decoding(model: nn.Module, head_dtype: str = "float32") -> nn.Module:
+    """The reweighting model as decoding runs it: ``model`` itself at ``float32``; at
+    ``bfloat16``, a copy whose output layer (V x d, the bulk of a small model's bytes) computes
+    in bfloat16. Decoding a batch reads the whole head at every step, so its bytes set the
+    step's cost; halving them is an approximation (logits to about 3 significant digits), opt-in,
+    never used by the experiments or by training. ``model`` is left as it is (it is what gets
+    saved)."""
+    if head_dtype not in HEAD_DTYPES:
+        raise ValueError(f"Unknown head dtype {head_dtype!r}; choose one of {tuple(HEAD_DTYPES)}.")
+    if head_dtype == "float32":
+        return model
+    head = model.get_output_embeddings()
+    if not isinstance(head, nn.Linear):
+        raise ValueError(f"A {head_dtype} head needs an output layer that is one nn.Linear; this reweighting "
+                         f"model's is a {type(head).__name__}: use float32.")
+    if head.weight.device.type == "cpu" and not (torch.cpu._is_avx512_bf16_supported()
+                                                  or torch.cpu._is_amx_tile_supported()):
+        warnings.warn("This CPU has no bfloat16 instructions (AVX512-BF16 or AMX): a bfloat16 head is slower "
+                      "here than float32.", stacklevel=2)
+    decoder = copy.deepcopy(model).eval()
+    low = LowPrecisionHead(head, HEAD_DTYPES[head_dtype])
+    if isinstance(decoder, ContextFreeReweighter):
+        decoder.lm_head = low
+    else:
+        decoder.set_output_embeddings(low)
+    return decoder
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

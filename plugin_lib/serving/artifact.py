@@ -35,7 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorLis
 from ..core.api import DEFAULT_SPECULATE, ApiBlackBox, CompletionsClient, TokenizerMismatch
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM
 from ..core.decode import PluginLogitsProcessor, generate
-from ..core.reweighter import ContextFreeReweighter, check_vocabulary
+from ..core.reweighter import ContextFreeReweighter, check_vocabulary, for_decoding
 from ..data.prompts import format_for_model
 from ..harness import models
 
@@ -155,12 +155,16 @@ class PluginModel:
         base_spec: how to find the base again when the artifact is loaded.
         decoding: default decoding settings.
         training: the training record (``training.json``), if any.
+        head_dtype: ``float32`` (exact), or ``bfloat16``: the reweighting model's output layer
+            decodes in bfloat16, faster where the hardware has it (``core.reweighter.for_decoding``).
     """
 
     def __init__(self, base: BlackBoxLM, reweighter: torch.nn.Module, *, base_spec: BaseSpec,
-                 decoding: DecodingSettings | None = None, training: dict | None = None):
+                 decoding: DecodingSettings | None = None, training: dict | None = None,
+                 head_dtype: str = "float32"):
         check_vocabulary(base.vocab_size, reweighter)
         self.base, self.reweighter = base, reweighter.eval()
+        self.head_dtype, self.decoder = head_dtype, for_decoding(self.reweighter, head_dtype)
         self.base_spec, self.decoding = base_spec, decoding or DecodingSettings()
         self.training = training or {}
         # An in-process base hooks its model during generate (top-k views); one call at a time.
@@ -188,7 +192,7 @@ class PluginModel:
         settings = {**asdict(self.decoding), **overrides}
         texts = [self.format_prompt(p) for p in prompts]
         self.check_prompt_lengths(texts, max_prompt_tokens)
-        return generate(self.base, texts, self.reweighter, max_new_tokens=settings["max_new_tokens"],
+        return generate(self.base, texts, self.decoder, max_new_tokens=settings["max_new_tokens"],
                         repetition_penalty=settings["repetition_penalty"], progress=progress,
                         **_sampling(settings["temperature"], settings["top_p"]))
 
@@ -212,7 +216,7 @@ class PluginModel:
         d = self.decoding
         enc = self.tokenizer([text], return_tensors="pt", add_special_tokens=False)
         prompt_length = enc.input_ids.shape[1]
-        processor = PluginLogitsProcessor(self.reweighter, enc.attention_mask,
+        processor = PluginLogitsProcessor(self.decoder, enc.attention_mask,
                                           repetition_penalty=d.repetition_penalty)
         extra = {"streamer": streamer} if streamer is not None else {}
         if min_new_tokens:
@@ -263,9 +267,10 @@ class PluginModel:
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, *, base: BlackBoxLM | None = None,
-                        base_url: str | None = None) -> "PluginModel":
+                        base_url: str | None = None, head_dtype: str = "float32") -> "PluginModel":
         """Load an artifact. ``base``: an already loaded black box to use instead of the saved
-        spec's; ``base_url``: the same endpoint at another address."""
+        spec's; ``base_url``: the same endpoint at another address; ``head_dtype``: as in the
+        constructor."""
         config = read_config(directory)
         directory = Path(directory)
         tokenizer = AutoTokenizer.from_pretrained(directory / "tokenizer")
@@ -279,7 +284,8 @@ class PluginModel:
         check_same_tokenizer(tokenizer, base.tokenizer, spec.display)
         reweighter = _load_reweighter(directory, config["reweighter"]).to(base.device)
         training = _read_json(directory / "training.json") if (directory / "training.json").exists() else {}
-        return cls(base, reweighter, base_spec=spec, decoding=DecodingSettings(**config["decoding"]), training=training)
+        return cls(base, reweighter, base_spec=spec, decoding=DecodingSettings(**config["decoding"]), training=training,
+                   head_dtype=head_dtype)
 
 
 class _NoLock:

@@ -30,6 +30,12 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 USER_ERRORS = (DataFileError, ArtifactError, ApiError, ValueError, OSError)
 
 
+def head_dtype_option():
+    return typer.Option("float32", help="The reweighting model's output layer at decoding: float32 (exact) or "
+                                        "bfloat16 (faster on GPUs and CPUs with bfloat16 instructions; "
+                                        "docs/serving.md measures both).")
+
+
 def fail(message: str) -> None:
     typer.echo(f"plugin-repro: error: {message}", err=True)
     raise typer.Exit(2)
@@ -110,6 +116,7 @@ def generate(
                                                               "(greedy): what the Plugin changes."),
     max_prompt_tokens: int = typer.Option(MAX_PROMPT_TOKENS, help="Longest prompt accepted, in tokens (a longer "
                                                                   "one is refused, never cut; as serve)."),
+    head_dtype: str = head_dtype_option(),
 ):
     """Generate with a trained Plugin: one prompt printed as text, a file as JSONL."""
     if (prompt is None) == (file is None):
@@ -118,7 +125,7 @@ def generate(
         fail("--base-only decodes greedily, as the comparison with the Plugin does; leave out --temperature.")
     try:
         prompts = [prompt] if prompt is not None else _prompts_from(file)
-        adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
+        adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
         overrides = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature)) if v is not None}
         adapted.check_prompt_lengths([adapted.format_prompt(p) for p in prompts], max_prompt_tokens)
         if base_only:
@@ -145,13 +152,14 @@ def evaluate(
     max_new_tokens: Optional[int] = typer.Option(None, help="Default: the artifact's."),
     base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
     card: bool = typer.Option(True, help="Store evaluation.json in the artifact and add the table to its model card."),
+    head_dtype: str = head_dtype_option(),
 ):
     """The Plugin against its base alone on held-out pairs: BLEU, ROUGE, NIST, chrF, with paired bootstrap CIs."""
     from .evaluation import evaluate as run_evaluation, markdown, write_to_artifact
 
     try:
         pairs = read_pairs(data)
-        adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
+        adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
         typer.echo(f"{len(pairs)} pairs from {data}; decoding with the Plugin and with the base alone", err=True)
         result = run_evaluation(adapted, pairs, resamples=resamples, max_new_tokens=max_new_tokens,
                                 progress=len(pairs) > 16)
@@ -181,6 +189,7 @@ def serve(
     api_key: Optional[str] = typer.Option(None, envvar="PLUGIN_API_KEY", show_default=False,
                                           help="Clients must send 'Authorization: Bearer <key>' (OpenAI's api_key)."),
     docs: bool = typer.Option(False, help="Also serve the interactive docs (/docs, /openapi.json)."),
+    head_dtype: str = head_dtype_option(),
 ):
     """Serve the adapted model with an OpenAI-compatible API (/v1/completions, /v1/chat/completions)."""
     import uvicorn
@@ -192,7 +201,7 @@ def serve(
         typer.secho(warning, err=True, fg=typer.colors.RED, bold=True)
 
     try:
-        adapted = PluginModel.from_pretrained(plugin, base_url=base_url)
+        adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
         limits = Limits(max_concurrency=max_concurrency or (4 if adapted.base_spec.kind == "endpoint" else 8),
                         max_queue=max_queue, max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens)
         api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits, api_key=api_key, docs=docs)

@@ -77,14 +77,16 @@ def evaluate(plugin: PluginModel, pairs: Sequence[Pair], *, resamples: int = 100
         plugin_score, base_score = scores["plugin"]["whole"][metric], scores["base"]["whole"][metric]
         table[metric] = {"plugin": plugin_score, "base": base_score, "difference": plugin_score - base_score,
                          "ci95": [float(q) for q in np.percentile(difference, [2.5, 97.5])]}
-    return {"metrics": table, "n": len(pairs), "resamples": resamples, "seed": seed,
+    return {"metrics": table, "n": len(pairs), "resamples": resamples, "seed": seed, "head_dtype": plugin.head_dtype,
             "outputs": {"plugin": adapted, "base": alone}}
 
 
 def markdown(result: dict) -> str:
     """The evaluation as a Markdown table (the model card's section and the command's output)."""
+    head = result.get("head_dtype", "float32")
     lines = [f"On {result['n']} held-out pairs; paired bootstrap over the pairs ({result['resamples']} draws), "
-             "95% interval of the difference.", "",
+             "95% interval of the difference."
+             + ("" if head == "float32" else f" The Plugin decoded with a {head} output layer."), "",
              "| metric | Plugin | base alone | difference | 95% CI |", "| --- | --- | --- | --- | --- |"]
     for metric, row in result["metrics"].items():
         lines.append(f"| {metric} | {row['plugin']:.4g} | {row['base']:.4g} | {row['difference']:+.4g} | "

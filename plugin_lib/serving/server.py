@@ -231,7 +231,7 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
     # A base in this process decodes every admitted request in one batch (``batching``); a base
     # behind an API is asked by up to ``max_concurrency`` threads at once, its client's bound.
     engine = None if isinstance(plugin.base, ApiBlackBox) else BatchEngine(
-        plugin.base, plugin.reweighter, eos_token_id=plugin.base.eos_token_id,
+        plugin.base, plugin.decoder, eos_token_id=plugin.base.eos_token_id,
         repetition_penalty=plugin.decoding.repetition_penalty, max_batch=limits.max_concurrency)
 
     @contextlib.asynccontextmanager
