@@ -4,7 +4,8 @@
 
 Prints, for greedy decoding of real E2E prompts (all sequences forced to the same length so
 both sides do the same number of steps):
-  1. Plugin time / base-alone time at each batch size (bound: about 1 + the reweighting model's
+  1. Plugin time / base-alone time at each batch size, the median of rounds that time the
+     three in turn (bound: about 1 + the reweighting model's
      bytes read per step / the base's), with the reweighting model's output layer in float32
      (exact) and in bfloat16 (``--head-dtype bfloat16`` of generate, evaluate and serve), and
      how many of the batch's greedy outputs the two heads decode identically,
@@ -15,6 +16,7 @@ both sides do the same number of steps):
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -45,7 +47,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="Rounds of each timing.")
+    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3], help="Which of the three to run.")
     parser.add_argument("--plugin", help="A trained artifact (plugin-repro train) whose base and reweighting model "
                                          "to decode with (default: a freshly initialised reweighting model).")
     args = parser.parse_args()
@@ -70,18 +73,37 @@ def main() -> None:
           f"{'trained, from ' + args.plugin if args.plugin else 'freshly initialised 1-layer LLaMA-style'} "
           f"({count_parameters(reweighter) / 1e6:.1f}M), {n} new tokens, {torch.get_num_threads()} threads")
 
+    if 1 in args.sections:
+        plugin_to_base_ratio(args, base, reweighter, low_head, texts, fixed_length)
+    if 2 in args.sections or 3 in args.sections:
+        cached_and_batched(args, base, reweighter, texts, fixed_length)
+
+
+def plugin_to_base_ratio(args, base, reweighter, low_head, texts, fixed_length) -> None:
     print("\n1. Plugin / base-alone greedy decoding time (KV caches on both); head: the reweighting model's output layer")
     for batch in args.batches:
         prompts_b = texts[:batch]
-        t_base = timed(lambda: generate(base, prompts_b, None, batch_size=batch, **fixed_length), args.repeats)
-        t_plugin, exact = timed_result(
-            lambda: generate(base, prompts_b, reweighter, batch_size=batch, **fixed_length), args.repeats)
-        t_low, approx = timed_result(
-            lambda: generate(base, prompts_b, low_head, batch_size=batch, **fixed_length), args.repeats)
-        same = sum(a == b for a, b in zip(exact, approx))
-        print(f"   batch {batch:>3}: base {t_base:6.2f} s | float32 head {t_plugin:6.2f} s, ratio {t_plugin / t_base:.3f} "
-              f"| bfloat16 head {t_low:6.2f} s, ratio {t_low / t_base:.3f}, outputs as float32's {same}/{batch}")
+        # The three are timed in turn, one round after another, and each round gives its own
+        # ratios: a drift in the machine's speed reaches the three alike. The median round counts.
+        rounds, outputs = [], {}
+        for _ in range(args.repeats):
+            seconds = {}
+            for name, model in (("base", None), ("float32", reweighter), ("bfloat16", low_head)):
+                seconds[name], outputs[name] = timed_result(
+                    lambda: generate(base, prompts_b, model, batch_size=batch, **fixed_length))
+            rounds.append(seconds)
+        same = sum(a == b for a, b in zip(outputs["float32"], outputs["bfloat16"]))
+        base_s = statistics.median(r["base"] for r in rounds)
+        line = [f"   batch {batch:>3}: base {base_s:6.2f} s"]
+        for name in ("float32", "bfloat16"):
+            ratios = [r[name] / r["base"] for r in rounds]
+            line.append(f"{name} head ratio {statistics.median(ratios):.3f} "
+                        f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+        print(" | ".join(line) + f" | greedy outputs of the two heads alike: {same}/{batch}")
 
+
+def cached_and_batched(args, base, reweighter, texts, fixed_length) -> None:
+    n = args.new_tokens
     print("\n2. KV-cached vs full re-computation at every step (Plugin, batch 8)")
     enc = base.tokenizer(texts[:8], return_tensors="pt", padding=True)
     t_cached = timed(lambda: generate(base, texts[:8], reweighter, batch_size=8, **fixed_length))
@@ -89,6 +111,8 @@ def main() -> None:
         base, enc.input_ids, enc.attention_mask, reweighter, max_new_tokens=n, min_new_tokens=n))
     print(f"   cached {t_cached:.2f} s, uncached {t_full:.2f} s, speed-up x{t_full / t_cached:.2f}")
 
+    if 3 not in args.sections:
+        return
     print("\n3. Batched vs one-by-one (Plugin, 8 prompts)")
     t_single = timed(lambda: [generate(base, [p], reweighter, batch_size=1, **fixed_length) for p in texts[:8]])
     print(f"   batch 8 {t_cached:.2f} s, one-by-one {t_single:.2f} s, throughput x{t_single / t_cached:.2f}")

@@ -40,7 +40,9 @@ def base_only_outputs(plugin: PluginModel, prompts: Sequence[str], *, max_new_to
 
 
 class _Chrf:
-    """chrF of resampled corpora: sacrebleu's per-sentence statistics, summed per draw."""
+    """chrF of resampled corpora: sacrebleu's per-sentence statistics, summed per draw. The two
+    underscored methods are the ones sacrebleu's own paired bootstrap calls
+    (``sacrebleu.significance``); a test checks the whole corpus against ``corpus_score``."""
 
     def __init__(self, predictions: Sequence[str], references: Sequence[str]):
         self.metric = CHRF()
