@@ -83,3 +83,18 @@ def test_the_command_line_takes_the_head_dtype_and_names_a_wrong_one(smollm2, tm
     wrong = CliRunner().invoke(cli.app, ["generate", "--plugin", str(tmp_path / "art"), "--prompt", "Hi",
                                          "--head-dtype", "float16"])
     assert wrong.exit_code == 2 and "Unknown head dtype 'float16'" in wrong.output
+
+
+def test_the_server_decodes_with_the_bfloat16_head(smollm2):
+    from test_serving import Served
+
+    reweighter = make_reweighter("llama", smollm2.vocab_size, hidden_size=32, intermediate_size=64, seed=3)
+    adapted = PluginModel(smollm2, reweighter, base_spec=BaseSpec("model", "smollm2-135m-instruct"),
+                          decoding=DecodingSettings(max_new_tokens=8), head_dtype="bfloat16")
+    calls = {"float32": 0, "bfloat16": 0}
+    for name, model in (("float32", reweighter), ("bfloat16", adapted.decoder)):
+        model.get_output_embeddings().register_forward_hook(
+            lambda *_, name=name: calls.__setitem__(name, calls[name] + 1))
+    with Served(adapted) as client:
+        client.completions.create(model="mine", prompt="Name a colour.", max_tokens=8, temperature=0)
+    assert calls["bfloat16"] >= 1 and calls["float32"] == 0
