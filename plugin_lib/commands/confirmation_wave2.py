@@ -15,7 +15,6 @@ main tables' stored runs.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
@@ -27,10 +26,10 @@ from ..report import freeze
 from ..report import preregistered as pre
 from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
-from ..utils.io import atomic_write_json, read_json
+from ..utils.io import read_json
 from ..experiments import ablations, table5, table8
-from ..experiments.confirmation import (MARGIN_FACTORS, PROFILE, Missing, Roles, margin_verdicts, references,
-                                         summary, versus_labels)
+from ..experiments.confirmation import (PROFILE, Missing, Roles, command_line, margin_verdicts, references, summary,
+                                         versus_labels)
 
 MARGINS_FILE = "margin_sensitivity_wave2.json"
 
@@ -142,21 +141,9 @@ def margin_sensitivity(profile: Profile | None = None) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="plugin-repro confirmation wave2",
-                                     description="The second preregistered wave: status, judge, margins.")
-    parser.add_argument("command", choices=("status", "judge", "margins"))
-    parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
-    args = parser.parse_args(argv)
-    if args.command == "status":
-        print(status().to_string(index=False))
-    elif args.command == "margins":
-        profile = load_profile(PROFILE)
-        path = results_dir(profile) / MARGINS_FILE
-        atomic_write_json(path, {"factors": list(MARGIN_FACTORS), "claims": margin_sensitivity(profile)})
-        print(path)
-    else:
-        for claim in judge(keys=args.claims):
-            print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")
+    command_line(argv, prog="plugin-repro confirmation wave2", profile_name=PROFILE, margins_file=MARGINS_FILE,
+                 description="The second preregistered wave: status, judge, margins.",
+                 status=status, judge=judge, margin_sensitivity=margin_sensitivity)
 
 
 if __name__ == "__main__":

@@ -479,22 +479,31 @@ def margin_verdicts(c: pre.Claim, compared: Sequence[dict], found: dict | None, 
     return {"key": c.key, "claim": c.claim, "test": c.test, "margins": dict(pre.MARGINS), "verdicts": verdicts}
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="The preregistered confirmation: status, judge, or the null "
-                                                 "claims' margin sensitivity (written for REPORT.md).")
+def command_line(argv: Sequence[str] | None, *, prog: str, description: str, profile_name: str, margins_file: str,
+                 status, judge, margin_sensitivity) -> None:
+    """``status``, ``judge`` or ``margins`` of a wave, with that wave's functions (this module's,
+    or ``commands.confirmation_wave2``'s)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("command", choices=("status", "judge", "margins"))
     parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
     args = parser.parse_args(argv)
     if args.command == "status":
         print(status().to_string(index=False))
     elif args.command == "margins":
-        profile = load_profile(freeze.FROZEN_PROFILE)
-        path = results_dir(profile) / MARGINS_FILE
+        profile = load_profile(profile_name)
+        path = results_dir(profile) / margins_file
         atomic_write_json(path, {"factors": list(MARGIN_FACTORS), "claims": margin_sensitivity(profile)})
         print(path)
     else:
         for claim in judge(keys=args.claims):
             print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    command_line(argv, prog="plugin-repro confirmation", profile_name=freeze.FROZEN_PROFILE, margins_file=MARGINS_FILE,
+                 description="The preregistered confirmation: status, judge, or the null claims' margin sensitivity "
+                             "(written for REPORT.md).",
+                 status=status, judge=judge, margin_sensitivity=margin_sensitivity)
 
 
 if __name__ == "__main__":
