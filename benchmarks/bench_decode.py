@@ -1,6 +1,6 @@
 """Decoding speed of the Plugin on the offline base model; every ratio comes from this run.
 
-    python benchmarks/bench_decode.py [--new-tokens 64] [--batches 8 32] [--plugin DIR]
+    python benchmarks/bench_decode.py [--new-tokens 32] [--repeats 7] [--batches 8 32] [--plugin DIR]
 
 Prints, for greedy decoding of real E2E prompts (all sequences forced to the same length so
 both sides do the same number of steps):
@@ -45,9 +45,9 @@ def timed_result(fn, repeats: int = 1):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
-    parser.add_argument("--repeats", type=int, default=3, help="Rounds of each timing.")
+    parser.add_argument("--repeats", type=int, default=7, help="Rounds of section 1 (the median counts).")
     parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3], help="Which of the three to run.")
     parser.add_argument("--plugin", help="A trained artifact (plugin-repro train) whose base and reweighting model "
                                          "to decode with (default: a freshly initialised reweighting model).")
