@@ -28,19 +28,16 @@ from plugin_lib.data import prompts
 from plugin_lib.harness.models import load_base_model
 
 
-def timed(fn, repeats: int = 1) -> float:
-    """Best wall time of ``repeats`` calls (the minimum is the least noisy estimate)."""
-    return timed_result(fn, repeats)[0]
+def timed(fn) -> float:
+    """Wall time of one call."""
+    return timed_result(fn)[0]
 
 
-def timed_result(fn, repeats: int = 1):
-    """Best wall time of ``repeats`` calls, and the last call's result."""
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+def timed_result(fn):
+    """Wall time of one call, and its result."""
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
 
 
 def main() -> None:
