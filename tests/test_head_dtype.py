@@ -56,6 +56,23 @@ def test_a_bfloat16_head_is_a_copy_within_its_rounding_and_the_model_is_untouche
     assert all(p.requires_grad for p in model.parameters())
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "mlp", "linear"])
+def test_a_bfloat16_copy_shares_the_body_and_adds_only_the_head(small_reweighter, arch):
+    model = small_reweighter(arch)
+    decoder = for_decoding(model, "bfloat16")
+    own = {p.data_ptr() for p in model.parameters()}
+    new = [(name, p) for name, p in decoder.named_parameters() if p.data_ptr() not in own]
+    shared = [p for p in decoder.parameters() if p.data_ptr() in own]
+    head = model.get_output_embeddings()
+    head_params = [head.weight] + ([] if head.bias is None else [head.bias])
+    assert shared, "the copy should reuse the body's weights"
+    # Only the bfloat16 head (weight, and bias where it has one) is new memory; no float32 copy is made.
+    assert [p.dtype for _, p in new] == [torch.bfloat16] * len(head_params), [name for name, _ in new]
+    assert [p.shape for _, p in new] == [p.shape for p in head_params]
+    body = {p.data_ptr() for p in model.parameters()} - {p.data_ptr() for p in head_params}
+    assert body <= {p.data_ptr() for p in shared}
+
+
 def test_a_plugin_with_a_bfloat16_head_decodes_with_it_and_saves_the_float32_model(smollm2, tmp_path):
     reweighter = make_reweighter("llama", smollm2.vocab_size, hidden_size=32, intermediate_size=64, seed=3)
     adapted = PluginModel(smollm2, reweighter, base_spec=BaseSpec("model", "smollm2-135m-instruct"),

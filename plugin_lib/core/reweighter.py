@@ -175,7 +175,8 @@ def for_decoding(model: nn.Module, head_dtype: str = "float32") -> nn.Module:
     in bfloat16. Decoding a batch reads the whole head at every step, so its bytes set the
     step's cost; halving them is an approximation (logits to about 3 significant digits), opt-in,
     never used by the experiments or by training. ``model`` is left as it is (it is what gets
-    saved)."""
+    saved). The copy shares the body's weights with ``model``, and only its head is new, so it costs
+    the bfloat16 head's bytes and no more; it is for decoding, not for training."""
     if head_dtype not in HEAD_DTYPES:
         raise ValueError(f"Unknown head dtype {head_dtype!r}; choose one of {tuple(HEAD_DTYPES)}.")
     if head_dtype == "float32":
@@ -188,7 +189,8 @@ def for_decoding(model: nn.Module, head_dtype: str = "float32") -> nn.Module:
                                                   or torch.cpu._is_amx_tile_supported()):
         warnings.warn("This CPU has no bfloat16 instructions (AVX512-BF16 or AMX): a bfloat16 head is slower "
                       "here than float32.", stacklevel=2)
-    decoder = copy.deepcopy(model).eval()
+    # The memo makes deepcopy reuse every parameter: new modules around the same weights.
+    decoder = copy.deepcopy(model, memo={id(p): p for p in model.parameters()}).eval()
     low = LowPrecisionHead(head, HEAD_DTYPES[head_dtype])
     if isinstance(decoder, ContextFreeReweighter):
         decoder.lm_head = low
