@@ -17,19 +17,17 @@ from plugin_lib.harness.bdpl import (
     NO_PREFIX,
     ApiBudget,
     BudgetExhausted,
-    LoglikReward,
-    RougeLReward,
     candidate_ngrams,
     check_settings,
     choose_prefix,
     constrain_to_simplex,
     optimize_prompt,
     policy_gradient,
-    prefixed_prompts,
     step_sizes,
     train_bdpl,
     words,
 )
+from plugin_lib.harness.bdpl_rewards import LoglikReward, RougeLReward, prefixed_prompts
 from plugin_lib.harness.profile import load_profile
 
 PAPER = load_profile("paper").wrapper.bdpl  # 20 samples per step, lr 1e-4, weight decay 0.1, clip 3

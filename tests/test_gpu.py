@@ -21,7 +21,7 @@ from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
 from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.core.train import (BaseOutputCache, TokenObjective, TrainConfig, cache_dtype, choose_placement,
                                    encode_pairs, fit, gpu_free_bytes, host_available_bytes, release_gpu_caches)
-from plugin_lib.harness import bdpl, lora, models
+from plugin_lib.harness import bdpl, bdpl_rewards, lora, models
 from plugin_lib.harness.profile import load_profile
 
 CUDA = torch.cuda.is_available()
@@ -225,7 +225,7 @@ def test_a_lora_step_on_the_device():
 
 def test_a_bdpl_step_on_the_device():
     base = models.load_base_model(twin("gpt2-xl-twin"), dtype="auto", device=DEVICE)
-    reward = bdpl.LoglikReward(base, PROMPTS, TARGETS)
+    reward = bdpl_rewards.LoglikReward(base, PROMPTS, TARGETS)
     settings = dataclasses.replace(load_profile("paper").wrapper.bdpl, prompt_length=2, samples_per_step=2,
                                    batch_size=4)
     result = bdpl.optimize_prompt(reward, ["great food", "city centre", "family friendly", "coffee shop"],

@@ -238,6 +238,16 @@ def test_a_new_run_record_names_its_code_libraries_and_device(task, profile):
     assert all(config["provenance"]["code"] == made["code"] for config in selection["configs"].values())
 
 
+def test_every_method_module_named_for_provenance_exists():
+    """A renamed or split method module must be renamed here too, or its changes go unrecorded."""
+    from plugin_lib.utils import provenance
+
+    missing = [m for m in provenance.METHOD_MODULES if not (provenance.REPO_ROOT / m).exists()]
+    assert not missing, missing
+    harness = {f"plugin_lib/harness/{p.name}" for p in (provenance.REPO_ROOT / "plugin_lib/harness").glob("bdpl*.py")}
+    assert harness <= set(provenance.METHOD_MODULES)
+
+
 def test_a_unit_that_fails_on_a_full_disk_leaves_no_checkpoint_behind(task, profile, monkeypatch):
     """Issue 46: on a full disk the finished training's checkpoint stayed (100 MiB on smoke),
     holding space the next attempt needs. Now it goes, and the error says so; any other failure

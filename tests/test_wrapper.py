@@ -15,7 +15,7 @@ from plugin_lib import paper as published
 from plugin_lib.core.reweighter import count_parameters, make_reweighter
 from plugin_lib.data import prompts
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import bdpl, methods, models, runner
+from plugin_lib.harness import bdpl, bdpl_rewards, methods, models, runner
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import comparison
@@ -76,16 +76,16 @@ def test_an_interrupted_prompt_search_resumes_from_its_checkpoint(task, profile,
     assert not checkpoint.exists()  # removed once the record is written
     path.unlink()
     calls = _count_calls(monkeypatch, task.base)
-    real = bdpl.LoglikReward.score_all
+    real = bdpl_rewards.LoglikReward.score_all
 
     def killed(self, text, batch_size):  # the process dies at the first hyper-validation score
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bdpl.LoglikReward, "score_all", killed)
+    monkeypatch.setattr(bdpl_rewards.LoglikReward, "score_all", killed)
     with pytest.raises(KeyboardInterrupt):
         table5.learn_prompt(task, profile, seed=1, budget=10)
     assert checkpoint.exists() and not path.exists() and len(calls) == 10
-    monkeypatch.setattr(bdpl.LoglikReward, "score_all", real)
+    monkeypatch.setattr(bdpl_rewards.LoglikReward, "score_all", real)
     calls.clear()
     resumed = table5.learn_prompt(task, profile, seed=1, budget=10)
     assert len(calls) == resumed["selection_calls"]  # the 10 paid calls are not made again
@@ -118,7 +118,7 @@ def test_prefixed_prompts_are_what_bdpl_scored_and_have_their_own_cache(task):
     prefix = "red thing item"
     prefixed = table5.prefixed_task(chat, prefix)
     for ex in chat.train:
-        scored = bdpl.prefixed_prompts(prefix, [prompts.build_prompt("e2e", "llama", ex.source)])[0]
+        scored = bdpl_rewards.prefixed_prompts(prefix, [prompts.build_prompt("e2e", "llama", ex.source)])[0]
         assert prefixed.prompt(ex) == prompts.format_for_model(scored, task.base.tokenizer, True)
     plain = table5.prefixed_task(task, prefix)
     assert all(plain.prompt(ex).startswith(prefix + " ") for ex in task.test)

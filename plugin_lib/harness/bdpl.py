@@ -54,19 +54,14 @@ What differs from their code, and why:
   step (``step_sizes``: 75 calls at 20 per step are steps of 20, 20, 20 and 15), so no paid
   call is thrown away; a single call left over (no baseline) joins the step before.
 
-For generation, which their classification code does not cover:
+For generation, which their classification code does not cover: the rewards, the candidates and
+the placement of the prompt. The rewards are in ``bdpl_rewards``.
 
-- Reward (``reward="loglik"``, the default): the mean per-token log-likelihood of the
-  references given prefix + prompt, on a minibatch of ``batch_size`` training pairs, in one
-  forward call of the black box; -reward is the cross-entropy their ``ce_loss`` minimises,
-  over the reference's tokens instead of a verbaliser. ``reward="rougeL"`` greedily decodes
-  the minibatch (one batched generate call) and scores ROUGE-L F1 against the references:
-  closer to the test metric but much noisier and slower.
 - Candidates: word n-grams of the training references (``candidate_ngrams``), lowercased;
   multi-word n-grams ranked by PMI among those seen at least ``min_count`` times, padded with
   the most frequent words (their ``pmi_ngram.py`` ranks PMI-segmented n-grams by frequency).
 - Placement: the learned text is prepended to the task prompt with one space,
-  ``discrete_prefix + " " + task_prompt`` (``prefixed_prompts``); a chat template, if any, is
+  ``discrete_prefix + " " + task_prompt`` (``bdpl_rewards.prefixed_prompts``); a chat template, if any, is
   applied to the result (``format_prompt``).
 """
 from __future__ import annotations
@@ -78,19 +73,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from rouge_score import rouge_scorer
 from tqdm.auto import tqdm
 
 from ..core.blackbox import BlackBoxLM
-from ..core.decode import generate
-from ..core.loss import shift_labels, target_positions
-from ..core.train import collate, encode_pairs
-from ..data import Example, training_pairs
+from ..data import Example
+from .bdpl_rewards import Reward, identity, make_reward
 from .profile import Bdpl, Profile
 
 DEFAULT_BUDGET = 75
@@ -133,11 +123,6 @@ def candidate_ngrams(texts: Sequence[str], size: int = 50, *, max_n: int = 2, mi
     phrases.sort(key=lambda g: (-pmi(g), -counts[len(g)][g], g))
     singles = sorted(counts[1], key=lambda g: (-counts[1][g], g))
     return [" ".join(g) for g in (phrases + singles)[:size]]
-
-
-def prefixed_prompts(prefix: str, prompts: Sequence[str]) -> list[str]:
-    """``prefix + " " + prompt`` for each prompt (the prompt alone when the prefix is empty)."""
-    return [f"{prefix} {p}" if prefix else p for p in prompts]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,130 +237,6 @@ def check_settings(settings: Bdpl) -> None:
             raise ValueError(f"BDPL's {name} must be positive, got {getattr(settings, name)}.")
     if settings.weight_decay < 0:
         raise ValueError(f"BDPL's weight_decay must not be negative, got {settings.weight_decay}.")
-
-
-# ---------------------------------------------------------------------------------------------
-# Rewards from the black box
-
-
-class Reward(Protocol):
-    """Scores a prefix on the reward's items (larger is better): on a minibatch, one
-    black-box call; or on all items, in minibatches (``score_all``: value and calls made)."""
-
-    def __len__(self) -> int: ...
-
-    def __call__(self, prefix: str, indices: Sequence[int]) -> float: ...
-
-    def score_all(self, prefix: str, batch_size: int) -> tuple[float, int]: ...
-
-
-def _identity(prompt: str) -> str:
-    return prompt
-
-
-def _minibatches(items: int, batch_size: int) -> list[list[int]]:
-    return [list(range(start, min(start + batch_size, items))) for start in range(0, items, batch_size)]
-
-
-class LoglikReward:
-    """Mean per-token log-likelihood of the references given prefix + prompt.
-
-    Items are (prompt, reference) pairs. One call = one forward pass of the black box over
-    the minibatch. Prompts keep their last ``max_prompt_tokens`` tokens (as in training), so
-    the limit must leave room for the prefix: the default, 256, is twice the training limit.
-    """
-
-    def __init__(
-        self,
-        base: BlackBoxLM,
-        prompts: Sequence[str],
-        references: Sequence[str],
-        *,
-        format_prompt: Callable[[str], str] = _identity,
-        max_prompt_tokens: int = 256,
-    ):
-        if len(prompts) != len(references):
-            raise ValueError(f"{len(prompts)} prompts but {len(references)} references")
-        self.base, self.prompts, self.references = base, list(prompts), list(references)
-        self.format_prompt, self.max_prompt_tokens = format_prompt, max_prompt_tokens
-
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def _total(self, prefix: str, indices: Sequence[int]) -> tuple[float, int]:
-        """Summed log-likelihood of the minibatch's reference tokens, and their number."""
-        prompts = prefixed_prompts(prefix, [self.prompts[i] for i in indices])
-        pairs = encode_pairs(
-            self.base.tokenizer,
-            [self.format_prompt(p) for p in prompts],
-            [self.references[i] for i in indices],
-            max_prompt_tokens=self.max_prompt_tokens,
-        )
-        batch = collate(pairs, self.base.tokenizer.pad_token_id)
-        logits = self.base.logits(batch["input_ids"], batch["attention_mask"])
-        positions = target_positions(batch["labels"]).to(logits.device)
-        log_probs = F.log_softmax(logits[positions].float(), dim=-1)
-        targets = shift_labels(batch["labels"]).to(logits.device)[positions]
-        picked = log_probs.gather(1, targets[:, None])
-        return picked.sum().item(), picked.numel()
-
-    def __call__(self, prefix: str, indices: Sequence[int]) -> float:
-        total, tokens = self._total(prefix, indices)
-        return total / tokens
-
-    def score_all(self, prefix: str, batch_size: int) -> tuple[float, int]:
-        """The mean over every reference token of all items, and the calls it took."""
-        batches = _minibatches(len(self), batch_size)
-        totals = [self._total(prefix, batch) for batch in batches]
-        return sum(t for t, _ in totals) / sum(n for _, n in totals), len(batches)
-
-
-class RougeLReward:
-    """ROUGE-L F1 of the greedy continuation of prefix + prompt, best reference, mean over items.
-
-    Items are (prompt, all references of its input). One call = one batched ``generate``.
-    ROUGE-L here is ``rouge_score``'s (F1, no Java), not the coco-caption metric reported.
-    """
-
-    def __init__(
-        self,
-        base: BlackBoxLM,
-        prompts: Sequence[str],
-        references: Sequence[Sequence[str]],
-        *,
-        format_prompt: Callable[[str], str] = _identity,
-        max_new_tokens: int = 64,
-    ):
-        if len(prompts) != len(references):
-            raise ValueError(f"{len(prompts)} prompts but {len(references)} reference lists")
-        self.base, self.prompts, self.references = base, list(prompts), list(references)
-        self.format_prompt, self.max_new_tokens = format_prompt, max_new_tokens
-        self.scorer = rouge_scorer.RougeScorer(["rougeL"])
-
-    def __len__(self) -> int:
-        return len(self.prompts)
-
-    def _scores(self, prefix: str, indices: Sequence[int]) -> list[float]:
-        prompts = prefixed_prompts(prefix, [self.prompts[i] for i in indices])
-        texts = generate(
-            self.base,
-            [self.format_prompt(p) for p in prompts],
-            batch_size=len(prompts),
-            max_new_tokens=self.max_new_tokens,
-            progress=False,
-        )
-        return [
-            max(self.scorer.score(ref, text)["rougeL"].fmeasure for ref in self.references[i])
-            for i, text in zip(indices, texts)
-        ]
-
-    def __call__(self, prefix: str, indices: Sequence[int]) -> float:
-        return float(np.mean(self._scores(prefix, indices)))
-
-    def score_all(self, prefix: str, batch_size: int) -> tuple[float, int]:
-        """The mean over all items, and the calls (batched generate calls) it took."""
-        batches = _minibatches(len(self), batch_size)
-        return float(np.mean([s for batch in batches for s in self._scores(prefix, batch)])), len(batches)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,18 +401,6 @@ def choose_prefix(learned: Sequence[tuple[str, str]], score: Callable[[str], tup
     return best["prefix"], best["origin"], rows, calls
 
 
-def _rewards(kind: str, base: BlackBoxLM, examples: Sequence[Example], task_prompt: Callable[[Example], str],
-             format_prompt: Callable[[str], str]) -> Reward:
-    if kind == "loglik":
-        pairs = training_pairs(examples)
-        return LoglikReward(base, [task_prompt(e) for e, _ in pairs], [r for _, r in pairs],
-                            format_prompt=format_prompt)
-    if kind == "rougeL":
-        return RougeLReward(base, [task_prompt(e) for e in examples], [e.references for e in examples],
-                            format_prompt=format_prompt)
-    raise ValueError(f"Unknown reward {kind!r}; choose 'loglik' or 'rougeL'.")
-
-
 def train_bdpl(
     base: BlackBoxLM,
     train: Sequence[Example],
@@ -563,7 +412,7 @@ def train_bdpl(
     seed: int = 0,
     reward: str = "loglik",
     candidates: Sequence[str] | None = None,
-    format_prompt: Callable[[str], str] = _identity,
+    format_prompt: Callable[[str], str] = identity,
     checkpoint: dict | None = None,
     save_checkpoint: Callable[[dict], None] | None = None,
     progress: bool = False,
@@ -590,10 +439,10 @@ def train_bdpl(
         if save_checkpoint is not None:
             save_checkpoint(saved)
 
-    trajectory = optimize_prompt(_rewards(reward, base, train, task_prompt, format_prompt), candidates, settings,
+    trajectory = optimize_prompt(make_reward(reward, base, train, task_prompt, format_prompt), candidates, settings,
                                  budget=budget, seed=seed, resume=saved["loop"],
                                  on_step=lambda state: keep("loop", state), progress=progress)
-    on_hyper = _rewards(reward, base, hyper, task_prompt, format_prompt)
+    on_hyper = make_reward(reward, base, hyper, task_prompt, format_prompt)
     scores = dict(saved["scores"])
 
     def score(text: str) -> tuple[float, int]:

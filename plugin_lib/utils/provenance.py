@@ -32,7 +32,8 @@ LIBRARIES = ("torch", "transformers", "numpy", "peft")
 # The modules whose code decides a method's outputs (the Plugin and every baseline, how runs are
 # keyed and scored); a report flags a table whose runs differ in one of them.
 METHOD_MODULES = ("plugin_lib/core", "plugin_lib/metrics", "plugin_lib/harness/methods.py", "plugin_lib/harness/tempnet.py",
-                  "plugin_lib/harness/bdpl.py", "plugin_lib/harness/finetune.py", "plugin_lib/harness/lora.py",
+                  "plugin_lib/harness/bdpl.py", "plugin_lib/harness/bdpl_rewards.py",
+                  "plugin_lib/harness/finetune.py", "plugin_lib/harness/lora.py",
                   "plugin_lib/harness/runner.py", "plugin_lib/harness/run_keys.py", "plugin_lib/harness/models.py")
 
 
