@@ -1,12 +1,9 @@
-"""The HTTP black box (``core.api``): against a fake OpenAI-compatible server serving the tiny
-in-process base (exact comparisons with the in-process top-k view, error handling), and
-against llama-cpp-python's real server on the offline GGUF (alignment with the in-process
-model, a stopped server, a tokenizer mismatch). The real-server tests skip where
-llama-cpp-python's server is not installed (``pip install -e ".[api]"``)."""
+"""The HTTP black box (``core.api``) against a fake OpenAI-compatible server serving the tiny
+in-process base: exact comparisons with the in-process top-k view, error handling, and runs
+through the API. Token keys and llama-cpp-python's real server: ``test_api_llama_cpp.py``."""
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,27 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import LogitsProcessorList, PreTrainedTokenizerFast
 
-from plugin_lib.core.api import (ApiBlackBox, ApiRequestError, ApiUnavailable, CompletionsClient, KeyMap, NoLogProbs,
-                                 TokenizerMismatch, echo_entries, token_bytes, token_keys)
+from plugin_lib.core.api import ApiBlackBox, ApiRequestError, ApiUnavailable, NoLogProbs, TokenizerMismatch
 from plugin_lib.core.blackbox import TopKBlackBox, restrict_log_probs
-from plugin_lib.core.decode import PluginLogitsProcessor, generate, repetition_penalty_processor
+from plugin_lib.core.decode import generate
 from plugin_lib.core.train import BaseOutputCache, collate, encode_pairs
 from plugin_lib.harness import api_server, models
-from plugin_lib.harness.api_server import LlamaCppServer
-from real_data import require
-
-K = 20
-PROMPTS = ["Hello, my name is", "The quick brown fox jumps over the lazy dog and then",
-           "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"]
-TARGETS = ["Ada and I write code.", "it sleeps.", "Blue is a colour."]
-
-
-@pytest.fixture(scope="module")
-def local_tokenizer():
-    """SmolLM2's tokenizer alone (the converted copy), as the API model's entry names it."""
-    return models.api_tokenizer(models.model_spec("smollm2-135m-instruct-api"))
+from api_helpers import K, PROMPTS, TARGETS, api_client
 
 
 # ---------------------------------------------------------------- a fake server
@@ -172,13 +155,6 @@ def fake(tiny_base):
         server.close()
 
 
-def _client(url, **kwargs):
-    kwargs.setdefault("max_retries", 2)
-    kwargs.setdefault("backoff_s", 0.01)
-    kwargs.setdefault("timeout_s", 10)
-    return CompletionsClient(url, **kwargs)
-
-
 def _pairs(tokenizer):
     return encode_pairs(tokenizer, PROMPTS, TARGETS)
 
@@ -190,7 +166,7 @@ def _pairs(tokenizer):
 def test_teacher_forcing_gives_the_in_process_views_rows(fake, tiny_base, teacher_forcing):
     """Exact keys (token ids), so the completed rows are the top-k view's, both ways."""
     server = fake()
-    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, teacher_forcing=teacher_forcing)
+    box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K, teacher_forcing=teacher_forcing)
     assert box.key_style == "token-ids"
     view = TopKBlackBox(tiny_base, K)
     pairs = _pairs(tiny_base.tokenizer)
@@ -210,7 +186,7 @@ def test_teacher_forcing_gives_the_in_process_views_rows(fake, tiny_base, teache
 
 def test_plugin_decoding_through_the_api_equals_the_in_process_view(fake, tiny_base, small_reweighter):
     server = fake()
-    box = ApiBlackBox(_client(server.url, max_concurrency=3), tiny_base.tokenizer, K)
+    box = ApiBlackBox(api_client(server.url, max_concurrency=3), tiny_base.tokenizer, K)
     view = TopKBlackBox(tiny_base, K)
     reweighter = small_reweighter()
     settings = dict(max_new_tokens=6, repetition_penalty=1.1, progress=False, batch_size=3)
@@ -233,7 +209,7 @@ def test_speculative_decoding_gives_the_outputs_of_one_request_per_token(fake, t
     settings = dict(max_new_tokens=12, repetition_penalty=1.1, progress=False, batch_size=3)
     outputs, spent = {}, {}
     for speculate in (1, 4, 16):
-        box = ApiBlackBox(_client(server.url, max_concurrency=3), tiny_base.tokenizer, K, speculate=speculate)
+        box = ApiBlackBox(api_client(server.url, max_concurrency=3), tiny_base.tokenizer, K, speculate=speculate)
         outputs[speculate] = generate(box, PROMPTS, reweighter, **settings)
         spent[speculate] = box.usage.phases["decoding"]
     assert outputs[1] == outputs[4] == outputs[16]
@@ -251,7 +227,7 @@ def test_speculative_decoding_gives_the_outputs_of_one_request_per_token(fake, t
 
 def test_sampling_asks_one_position_per_request(fake, tiny_base):
     server = fake()
-    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, speculate=8)
+    box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K, speculate=8)
     enc = tiny_base.tokenizer(PROMPTS[:1], return_tensors="pt")
     torch.manual_seed(0)
     box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=5, do_sample=True, top_p=0.9)
@@ -277,10 +253,10 @@ def test_a_server_that_stops_early_or_drops_log_probabilities_is_asked_again(fak
         return answer
 
     enc = tiny_base.tokenizer(PROMPTS[:1], return_tensors="pt")
-    plain = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, speculate=1)
+    plain = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K, speculate=1)
     expected = plain.generate(enc.input_ids, enc.attention_mask, max_new_tokens=10)
     server.complete = stopping_early
-    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, speculate=6)
+    box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K, speculate=6)
     assert torch.equal(box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=10), expected)
     decoding = box.usage.phases["decoding"]
     assert decoding.requests == decoding.items - decoding.accepted >= 4
@@ -290,7 +266,7 @@ def test_a_streamer_gets_the_prompt_then_each_token(fake, tiny_base):
     from transformers import TextIteratorStreamer
 
     server = fake()
-    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+    box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K)
     enc = tiny_base.tokenizer(PROMPTS[:1], return_tensors="pt")
     streamer = TextIteratorStreamer(tiny_base.tokenizer, skip_prompt=True)
     out = box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=8, streamer=streamer)
@@ -305,7 +281,7 @@ def test_a_streamer_gets_the_prompt_then_each_token(fake, tiny_base):
 
 def test_logits_over_a_left_padded_batch_match_the_view(fake, tiny_base):
     server = fake()
-    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+    box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K)
     batch = collate(_pairs(tiny_base.tokenizer), tiny_base.tokenizer.pad_token_id)
     api, view = box.logits(batch["input_ids"], batch["attention_mask"]), TopKBlackBox(tiny_base, K).logits(
         batch["input_ids"], batch["attention_mask"])
@@ -317,7 +293,7 @@ def test_logits_over_a_left_padded_batch_match_the_view(fake, tiny_base):
 def test_the_completion_rule_is_the_views(fake, tiny_base):
     """renormalize as well: -inf outside the reported tokens, the reported ones renormalised."""
     server = fake()
-    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, 5, rule="renormalize")
+    box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, 5, rule="renormalize")
     ids = tiny_base.tokenizer("Hello, my name is")["input_ids"]
     expected = restrict_log_probs(tiny_base.logits(torch.tensor([ids]))[0, -1], 5, "renormalize")
     got = box.next_token_log_probs(ids)
@@ -331,7 +307,7 @@ def test_the_completion_rule_is_the_views(fake, tiny_base):
 def test_rate_limits_are_retried_with_backoff(fake, tiny_base):
     server = fake(script=[(429, {"error": {"message": "slow down"}}, [("Retry-After", "0")]),
                           (503, "", ())])
-    client = _client(server.url, max_retries=3)
+    client = api_client(server.url, max_retries=3)
     assert client.get("/v1/models") == {"data": [{"id": "fake"}]}
     assert server.requests == 3 and client.usage.phases["checks"].retries == 2
 
@@ -340,7 +316,7 @@ def test_a_rejected_request_is_not_retried(fake, tiny_base):
     """llama-cpp-python answers validation errors with HTTP 500 and a message: retrying cannot help."""
     message = "1 validation error: logprobs Input should be greater than or equal to 0"
     server = fake(script=[(500, {"error": {"message": message, "type": "internal_server_error"}}, ())])
-    client = _client(server.url, max_retries=5)
+    client = api_client(server.url, max_retries=5)
     with pytest.raises(ApiRequestError, match="greater than or equal") as err:
         client.post("/v1/completions", {"prompt": "x"})
     assert err.value.status == 500 and server.requests == 1
@@ -348,14 +324,14 @@ def test_a_rejected_request_is_not_retried(fake, tiny_base):
 
 def test_persistent_server_errors_give_up_after_the_retries(fake, tiny_base):
     server = fake(script=[(502, "", ())] * 10)
-    client = _client(server.url, max_retries=2)
+    client = api_client(server.url, max_retries=2)
     with pytest.raises(ApiUnavailable, match="after 3 attempt"):
         client.get("/v1/models")
     assert server.requests == 3
 
 
 def test_no_server_is_a_clear_error():
-    client = _client(f"http://127.0.0.1:{api_server.free_port()}", max_retries=1)
+    client = api_client(f"http://127.0.0.1:{api_server.free_port()}", max_retries=1)
     started = time.perf_counter()
     with pytest.raises(ApiUnavailable, match="Is the server running"):
         client.get("/v1/models")
@@ -364,14 +340,14 @@ def test_no_server_is_a_clear_error():
 
 def test_a_slow_server_times_out(fake, tiny_base):
     server = fake(delay=1.0)
-    client = _client(server.url, timeout_s=0.2, max_retries=0)
+    client = api_client(server.url, timeout_s=0.2, max_retries=0)
     with pytest.raises(ApiUnavailable, match="time-out 0.2 s"):
         client.get("/v1/models")
 
 
 def test_concurrent_requests_are_capped(fake, tiny_base):
     server = fake(delay=0.1)
-    client = _client(server.url, max_concurrency=2)
+    client = api_client(server.url, max_concurrency=2)
     threads = [threading.Thread(target=client.get, args=("/v1/models",)) for _ in range(8)]
     for thread in threads:
         thread.start()
@@ -383,7 +359,7 @@ def test_concurrent_requests_are_capped(fake, tiny_base):
 def test_retry_after_is_honoured(fake, tiny_base):
     """The server's Retry-After (1 s), not the client's backoff (0.01 s), sets the wait."""
     server = fake(script=[(503, "", [("Retry-After", "1")])])
-    client = _client(server.url, backoff_s=0.01)
+    client = api_client(server.url, backoff_s=0.01)
     started = time.perf_counter()
     assert client.get("/v1/models") == {"data": [{"id": "fake"}]}
     assert time.perf_counter() - started >= 1.0 and server.requests == 2
@@ -392,7 +368,7 @@ def test_retry_after_is_honoured(fake, tiny_base):
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
 def test_a_client_error_is_raised_at_once_with_its_status(fake, tiny_base, status):
     server = fake(script=[(status, {"error": {"message": "no such thing"}}, ())] * 3)
-    client = _client(server.url, max_retries=3)
+    client = api_client(server.url, max_retries=3)
     with pytest.raises(ApiRequestError, match=f"HTTP {status}: no such thing") as err:
         client.post("/v1/completions", {"prompt": "x"})
     assert err.value.status == status and server.requests == 1 and client.usage.phases["checks"].retries == 0
@@ -403,13 +379,13 @@ def test_a_redirect_is_not_followed(fake, tiny_base, monkeypatch):
     monkeypatch.setenv("PLUGIN_API_KEY", "sk-test-redirect")
     server = fake(script=[(307, "", [("Location", "http://elsewhere.invalid/v1/models")])])
     with pytest.raises(ApiRequestError, match="redirects to 'http://elsewhere.invalid/v1/models'"):
-        _client(server.url).get("/v1/models")
+        api_client(server.url).get("/v1/models")
     assert server.requests == 1
 
 
 def test_the_connection_is_kept_and_reused(fake, tiny_base):
     server = fake()
-    client = _client(server.url)
+    client = api_client(server.url)
     for _ in range(5):
         client.get("/v1/models")
     assert server.requests == 5 and len(set(server.client_ports)) == 1  # one TCP connection
@@ -420,7 +396,7 @@ def test_the_connection_is_kept_and_reused(fake, tiny_base):
 
 def test_the_api_key_is_read_at_each_request(fake, tiny_base, monkeypatch):
     server = fake()
-    client = _client(server.url)
+    client = api_client(server.url)
     monkeypatch.delenv("PLUGIN_API_KEY", raising=False)
     client.get("/v1/models")
     monkeypatch.setenv("PLUGIN_API_KEY", "sk-rotated-1")
@@ -433,7 +409,7 @@ def test_the_api_key_comes_from_the_environment_and_is_kept_nowhere(fake, tiny_b
     secret = "sk-test-0123456789"
     monkeypatch.setenv("PLUGIN_API_KEY", secret)
     server = fake()
-    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+    box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K)
     assert server.headers_seen[-1]["Authorization"] == f"Bearer {secret}"
     shown = repr(box) + repr(box.client) + json.dumps(box.usage.as_dict()) + str(vars(box.client)) + str(vars(box))
     assert secret not in shown
@@ -442,33 +418,33 @@ def test_the_api_key_comes_from_the_environment_and_is_kept_nowhere(fake, tiny_b
 def test_k_above_the_configured_limit_is_refused_before_any_request(fake, tiny_base):
     server = fake()
     with pytest.raises(ValueError, match="above this server's limit of 5"):
-        ApiBlackBox(_client(server.url), tiny_base.tokenizer, 20, max_k=5)
+        ApiBlackBox(api_client(server.url), tiny_base.tokenizer, 20, max_k=5)
     assert server.requests == 0
 
 
 def test_a_server_that_caps_k_is_found_at_connection(fake, tiny_base):
     server = fake(cap_k=5)
     with pytest.raises(ApiRequestError, match="returned 5: its limit is lower"):
-        ApiBlackBox(_client(server.url), tiny_base.tokenizer, 20)
+        ApiBlackBox(api_client(server.url), tiny_base.tokenizer, 20)
 
 
 def test_an_answer_without_log_probabilities_is_a_clear_error(fake, tiny_base):
     server = fake(no_logprobs=True)
     with pytest.raises(NoLogProbs, match="top-k log-probabilities of every step"):
-        ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+        ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K)
 
 
 def test_a_chat_only_endpoint_says_it_cannot_train(fake, tiny_base):
     server = fake(completions=False)
     with pytest.raises(ApiRequestError, match="cannot be trained"):
-        ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+        ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K)
 
 
 def test_a_different_tokenizer_on_the_server_is_found_at_connection(fake, tiny_base):
     shifted = lambda text: [i + 1 for i in tiny_base.tokenizer(text, add_special_tokens=False)["input_ids"]]  # noqa: E731
     server = fake(tokenize=shifted)
     with pytest.raises(TokenizerMismatch, match="not the server's"):
-        ApiBlackBox(_client(server.url), tiny_base.tokenizer, K)
+        ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K)
 
 
 def test_load_api_model_needs_an_address_and_a_k(monkeypatch):
@@ -481,179 +457,6 @@ def test_load_api_model_needs_an_address_and_a_k(monkeypatch):
         models.load_causal_lm("smollm2-135m-instruct-api")
 
 
-# ---------------------------------------------------------------- keys and alignment
-
-
-def test_echo_alignments():
-    bos = 1
-    plain, chat = [5, 6, 7], [1, 5, 1, 6]
-    # OpenAI: entry i is token i, drawn after ids[:i]; the generated token last.
-    assert echo_entries(plain, "openai", bos) == [(0, 5), (1, 6), (2, 7), (3, None)]
-    # llama-cpp-python without a leading BOS: shifted by one, no entry for the generated token.
-    assert echo_entries(plain, "llama-cpp-python", bos) == [(1, 5), (2, 6), (3, 7)]
-    # With a leading BOS: OpenAI's alignment, every BOS-id token dropped, the generated token last.
-    assert echo_entries(chat, "llama-cpp-python", bos) == [(1, 5), (3, 6), (4, None)]
-
-
-def test_colliding_keys_go_to_the_end_of_sequence_token_or_the_exact_one(local_tokenizer):
-    pieces = token_bytes(local_tokenizer)
-    exact = [b is not None and len(b) <= 32 and b.decode("utf-8", "ignore").encode() == b for b in pieces]
-    key_map = KeyMap(token_keys(local_tokenizer, "llama-cpp-python", pieces), local_tokenizer.eos_token_id, exact)
-    space = local_tokenizer.convert_tokens_to_ids("Ġ")
-    assert key_map.ids[""] == local_tokenizer.eos_token_id  # every special token renders as ""
-    assert key_map.ids[" "] == space  # byte fragments after a space render as " " too
-    assert key_map.to_ids({"": -0.5, " ": -2.0, " the": -3.0}) == {
-        local_tokenizer.eos_token_id: -0.5, space: -2.0, local_tokenizer.convert_tokens_to_ids("Ġthe"): -3.0}
-    with pytest.raises(TokenizerMismatch):
-        key_map.to_ids({"no such token key \x00": -1.0})
-
-
-# ---------------------------------------------------------------- llama-cpp-python's real server
-
-needs_llama_cpp = pytest.mark.skipif(api_server.llama_cpp_missing() is not None,
-                                     reason=str(api_server.llama_cpp_missing()))
-
-
-@pytest.fixture(scope="module")
-def llama_server():
-    if api_server.llama_cpp_missing():
-        pytest.skip(api_server.llama_cpp_missing())
-    with LlamaCppServer(n_threads=1) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def live_box(llama_server, local_tokenizer):
-    return ApiBlackBox(_client(llama_server.base_url, max_concurrency=1, timeout_s=300), local_tokenizer, K)
-
-
-@needs_llama_cpp
-def test_keys_are_llama_cpp_pythons_for_every_id(local_tokenizer):
-    import llama_cpp
-
-    vocab = llama_cpp.Llama(model_path=str(models.gguf_path()), vocab_only=True, verbose=False)
-    keys = token_keys(local_tokenizer, "llama-cpp-python")
-    assert len(keys) == vocab.n_vocab() == len(local_tokenizer)
-    assert keys == [vocab.detokenize([i]).decode("utf-8", errors="ignore") for i in range(len(keys))]
-
-
-@needs_llama_cpp
-@pytest.mark.slow
-def test_live_server_alignment_matches_the_in_process_model(live_box, smollm2):
-    """Stepwise teacher forcing through llama.cpp (Q4_1) against the in-process model (the same
-    weights de-quantised to float32), at the target positions of a chat pair. Tolerance: the
-    same most likely token at 80% of the positions at least, and a mean |difference| of at most
-    0.2 nats over the top-k entries both report (quantisation: measured about 0.1); the echo
-    alignment is llama-cpp-python's and the echoed rows agree with the stepwise ones within the
-    server's own batch-size effect (mean 0.3 nats at most)."""
-    assert live_box.key_style == "llama-cpp-python"
-    assert live_box.detect_echo_alignment() == "llama-cpp-python"
-    pair = encode_pairs(live_box.tokenizer, [PROMPTS[2]], ["Blue. The sky is blue on a clear day."])[0]
-    ids, lengths = list(pair.input_ids), list(range(pair.prompt_length, len(pair.input_ids)))
-    stepwise = torch.stack([live_box.next_token_log_probs(ids[:n], phase="teacher_forcing") for n in lengths])
-    local = F.log_softmax(smollm2.logits(torch.tensor([ids]))[0].float(), dim=-1)
-    aligned, shifted = local[[n - 1 for n in lengths]], local[lengths[:-1]]
-
-    def closeness(api_rows, local_rows):
-        top_api, top_local = api_rows.topk(K).indices, local_rows.topk(K).indices
-        shared = (top_api[:, :, None] == top_local[:, None, :]).any(-1)
-        diff = (api_rows.gather(1, top_api) - local_rows.gather(1, top_api)).abs()[shared]
-        return (top_api[:, 0] == top_local[:, 0]).float().mean().item(), diff.mean().item()
-
-    same_top, mean_diff = closeness(stepwise, aligned)
-    assert same_top >= 0.8 and mean_diff <= 0.2
-    assert closeness(stepwise[:-1], shifted)[0] < 0.5  # one position off is far off: the test can tell
-    echoed = live_box.echo_log_probs(ids, lengths)
-    assert sorted(echoed) == lengths
-    assert closeness(torch.stack([echoed[n] for n in lengths]), stepwise)[1] <= 0.3
-
-
-@needs_llama_cpp
-@pytest.mark.parametrize("speculate", [1, 8])
-def test_decoding_reproduces_the_servers_own_greedy_decoding(live_box, speculate):
-    prompt = "The three primary colours are"  # no end of text within 8 tokens
-    enc = live_box.tokenizer([prompt], return_tensors="pt")
-    out = live_box.generate(enc.input_ids, enc.attention_mask, max_new_tokens=8, speculate=speculate,
-                            logits_processor=LogitsProcessorList(), eos_token_id=live_box.eos_token_id)
-    ours = live_box.tokenizer.decode(out[0, enc.input_ids.shape[1]:])
-    # repeat_penalty: llama-cpp-python's own sampling penalises repeats by default (1.1).
-    body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "logit_bias": live_box._logit_bias,
-            "repeat_penalty": 1.0}
-    theirs = live_box.client.post("/v1/completions", body)["choices"][0]["text"]
-    assert ours == theirs
-
-
-def _greedy_ids(box, prompt, reweighter, speculate, max_new_tokens=24):
-    """The ids ``core.decode.generate`` decodes for one prompt (repetition penalty 1.1)."""
-    enc = box.tokenizer([prompt], return_tensors="pt")
-    if reweighter is None:
-        processors = [repetition_penalty_processor(1.1, enc.input_ids.shape[1])]
-    else:
-        processors = [PluginLogitsProcessor(reweighter, enc.attention_mask, repetition_penalty=1.1)]
-    out = box.generate(enc.input_ids, enc.attention_mask, logits_processor=LogitsProcessorList(processors),
-                       max_new_tokens=max_new_tokens, eos_token_id=box.eos_token_id, speculate=speculate)
-    return out[0, enc.input_ids.shape[1]:].tolist()
-
-
-@needs_llama_cpp
-@pytest.mark.slow
-@pytest.mark.parametrize("reweighted", [True, False])
-def test_speculative_decoding_on_the_live_server_gives_the_ids_of_one_request_per_token(
-        live_box, small_reweighter, reweighted):
-    """E2E test prompts as notebook 14 builds them (chat template), one at a time as it decodes
-    them, the Plugin (a seeded reweighter) or the base alone, with the repetition penalty:
-    the same token ids with 8 positions per request as with one request per token, in fewer
-    requests than tokens."""
-    from plugin_lib import data
-    from plugin_lib.harness import methods
-
-    require("e2e")
-    examples = data.load_dataset("e2e", "test", rows=4)
-    task = methods.Task(live_box, "e2e", "llama", train=[], hyper=[], test=examples, use_chat_template=True)
-    reweighter = small_reweighter() if reweighted else None
-    decoded, spent = {}, {}
-    for speculate in (1, 8):
-        before = live_box.usage.snapshot()
-        decoded[speculate] = [_greedy_ids(live_box, task.prompt(ex), reweighter, speculate) for ex in examples]
-        spent[speculate] = live_box.usage.minus(before).phases["decoding"]
-    assert decoded[8] == decoded[1]
-    assert spent[1].requests == spent[1].items == sum(map(len, decoded[1]))
-    assert spent[8].items == spent[1].items and spent[8].requests == spent[8].items - spent[8].accepted
-    assert spent[8].requests < spent[8].items
-    if not reweighted:  # the server's argmax is the base's, apart from the penalty
-        assert spent[8].requests <= 0.5 * spent[8].items
-
-
-@needs_llama_cpp
-def test_a_stopped_server_is_a_clear_error(local_tokenizer):
-    with LlamaCppServer(n_threads=1) as server:
-        box = ApiBlackBox(_client(server.base_url, max_retries=1, timeout_s=60), local_tokenizer, 5)
-    with pytest.raises(ApiUnavailable, match="Is the server running"):
-        box.next_token_log_probs(local_tokenizer("Hello")["input_ids"])
-
-
-@needs_llama_cpp
-def test_another_tokenizer_is_refused_by_the_live_server(llama_server, local_tokenizer, tmp_path):
-    """SmolLM2's tokenizer with two common tokens' ids swapped: a near miss is still found."""
-    spec = json.loads(local_tokenizer.backend_tokenizer.to_str())
-    vocab = spec["model"]["vocab"]
-    vocab["Ġthe"], vocab["Ġof"] = vocab["Ġof"], vocab["Ġthe"]
-    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
-    swapped = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"),
-                                      eos_token=local_tokenizer.eos_token, bos_token=local_tokenizer.bos_token)
-    with pytest.raises(TokenizerMismatch, match="not the server's"):
-        ApiBlackBox(_client(llama_server.base_url), swapped, K)
-
-
-@needs_llama_cpp
-def test_llama_cpp_has_no_k_limit_so_the_configuration_sets_one(llama_server, local_tokenizer):
-    """llama.cpp accepts any k (up to the whole vocabulary): max_k is where a limit comes from."""
-    box = ApiBlackBox(_client(llama_server.base_url), local_tokenizer, 1000)
-    assert (box.next_token_log_probs(local_tokenizer("Hello")["input_ids"]) > -math.inf).all()
-    with pytest.raises(ValueError, match="limit of 20"):
-        ApiBlackBox(_client(llama_server.base_url), local_tokenizer, 21, max_k=20)
-
-
 # ---------------------------------------------------------------- runs through the API
 
 
@@ -664,7 +467,7 @@ def test_runs_record_what_they_asked_and_the_cache_is_asked_once(fake, tiny_base
     from plugin_lib.harness import methods, runner
 
     server = fake()
-    box = ApiBlackBox(_client(server.url), tiny_base.tokenizer, K, name="tiny-llama")
+    box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K, name="tiny-llama")
     task = methods.Task(box, "e2e", "llama", train=[toy_example(i, "validation") for i in range(4)],
                         hyper=[toy_example(i, "validation") for i in range(4, 6)],
                         test=[toy_example(i, "test") for i in range(2)], cache_dir=tmp_path / "cache")
