@@ -340,3 +340,21 @@ def test_every_claim_of_the_paper_has_a_row_labelled_with_its_kind(tmp_path):
     assert all(row.claim in readme for row in paper_rows.ROWS)
     report = (root / "REPORT.md").read_text()
     assert "## The paper's other claims" in report and paper_rows.RULES["newmodel_nist"] in report
+
+
+def test_the_count_line_counts_wave_2_claims_and_rows_apart(tmp_path):
+    """A row of wave 2 is complete only when all its claims are judged; the count line says both,
+    so that "6 of 9 claims judged" in a row is not read as "0 judged"."""
+    import shutil
+
+    from plugin_lib.harness.profile import REPO_ROOT
+    from plugin_lib.report import paper_rows
+
+    (tmp_path / "claims").mkdir()
+    for claim in ("plugin_vs_bdpl", "bdpl_plugin", "bdpl_plugin_vs_plugin"):  # WebNLG's Table 5, judged
+        name = f"wave2_table5_{claim}_webnlg.json"
+        shutil.copy(REPO_ROOT / "results" / "confirm" / "claims" / name, tmp_path / "claims" / name)
+    line = paper_rows.count_line(tmp_path)
+    assert "3 rows in wave 2 (15 claims" in line and "3 claims judged (3 not measurable at this scale)" in line
+    assert "0 of 3 rows complete" in line
+    assert "0 claims judged, 0 of 3 rows complete" in paper_rows.count_line(tmp_path / "none")

@@ -203,10 +203,13 @@ def count_line(root: Path) -> str:
     judged = load(root)
     kinds = [r.kind for r in ROWS]
     waves = [wave2_row(root, r)[0] for r in ROWS if r.kind == WAVE_2]
-    done = sum(bool(v) for v in waves)
+    claims = [read_json(path)["verdict"] for c in wave2.CLAIMS
+              if (path := root / "claims" / f"{c.key}.json").exists()]
+    verdicts = ", ".join(f"{claims.count(v)} {v}" for v in dict.fromkeys(claims))
     return (f"The paper's other claims: {len(judged)} exploratory only (rules written after the confirmation's "
-            f"numbers); {len(waves)} in wave 2 (SmolLM2, {len(wave2.CLAIMS)} claims on the confirm inputs, rules "
-            f"frozen at {freeze.WAVE2_FROZEN_AT[:7]} before the runs), {done} of them judged; "
+            f"numbers); {len(waves)} rows in wave 2 ({len(wave2.CLAIMS)} claims on the confirm inputs, rules frozen "
+            f"at {freeze.WAVE2_FROZEN_AT[:7]} before its runs): {len(claims)} claims judged"
+            f"{f' ({verdicts})' if claims else ''}, {sum(bool(v) for v in waves)} of {len(waves)} rows complete; "
             f"{kinds.count(PAPER_ONLY)} not run at CPU scale (`paper` only).")
 
 
@@ -216,10 +219,6 @@ def main() -> None:
     args = parser.parse_args()
     for entry in judge(args.profile):
         print(f"{entry['key']}: {entry['verdict']} ({entry['statistic']['summary']})")
-
-
-if __name__ == "__main__":
-    main()
 
 
 def report_section(root: Path) -> list[str]:
@@ -243,3 +242,7 @@ def report_section(root: Path) -> list[str]:
         if row.key in RULES:
             lines.append(f"- **{row.claim}** ({EXPLORATORY}): {RULES[row.key]}")
     return lines + [""]
+
+
+if __name__ == "__main__":
+    main()
