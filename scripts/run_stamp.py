@@ -46,7 +46,7 @@ def data_state() -> dict:
     """What of the data can change a notebook's results beyond the checksummed required files
     (data.check stops a run whose files differ from them): the optional files present."""
     from plugin_lib.data import integrity, sources
-    from plugin_lib.data.datasets import data_dir
+    from plugin_lib.data.files import data_dir
 
     try:
         root = data_dir()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from plugin_lib.data import integrity, sources
-from plugin_lib.data.datasets import data_dir, describe_data_dir
+from plugin_lib.data.files import data_dir, describe_data_dir
 
 FETCH = "`.venv/bin/python -m plugin_lib.data.fetch` gets them (data/README.md; Adidas needs a Kaggle account)"
 UNSET = object()

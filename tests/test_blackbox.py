@@ -4,7 +4,7 @@ from devices import assert_forward_close
 
 from plugin_lib.core.blackbox import BlackBoxLM
 from plugin_lib.data import data_dir
-from plugin_lib.data.datasets import REPO_DATA_DIR
+from plugin_lib.data.files import REPO_DATA_DIR
 from plugin_lib.harness.models import converted_smollm2_dir, load_base_model, model_spec, reweighter_spec
 from plugin_lib.harness.profile import load_profile, profile_names
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from plugin_lib.data import check as check_cli
+from plugin_lib.data import DataError, MissingDataError, files
 from plugin_lib.data import datasets as data
 from plugin_lib.data import fetch, integrity, sources
 
@@ -79,7 +80,7 @@ def test_truncated_csv_is_refused_with_a_clear_message(shared, tmp_path, monkeyp
     (tmp_path / E2E_TEST).write_bytes(cut)
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
     assert len(data.load_dataset("e2e", "validation")) == 1_484  # the intact file loads
-    with pytest.raises(data.DataError) as err:
+    with pytest.raises(DataError) as err:
         data.load_dataset("e2e", "test")
     message = str(err.value)
     assert str(tmp_path / E2E_TEST) in message and "truncated or modified" in message
@@ -92,7 +93,7 @@ def test_wrong_csv_header_names_the_missing_column(shared, tmp_path, monkeypatch
     text = (tmp_path / E2E_TEST).read_text(encoding="utf-8")
     (tmp_path / E2E_TEST).write_text(text.replace("mr,ref,", "meaning,ref,", 1), encoding="utf-8")
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
-    with pytest.raises(data.DataError, match=r"has no column 'mr'.*meaning,ref,fixed,orig_mr"):
+    with pytest.raises(DataError, match=r"has no column 'mr'.*meaning,ref,fixed,orig_mr"):
         data.load_dataset("e2e", "test")
 
 
@@ -101,12 +102,12 @@ def test_adidas_without_a_column_names_it(shared, tmp_path, monkeypatch):
     text = (tmp_path / ADIDAS).read_text(encoding="utf-8")
     (tmp_path / ADIDAS).write_text(text.replace(",color,", ",colour,", 1), encoding="utf-8")
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
-    with pytest.raises(data.DataError, match=rf"{tmp_path / ADIDAS} has no column 'color'"):
+    with pytest.raises(DataError, match=rf"{tmp_path / ADIDAS} has no column 'color'"):
         data.load_dataset("adidas", "test")
     # The same check guards the CSV named by PLUGIN_ADIDAS_CSV on the Hub path.
     monkeypatch.setenv("PLUGIN_DATA_DIR", "hub")
     monkeypatch.setenv("PLUGIN_ADIDAS_CSV", str(tmp_path / ADIDAS))
-    with pytest.raises(data.DataError, match="no column 'color'"):
+    with pytest.raises(DataError, match="no column 'color'"):
         data.load_dataset("adidas", "test")
 
 
@@ -122,7 +123,7 @@ def test_a_copy_with_other_line_endings_but_the_same_rows_is_accepted(shared, tm
     # A changed description (same row count) is refused.
     text = (tmp_path / ADIDAS).read_text(encoding="utf-8")
     (tmp_path / ADIDAS).write_text(text.replace(" the ", " teh ", 1), encoding="utf-8")
-    with pytest.raises(data.DataError, match="expected 845 rows, but other content"):
+    with pytest.raises(DataError, match="expected 845 rows, but other content"):
         data.load_dataset("adidas", "test")
 
 
@@ -131,10 +132,10 @@ def test_files_without_a_known_checksum_need_their_row_count(tmp_path, monkeypat
     train.parent.mkdir(parents=True)
     train.write_text('mr,ref\n"name[A]","A is good."\n"name[B]","B is', encoding="utf-8")
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
-    with pytest.raises(data.DataError, match="incomplete: it has 2 rows where 33,525 are expected"):
+    with pytest.raises(DataError, match="incomplete: it has 2 rows where 33,525 are expected"):
         data.load_dataset("e2e", "train")
     train.write_text('mr,ref\n"name[A]","A is good."\n"name[B]"\n', encoding="utf-8")
-    with pytest.raises(data.DataError, match="row 3 has 1 fields where the header has 2"):
+    with pytest.raises(DataError, match="row 3 has 1 fields where the header has 2"):
         data.load_dataset("e2e", "train")
 
 
@@ -144,11 +145,11 @@ def test_an_unknown_xml_file_in_a_webnlg_folder_is_refused(shared, tmp_path, mon
     assert len(data.load_dataset("webnlg", "train")) > 0
     extra = tmp_path / "webnlg/webnlg_challenge_2017/train/1triples/copy.xml"
     shutil.copyfile(next(extra.parent.glob("*.xml")), extra)
-    with pytest.raises(data.DataError, match=r"Unexpected file .*copy.xml.*Move it out"):
+    with pytest.raises(DataError, match=r"Unexpected file .*copy.xml.*Move it out"):
         data.load_dataset("webnlg", "train")
     extra.unlink()
     (tmp_path / integrity.webnlg_files()[-1]).unlink()
-    with pytest.raises(data.MissingDataError, match="7triples_University_train_challenge.xml"):
+    with pytest.raises(MissingDataError, match="7triples_University_train_challenge.xml"):
         data.load_dataset("webnlg", "train")
 
 
@@ -162,7 +163,7 @@ def test_each_file_is_hashed_once_per_process(shared, tmp_path, monkeypatch):
     data.load_dataset("e2e", "test", rows=10)
     assert len(hashed) == 1
     (tmp_path / E2E_TEST).write_bytes((tmp_path / E2E_TEST).read_bytes()[:-10])  # changed: checked again
-    with pytest.raises(data.DataError):
+    with pytest.raises(DataError):
         data.load_dataset("e2e", "test")
 
 
@@ -170,9 +171,9 @@ def test_each_file_is_hashed_once_per_process(shared, tmp_path, monkeypatch):
 
 def test_default_data_folder_without_data_says_what_to_fetch(tmp_path, monkeypatch):
     monkeypatch.delenv("PLUGIN_DATA_DIR", raising=False)
-    monkeypatch.setattr(data, "REPO_DATA_DIR", tmp_path)
-    assert data.data_dir() == tmp_path
-    with pytest.raises(data.MissingDataError) as err:
+    monkeypatch.setattr(files, "REPO_DATA_DIR", tmp_path)
+    assert files.data_dir() == tmp_path
+    with pytest.raises(MissingDataError) as err:
         data.load_dataset("e2e", "test")
     message = str(err.value)
     assert str(tmp_path / E2E_TEST) in message and "the default data folder" in message

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import integrity, sources
-from .datasets import data_dir, describe_data_dir
+from .files import data_dir, describe_data_dir
 
 
 def nltk_search_path() -> list[Path]:

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from ..utils.io import current_umask
 from . import integrity, sources
-from .datasets import data_dir, describe_data_dir
+from .files import data_dir, describe_data_dir
 
 MIRROR_ENV = "PLUGIN_DATA_MIRROR"
 TIMEOUT_S = 60
