@@ -49,12 +49,11 @@ import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 from transformers import TextStreamer
 from transformers.generation.streamers import BaseStreamer
 
@@ -62,12 +61,7 @@ from ..core.api import ApiBlackBox, ApiError
 from .artifact import MAX_PROMPT_TOKENS, Completion, PluginModel, PromptTooLong
 from .batching import BatchEngine, Request as EngineRequest
 from .metrics import ServerMetrics
-
-# Parameters of OpenAI's API this server does not implement: a request that sets one to
-# something other than its neutral value is refused rather than silently answered otherwise.
-UNSUPPORTED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
-               "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}),
-               "suffix": (None, ""), "tools": (None, []), "functions": (None, []), "response_format": (None,)}
+from .protocol import UNSUPPORTED, ChatRequest, CompletionRequest, OpenAIError, Sampling
 
 
 @dataclass(frozen=True)
@@ -76,57 +70,6 @@ class Limits:
     max_queue: int = 16
     max_tokens: int = 512
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
-
-
-class OpenAIError(Exception):
-    """An error answered in OpenAI's format."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", *, param: str | None = None,
-                 code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
-
-
-class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    n: int = Field(1, ge=1, le=1)
-    stream: bool = False
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    user: str | None = None
-    stream_options: dict[str, Any] | None = None
-    min_tokens: int = Field(0, ge=0)  # vLLM's extension: no end of sequence before this many tokens
-
-
-class CompletionRequest(_Sampling):
-    prompt: str | list[str]
-
-
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[TextPart]
-
-    def text(self) -> str:
-        """The content as one string: text parts joined by newlines (OpenAI's list form)."""
-        return self.content if isinstance(self.content, str) else "\n".join(p.text for p in self.content)
-
-
-class ChatRequest(_Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
 
 
 class Gate:
@@ -309,7 +252,7 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
         text = plugin.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return await _answer(request, raw, [text], chat=True)
 
-    async def _answer(request: _Sampling, raw: Request, texts: list[str], *, chat: bool):
+    async def _answer(request: Sampling, raw: Request, texts: list[str], *, chat: bool):
         settings = _check(request, texts)
         if request.stream and len(texts) != 1:
             raise OpenAIError(400, "stream: true takes a single prompt.", param="prompt")
@@ -353,7 +296,7 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
             gate.decoding -= 1
             gate.running().release()
 
-    def _check(request: _Sampling, texts: list[str]) -> dict:
+    def _check(request: Sampling, texts: list[str]) -> dict:
         if request.model is not None and request.model != model_id:
             raise OpenAIError(404, f"The model {request.model!r} does not exist here; this server serves {model_id!r}.",
                               param="model", code="model_not_found")
@@ -412,7 +355,7 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
             done = Completion(cut, done.prompt_tokens, done.completion_tokens, "stop")
         return done
 
-    async def _stream(request: _Sampling, raw: Request, text: str, settings: dict, chat: bool
+    async def _stream(request: Sampling, raw: Request, text: str, settings: dict, chat: bool
                       ) -> AsyncIterator[str]:
         """The stream's events. Its first item, "", is taken by ``_answer`` once the request holds
         a slot and decodes; from then on a disconnect (Starlette cancels this generator, or
@@ -500,7 +443,7 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
         finally:
             streamer.end()  # the reader stops even when generation failed
 
-    def _response(request: _Sampling, done: list[Completion], chat: bool) -> dict:
+    def _response(request: Sampling, done: list[Completion], chat: bool) -> dict:
         usage = _usage(done)
         if chat:
             choices = [{"index": i, "message": {"role": "assistant", "content": d.text}, "finish_reason": d.finish_reason}
