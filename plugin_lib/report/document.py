@@ -328,19 +328,18 @@ def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
     return lines
 
 
-def margin_section(root: Path) -> list[str]:
-    """The null claims' verdicts at 1x, 0.5x and 0.25x their frozen margins (``python -m
-    plugin_lib.experiments.confirmation margins`` writes ``margin_sensitivity.json``); nothing
-    where it is absent."""
-    path = root / "margin_sensitivity.json"
+def margin_section(root: Path, file: str = "margin_sensitivity.json",
+                   command: str = "python -m plugin_lib.experiments.confirmation margins") -> list[str]:
+    """The null claims' verdicts at 1x, 0.5x and 0.25x their frozen margins (``command`` writes
+    ``file``: wave 1's, or wave 2's ``margin_sensitivity_wave2.json``); nothing where it is absent."""
+    path = root / file
     if not path.is_file():
         return []
     found = read_json(path)
     factors = [f"{f:g}x" for f in found["factors"]]
     lines = ["### Margin sensitivity of the null claims", "",
              "Each equivalence or non-superiority claim judged again by its own frozen test, on the same runs and "
-             "bootstrap draws, at fractions of its frozen margins (`python -m plugin_lib.experiments.confirmation "
-             "margins`). The "
+             f"bootstrap draws, at fractions of its frozen margins (`{command}`). The "
              "verdict is the one at 1x; the others show how much it rests on margins that were fixed after the "
              "exploratory results existed.", "",
              "| claim | test | frozen margins | " + " | ".join(factors) + " |",
@@ -371,15 +370,17 @@ def first_wave(claims: list[dict]) -> list[dict]:
     return [c for c in claims if c["key"] not in WAVE2_KEYS]
 
 
-def wave2_section(claims: list[dict]) -> list[str]:
-    """REPORT.md's section of the second wave's judged claims, apart from the first wave's."""
+def wave2_section(claims: list[dict], root: Path) -> list[str]:
+    """REPORT.md's section of the second wave's judged claims, apart from the first wave's, with
+    the margin sensitivity of its null claims."""
     second = [c for c in claims if c["key"] in WAVE2_KEYS]
     if not second:
         return []
     return ["## Wave 2: the paper's claims that had no row", "",
             f"Rules frozen in `{freeze.WAVE2_FROZEN_AT[:7]}` (`report.preregistered_wave2`) before any of their runs, "
             f"judged on the same frozen test inputs; {len(second)} of {len(WAVE2_KEYS)} claims judged so far.", "",
-            *claims_table(second, PREREGISTERED_LEGEND)]
+            *claims_table(second, PREREGISTERED_LEGEND),
+            *margin_section(root, "margin_sensitivity_wave2.json", "plugin-repro confirmation wave2 margins")]
 
 
 def write_report(profile: Profile | str) -> Path:
@@ -402,7 +403,7 @@ def write_report(profile: Profile | str) -> Path:
                       PREREGISTERED_LEGEND if prof.test_inputs is not None else VERDICT_LEGEND),
         *margin_section(root),
         *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
-        *wave2_section(load_claims(prof)),
+        *wave2_section(load_claims(prof), root),
     ]
     for prefix, title, stems in SECTIONS:
         lines += _section(root, prefix, title, stems)

@@ -173,10 +173,10 @@ def wave2_row(root: Path, row: PaperRow) -> tuple[str, str]:
     if not judged:
         return "", f"rules frozen at {freeze.WAVE2_FROZEN_AT[:7]}; runs under way"
     verdicts = [c["verdict"] for c in judged.values()]
-    counts = ", ".join(f"{v} {verdicts.count(v)}" for v in dict.fromkeys(verdicts))
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
     flags = [f for f in (mixed.flag(c) for c in judged.values()) if f]
     statistic = (f"{len(judged)}/{len(keys)} claims judged: {counts}" + (f"; {len(flags)} mixed" if flags else "")
-                 + (f"; {len(keys) - len(judged)} wait for their runs" if len(judged) < len(keys) else ""))
+                 + (f"; {len(keys) - len(judged)} waiting" if len(judged) < len(keys) else ""))
     verdict = wave2.row_verdict(verdicts) if len(judged) == len(keys) else ""
     return verdict, statistic
 
@@ -193,7 +193,7 @@ def table_rows(root: Path) -> list[str]:
                          f"{found['verdict'] if found else '*not yet judged*'} |")
         elif row.kind == WAVE_2:
             verdict, statistic = wave2_row(root, row)
-            lines.append(f"| {row.claim} | {statistic} | {verdict + ' ' if verdict else ''}*wave 2* | - |")
+            lines.append(f"| {row.claim} | {statistic} | {f'**{verdict}** (wave 2)' if verdict else '*wave 2*'} | - |")
         else:
             lines.append(f"| {row.claim} | {row.why} | *`paper` profile only* | - |")
     return lines
@@ -207,7 +207,7 @@ def count_line(root: Path) -> str:
               if (path := root / "claims" / f"{c.key}.json").exists()]
     verdicts = ", ".join(f"{claims.count(v)} {v}" for v in dict.fromkeys(claims))
     return (f"The paper's other claims: {len(judged)} exploratory only (rules written after the confirmation's "
-            f"numbers); {len(waves)} rows in wave 2 ({len(wave2.CLAIMS)} claims on the confirm inputs, rules frozen "
+            f"numbers); {len(waves)} rows in wave 2 ({len(wave2.CLAIMS)} claims, rules frozen "
             f"at {freeze.WAVE2_FROZEN_AT[:7]} before its runs): {len(claims)} claims judged"
             f"{f' ({verdicts})' if claims else ''}, {sum(bool(v) for v in waves)} of {len(waves)} rows complete; "
             f"{kinds.count(PAPER_ONLY)} not run at CPU scale (`paper` only).")
