@@ -166,14 +166,24 @@ def load(root: Path) -> dict[str, dict]:
     return {p.stem: read_json(p) for p in sorted((root / FOLDER).glob("*.json"))}
 
 
+def wave2_judged(root: Path, group: str | None = None) -> dict[str, dict]:
+    """The stored records of wave 2's judged claims (of one row's ``group``, or all)."""
+    keys = [c.key for c in wave2.CLAIMS if group is None or wave2.group(c) == group]
+    return {k: read_json(path) for k in keys if (path := root / "claims" / f"{k}.json").exists()}
+
+
+def _counts(verdicts: list[str]) -> str:
+    return ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+
+
 def wave2_row(root: Path, row: PaperRow) -> tuple[str, str]:
     """(verdict, statistic) of a wave-2 row from its group's judged claims; ("", what is left) before."""
     keys = [c.key for c in wave2.CLAIMS if wave2.group(c) == row.group]
-    judged = {k: read_json(root / "claims" / f"{k}.json") for k in keys if (root / "claims" / f"{k}.json").exists()}
+    judged = wave2_judged(root, row.group)
     if not judged:
         return "", f"rules frozen at {freeze.WAVE2_FROZEN_AT[:7]}; runs under way"
     verdicts = [c["verdict"] for c in judged.values()]
-    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+    counts = _counts(verdicts)
     flags = [f for f in (mixed.flag(c) for c in judged.values()) if f]
     statistic = (f"{len(judged)}/{len(keys)} claims judged: {counts}" + (f"; {len(flags)} mixed" if flags else "")
                  + (f"; {len(keys) - len(judged)} waiting" if len(judged) < len(keys) else ""))
@@ -203,9 +213,8 @@ def count_line(root: Path) -> str:
     judged = load(root)
     kinds = [r.kind for r in ROWS]
     waves = [wave2_row(root, r)[0] for r in ROWS if r.kind == WAVE_2]
-    claims = [read_json(path)["verdict"] for c in wave2.CLAIMS
-              if (path := root / "claims" / f"{c.key}.json").exists()]
-    verdicts = ", ".join(f"{claims.count(v)} {v}" for v in dict.fromkeys(claims))
+    claims = [c["verdict"] for c in wave2_judged(root).values()]
+    verdicts = _counts(claims)
     return (f"The paper's other claims: {len(judged)} exploratory only (rules written after the confirmation's "
             f"numbers); {len(waves)} rows in wave 2 ({len(wave2.CLAIMS)} claims, rules frozen "
             f"at {freeze.WAVE2_FROZEN_AT[:7]} before its runs): {len(claims)} claims judged"
