@@ -193,6 +193,40 @@ def test_stored_selections_calibrate_a_likely_estimate_below_the_upper_bound(tmp
     assert planning._work(seed_run, counts, calibrated)["pair_epochs"] == pytest.approx(108 / 9 * 720)
 
 
+def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seconds(tmp_path, monkeypatch):
+    from plugin_lib.harness.profile import results_dir
+
+    _store(tmp_path, monkeypatch)
+    profile = load_profile("confirm")  # a coordinate search: a selection's record holds all its configurations
+    ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
+    runs = [grid.Unit("run", f"runs/e2e/smollm2-135m-instruct/Plugin-seed{i}", ref, profile, method="Plugin", seed=i)
+            for i in range(4)]
+    selections = [grid.Unit("selection", f"s{i}", ref, profile, method="Plugin") for i in range(2)]
+    plan = grid.Plan(runs + selections, state={u.key: "done" for u in runs[:3] + selections[:1]},
+                     likely={u.key: 100.0 for u in runs + selections})
+    folder = results_dir(profile) / "runs" / "e2e" / "smollm2-135m-instruct"
+    folder.mkdir(parents=True)
+    for i, seconds in enumerate((10.0, 20.0, 30.0)):
+        (folder / f"Plugin-seed{i}.json").write_text(json.dumps({"seconds": seconds}))
+    stored = {u.key: s for u in runs[:3] if (s := planning.stored_seconds(u)) is not None}
+    assert stored == {runs[0].key: 10.0, runs[1].key: 20.0, runs[2].key: 30.0}
+    assert planning.stored_seconds(runs[3]) is None  # no record
+
+    scales = planning.scale_to_stored(plan, stored)
+    assert scales == {"run": (pytest.approx(0.2), 3)}  # 60 s stored where 300 s were estimated
+    assert plan.likely[runs[3].key] == pytest.approx(20.0)  # the pending run, scaled
+    assert plan.likely[runs[0].key] == 100.0  # done units keep their estimate
+    assert plan.likely[selections[1].key] == 100.0  # one done selection is too few to scale by
+
+    selection = folder / "Plugin-selection.json"
+    selection.write_text(json.dumps({"configs": {"a": {"seconds": 5.0}, "b": {"seconds": 7.0}, "c": {}}}))
+    unit = grid.Unit("selection", "runs/e2e/smollm2-135m-instruct/Plugin-selection", ref, profile, method="Plugin")
+    assert planning.stored_seconds(unit) == 12.0  # its configurations' seconds, summed
+    grid_profile = load_profile("local")  # a grid search: its configurations are config units of their own
+    assert grid_profile.grid.search == "grid"
+    assert planning.stored_seconds(grid.Unit("selection", unit.key, ref, grid_profile, method="Plugin")) is None
+
+
 def test_a_missing_engine_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     plan = grid.Plan([_unit("a")], state={"a": "ready"})

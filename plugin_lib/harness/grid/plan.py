@@ -7,7 +7,10 @@ machine without a GPU, the H100 rates of an earlier probe of the paper's shapes,
 cache building and training only (decoding is then counted as zero, and the plan says so).
 Training counts every epoch (an upper bound: training stops early). Once a profile has stored
 selections, a second, likely estimate counts the epochs its trainings ran on average and the
-configurations its searches tried (:func:`calibration`).
+configurations its searches tried (:func:`calibration`), and, once units of a kind are done,
+scales that kind's pending units by the seconds their stored records took over the estimate of
+the same units (:func:`scale_to_stored`): a few seconds of timing probes, often taken while
+other workers share the cores, can miss by a factor of ten, the stored runs do not.
 """
 from __future__ import annotations
 
@@ -166,7 +169,8 @@ class Calibration:
     selections: int
 
 
-CALIBRATE_FROM = 3  # stored selections, at least
+CALIBRATE_FROM = 3  # stored selections (or done units of a kind, for the scale), at least
+STORED_KINDS = ("selection", "run")  # kinds whose records say the seconds they took
 
 
 def calibration(profile: Profile) -> Calibration | None:
@@ -178,6 +182,41 @@ def calibration(profile: Profile) -> Calibration | None:
     if len(tried) < CALIBRATE_FROM or not epochs:
         return None
     return Calibration(sum(epochs) / len(epochs), sum(map(len, tried)) / len(tried), len(tried))
+
+
+def stored_seconds(unit: Unit) -> float | None:
+    """The seconds a done unit's record says it took (wall time, pauses included): a run's
+    ``seconds``, or a selection's configurations' seconds summed; None for other kinds, a
+    missing record, or a grid search (its configurations are config units of their own)."""
+    if unit.kind not in STORED_KINDS or (unit.kind == "selection" and unit.profile.grid.search == "grid"):
+        return None
+    path = config.results_dir(unit.profile) / f"{unit.key}.json"
+    try:
+        record = read_json(path)
+    except (OSError, ValueError):
+        return None
+    if unit.kind == "run":
+        return record.get("seconds")
+    seconds = [c["seconds"] for c in record.get("configs", {}).values() if "seconds" in c]
+    return sum(seconds) if seconds else None
+
+
+def scale_to_stored(plan: Plan, stored: dict[str, float]) -> dict[str, tuple[float, int]]:
+    """Scale the likely seconds of each kind's pending units by the ratio of ``stored`` seconds
+    (done units) to the likely estimate of those same units, for kinds with CALIBRATE_FROM such
+    units at least; returns the ratio and the count per kind scaled."""
+    scales = {}
+    for kind in STORED_KINDS:
+        done = [u.key for u in plan.units if u.kind == kind and plan.state.get(u.key) == "done"
+                and stored.get(u.key) is not None and plan.likely.get(u.key, 0.0) > 0]
+        if len(done) < CALIBRATE_FROM:
+            continue
+        ratio = sum(stored[k] for k in done) / sum(plan.likely[k] for k in done)
+        scales[kind] = (ratio, len(done))
+        for unit in plan.pending():
+            if unit.kind == kind and unit.key in plan.likely:
+                plan.likely[unit.key] *= ratio
+    return scales
 
 
 def make_plan(units: Sequence[Unit], *, measure: bool = True, with_state: bool = True) -> Plan:
@@ -214,6 +253,12 @@ def _estimate(plan: Plan, measure: bool) -> None:
         f"{p.name}: {c.epochs:.1f} epochs a training (of {p.training.max_epochs}) and {c.configs:.1f} "
         f"configurations a selection, over {c.selections} stored selections"
         for p in sorted(profiles, key=lambda p: p.name) if (c := calibrations.get(p.name)))
+    if plan.likely:
+        stored = {u.key: s for u in plan.units if plan.state.get(u.key) == "done" and (s := stored_seconds(u)) is not None}
+        scales = scale_to_stored(plan, stored)
+        if scales:
+            plan.calibrated += ("; then scaled to the seconds stored by done units: " + ", ".join(
+                f"{kind} x{ratio:.2f} (over {n})" for kind, (ratio, n) in scales.items()))
     if not measure:
         plan.timed = "not timed (--no-measure)"
     elif probed:
