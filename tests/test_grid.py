@@ -28,7 +28,7 @@ from plugin_lib.utils import malloc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import real_data  # noqa: E402
-from grid_worker import METHODS, mini_profile, mini_units  # noqa: E402
+from grid_worker import METHODS, mini_units  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).parent / "grid_worker.py"
