@@ -130,6 +130,10 @@ def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, sh
         return "; ".join(f"{n} GPU{'s' if n > 1 else ''} {_hours(plan.wall_seconds(n, seconds))} h" for n in (1, 8, 32))
 
     print(f"Wall time, one unit per GPU at a time: {walls()}.", file=out)
+    if plan.stored:
+        print(f"Done: {sum(s == 'done' for s in plan.state.values())} units; the records of {len(plan.stored)} of them "
+              f"({', '.join(planning.STORED_KINDS)}) store {_hours(sum(plan.stored.values()))} process-hours "
+              "(wall time, pauses included).", file=out)
     if likely:
         pending_likely = sum(plan.likely.get(u.key, 0.0) for u in plan.pending())
         print(f"Likely: {_hours(pending_likely)} device-hours; wall time {walls(plan.likely)} (at the "

@@ -39,7 +39,8 @@ class Plan:
     ``state``: done (record current), ready (every unit it needs is done) or waiting.
     ``seconds`` (upper bounds) and ``gpu_bytes``: per unit; ``timed``: what the seconds cover;
     ``likely``: per unit, the seconds at the epochs and configurations the profile's stored
-    selections took (empty without them); ``calibrated``: from what."""
+    selections took (empty without them); ``calibrated``: from what; ``stored``: per done unit,
+    the seconds its record says it took (:func:`stored_seconds`)."""
 
     units: list[Unit]
     state: dict[str, str] = field(default_factory=dict)
@@ -48,6 +49,7 @@ class Plan:
     timed: str = ""
     likely: dict[str, float] = field(default_factory=dict)
     calibrated: str = ""
+    stored: dict[str, float] = field(default_factory=dict)
 
     def pending(self) -> list[Unit]:
         return [u for u in self.units if self.state.get(u.key) != "done"]
@@ -170,7 +172,7 @@ class Calibration:
 
 
 CALIBRATE_FROM = 3  # stored selections (or done units of a kind, for the scale), at least
-STORED_KINDS = ("selection", "run")  # kinds whose records say the seconds they took
+STORED_KINDS = ("selection", "run", "bdpl")  # kinds whose records say the seconds they took
 
 
 def calibration(profile: Profile) -> Calibration | None:
@@ -185,9 +187,10 @@ def calibration(profile: Profile) -> Calibration | None:
 
 
 def stored_seconds(unit: Unit) -> float | None:
-    """The seconds a done unit's record says it took (wall time, pauses included): a run's
-    ``seconds``, or a selection's configurations' seconds summed; None for other kinds, a
-    missing record, or a grid search (its configurations are config units of their own)."""
+    """The seconds a done unit's record says it took (wall time, pauses included): a run's or a
+    BDPL prompt search's ``seconds``, or a selection's configurations' seconds summed; None for
+    other kinds, a missing record, or a grid search (its configurations are config units of
+    their own)."""
     if unit.kind not in STORED_KINDS or (unit.kind == "selection" and unit.profile.grid.search == "grid"):
         return None
     path = config.results_dir(unit.profile) / f"{unit.key}.json"
@@ -195,7 +198,7 @@ def stored_seconds(unit: Unit) -> float | None:
         record = read_json(path)
     except (OSError, ValueError):
         return None
-    if unit.kind == "run":
+    if unit.kind != "selection":
         return record.get("seconds")
     seconds = [c["seconds"] for c in record.get("configs", {}).values() if "seconds" in c]
     return sum(seconds) if seconds else None
@@ -224,6 +227,8 @@ def make_plan(units: Sequence[Unit], *, measure: bool = True, with_state: bool =
     plan = Plan(topological(units))
     if with_state:
         refresh(plan)
+        plan.stored = {u.key: s for u in plan.units
+                       if plan.state[u.key] == "done" and (s := stored_seconds(u)) is not None}
     _estimate(plan, measure)
     return plan
 
@@ -254,8 +259,7 @@ def _estimate(plan: Plan, measure: bool) -> None:
         f"configurations a selection, over {c.selections} stored selections"
         for p in sorted(profiles, key=lambda p: p.name) if (c := calibrations.get(p.name)))
     if plan.likely:
-        stored = {u.key: s for u in plan.units if plan.state.get(u.key) == "done" and (s := stored_seconds(u)) is not None}
-        scales = scale_to_stored(plan, stored)
+        scales = scale_to_stored(plan, plan.stored)
         if scales:
             plan.calibrated += ("; then scaled to the seconds stored by done units: " + ", ".join(
                 f"{kind} x{ratio:.2f} (over {n})" for kind, (ratio, n) in scales.items()))
