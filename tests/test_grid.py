@@ -8,6 +8,7 @@ that unit alone."""
 from __future__ import annotations
 
 import functools
+import io
 import json
 import operator
 import os
@@ -22,7 +23,7 @@ import pytest
 
 from plugin_lib.harness import grid, preflight, runner
 from plugin_lib.harness.grid import executors, plan as planning
-from plugin_lib.commands.grid import SOURCES, notebook_units
+from plugin_lib.commands.grid import SOURCES, notebook_units, print_plan
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils import malloc
 
@@ -217,6 +218,10 @@ def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seco
     assert plan.likely[runs[3].key] == pytest.approx(20.0)  # the pending run, scaled
     assert plan.likely[runs[0].key] == 100.0  # done units keep their estimate
     assert plan.likely[selections[1].key] == 100.0  # one done selection is too few to scale by
+    plan.stored = stored
+    printed = io.StringIO()
+    print_plan(plan, profile, ["01"], show_units=False, out=printed)
+    assert "Done: 4 units; the records of 3 of them (selection, run, bdpl) store 0.02 process-hours" in printed.getvalue()
 
     selection = folder / "Plugin-selection.json"
     selection.write_text(json.dumps({"configs": {"a": {"seconds": 5.0}, "b": {"seconds": 7.0}, "c": {}}}))
