@@ -381,3 +381,24 @@ def test_the_count_line_counts_wave_2_claims_and_rows_apart(tmp_path):
     assert "3 rows in wave 2 (15 claims" in line and "3 claims judged (3 not measurable at this scale)" in line
     assert "0 of 3 rows complete" in line
     assert "0 claims judged, 0 of 3 rows complete" in paper_rows.count_line(tmp_path / "none")
+
+
+def test_the_wave_2_section_lists_every_claim_judged_or_not(tmp_path):
+    """Every wave-2 claim has a line in REPORT.md from the first verdict on: judged in the table,
+    the others in a list saying they wait for their runs."""
+    import json
+
+    from plugin_lib.harness.profile import REPO_ROOT
+    from plugin_lib.report import preregistered_wave2
+    from plugin_lib.report.document import wave2_section
+
+    judged = json.loads((REPO_ROOT / "results" / "confirm" / "claims" / "wave2_complexity_webnlg.json").read_text())
+    section = "\n".join(wave2_section([judged], tmp_path))
+    assert "1 of 15 claims judged so far" in section and "Not judged yet, 14 (" in section
+    waiting = section[section.index("Not judged yet"):section.index("### The paper's claims")]
+    assert all(f"`{c.key}`" in waiting for c in preregistered_wave2.CLAIMS if c.key != judged["key"])
+    assert f"`{judged['key']}`" not in waiting and f"`{judged['key']}`" in section
+    assert wave2_section([], tmp_path) == []  # no section before the first verdict
+    committed = (REPO_ROOT / "results" / "confirm" / "REPORT.md").read_text()
+    committed = committed[committed.index("## Wave 2: the paper's claims that had no row"):]
+    assert all(f"`{c.key}`" in committed for c in preregistered_wave2.CLAIMS)

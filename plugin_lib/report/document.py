@@ -376,9 +376,15 @@ def wave2_section(claims: list[dict], root: Path) -> list[str]:
     second = [c for c in claims if c["key"] in WAVE2_KEYS]
     if not second:
         return []
+    judged = {c["key"] for c in second}
+    waiting = [c for c in preregistered_wave2.CLAIMS if c.key not in judged]
     return ["## Wave 2: the paper's claims that had no row", "",
             f"Rules frozen in `{freeze.WAVE2_FROZEN_AT[:7]}` (`report.preregistered_wave2`) before any of their runs, "
             f"judged on the same frozen test inputs; {len(second)} of {len(WAVE2_KEYS)} claims judged so far.", "",
+            *([f"Not judged yet, {len(waiting)} (their runs are not all stored; `plugin-repro confirmation wave2 "
+               "status` names what is missing):", "",
+               *(f"- {c.claim} (notebook {c.notebook}; `{c.key}`)" for c in waiting), ""]
+              if waiting else []),
             *claims_table(second, PREREGISTERED_LEGEND),
             *margin_section(root, "margin_sensitivity_wave2.json", "plugin-repro confirmation wave2 margins")]
 
