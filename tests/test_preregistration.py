@@ -159,7 +159,7 @@ def test_equivalence_is_tost_and_a_clear_gap_is_not_equivalent():
 
 
 def test_the_report_shows_comparisons_as_a_table_of_differences_intervals_and_holm_p():
-    from plugin_lib.report import document
+    from plugin_lib.report import claim_tables
 
     better = [_run(s, _outputs(11), 0.9) for s in range(3)]
     worse = [_run(0, _outputs(3), 0.2)]
@@ -169,7 +169,7 @@ def test_the_report_shows_comparisons_as_a_table_of_differences_intervals_and_ho
                "scope": "paper", "statistic": {"summary": "s", "n": result["n"],
                                                 "result": {"verdict": result["verdict"], "comparisons": [result]}}}
               for key, result in (("better", superior), ("null", null))]
-    text = "\n".join(document.claims_table(claims, document.PREREGISTERED_LEGEND))
+    text = "\n".join(claim_tables.claims_table(claims, claim_tables.PREREGISTERED_LEGEND))
     assert "{'" not in text  # no Python reprs of the records
     assert "| claim | paper | ours (the statistic) | verdict |" in text  # ours is the statistic: one column
     assert "(in full: [claims/better.json](claims/better.json))" in text
@@ -189,10 +189,10 @@ def test_the_report_shows_comparisons_as_a_table_of_differences_intervals_and_ho
 
 
 def test_other_record_lists_become_tables_with_every_key_and_escaped_cells():
-    from plugin_lib.report import document
+    from plugin_lib.report import claim_tables
 
     per_seed = [{"seed": 0, "prefix": "a | b", "learned": False}, {"seed": 1, "prefix": "", "gain": 0.5}]
-    table = document.records_table(per_seed)
+    table = claim_tables.records_table(per_seed)
     assert table[0] == "| seed | prefix | learned | gain |"
     assert table[2] == "| 0 | a \\| b | False | n/a |" and table[3] == "| 1 |  | n/a | 0.5 |"
 

@@ -4,7 +4,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from plugin_lib.report import claims, document
+from plugin_lib.report import claim_tables, claims, document
 
 
 RULE = "A beats B on most metrics, p < 0.05 in most seeds."
@@ -36,7 +36,7 @@ def test_claims_and_sections_end_up_in_the_report(tmp_path, monkeypatch):
     assert "  - n: inputs 100, seeds 3" in text and "  - p_per_seed: BLEU [0.01, 0.02, 0.3]" in text
     assert "- verdict: **direction only**" in text
     assert "| a |" in text and "No results yet" in text  # a section with and one without results
-    assert document.VERDICT_LEGEND in text
+    assert claim_tables.VERDICT_LEGEND in text
 
 
 def test_record_claim_checks_verdict_scope_rule_and_statistic(tmp_path, monkeypatch):
@@ -63,7 +63,7 @@ def test_only_local_and_paper_profiles_give_verdicts(tmp_path, monkeypatch, prof
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     entry = _claim(profile)
     assert entry["verdict"] == "not measurable at this scale" and entry["rule_verdict"] == "reproduced"
-    text = document.claims_table(claims.load_claims(profile))
+    text = claim_tables.claims_table(claims.load_claims(profile))
     assert "- verdict: **not measurable at this scale** (the rule alone gives *reproduced*; " in "\n".join(text)
     assert _claim("paper")["verdict"] == _claim("local")["verdict"] == "reproduced"
 
@@ -77,7 +77,7 @@ def test_old_claim_records_still_render(tmp_path, monkeypatch):
         (folder / f"{key}.json").write_text(json.dumps(
             {"key": key, "claim": f"old {key}", "paper": "p", "ours": "o", "verdict": "reproduced"}))
     text = document.write_report("local").read_text()
-    shown = f"*{document.NOT_RECHECKED}*"
+    shown = f"*{claim_tables.NOT_RECHECKED}*"
     assert f"| old main_e2e | p | o | not recorded: rerun the notebook | {shown} |" in text
     assert text.count("- rule: rule not recorded: rerun the notebook") == 3
     # Not tallied as verdicts: top-k and Theorem 1 are beyond the paper.
@@ -127,15 +127,13 @@ def test_wall_times_are_kept_apart_from_the_results(tmp_path, monkeypatch):
 
 
 def test_a_claim_recorded_before_its_rule_is_shown_as_not_rechecked_and_not_tallied():
-    from plugin_lib.report import document
-
     checked = {"key": "main_e2e", "claim": "c1", "paper": "p", "ours": "o", "verdict": "reproduced",
                "rule": "a rule", "statistic": {"summary": "s", "n": {}}, "scope": "paper"}
     old = {"key": "shift_webnlg", "claim": "c2", "paper": "p", "ours": "o", "verdict": "reproduced"}
-    assert document.tally([checked, old]).startswith("1 reproduced, 0 direction only")
-    assert "1 not re-checked yet" in document.tally([checked, old])
-    table = "\n".join(document.claims_table([checked, old]))
-    assert document.NOT_RECHECKED in table and "| **reproduced** |" in table
+    assert claim_tables.tally([checked, old]).startswith("1 reproduced, 0 direction only")
+    assert "1 not re-checked yet" in claim_tables.tally([checked, old])
+    table = "\n".join(claim_tables.claims_table([checked, old]))
+    assert claim_tables.NOT_RECHECKED in table and "| **reproduced** |" in table
 
 
 def test_a_long_table_shows_its_first_rows_and_links_its_csv(tmp_path, monkeypatch):
@@ -207,7 +205,7 @@ def test_confirmatory_verdicts_lead_the_readme_with_the_exploratory_ones_beside_
     assert f"Checks beyond the paper, confirmatory (0; {beyond} waiting): 0 reproduced" in block
     assert "under way, judged as its runs complete" in block and "results/confirm/REPORT.md" not in block
     report = document.write_report("confirm").read_text()
-    assert document.PREREGISTERED_LEGEND in report and document.VERDICT_LEGEND not in report
+    assert claim_tables.PREREGISTERED_LEGEND in report and claim_tables.VERDICT_LEGEND not in report
     block = "\n".join(document.readme_block("local"))  # now there is a report to link
     assert "[`results/confirm/REPORT.md`](results/confirm/REPORT.md)" in block
 
@@ -228,14 +226,14 @@ def test_a_verdict_hiding_a_significant_deficit_is_shown_as_mixed():
     import json
 
     from plugin_lib.harness.profile import REPO_ROOT
-    from plugin_lib.report import document, mixed
+    from plugin_lib.report import mixed
 
     claim = json.loads((REPO_ROOT / "results" / "confirm" / "claims" / "main_adidas.json").read_text())
     assert claim["verdict"] == "direction only"
-    shown = document.shown_verdict(claim)
+    shown = claim_tables.shown_verdict(claim)
     assert shown.startswith("**direction only** (mixed: ") and "behind NewModel on BLEU, ROUGE-2 (Holm p 0.002)" in shown
     e2e = json.loads((REPO_ROOT / "results" / "confirm" / "claims" / "main_e2e.json").read_text())
-    assert mixed.flag(e2e) == "" and document.shown_verdict(e2e) == "**reproduced**"
+    assert mixed.flag(e2e) == "" and claim_tables.shown_verdict(e2e) == "**reproduced**"
     # B better than A by the bootstrap, the interval below zero: a deficit; a wide interval is not one.
     comparison = {"p": {"BLEU": 1.0, "NIST": 0.6}, "ci95": {"BLEU": [-0.03, -0.01], "NIST": [-0.1, 0.1]}, "versus": "vs X"}
     assert set(mixed.deficits(comparison)) == {"BLEU"}
