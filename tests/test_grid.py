@@ -213,12 +213,12 @@ def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seco
     assert stored == {runs[0].key: 10.0, runs[1].key: 20.0, runs[2].key: 30.0}
     assert planning.stored_seconds(runs[3]) is None  # no record
 
-    scales = planning.scale_to_stored(plan, stored)
+    plan.stored = stored
+    scales = planning.scale_to_stored(plan)
     assert scales == {"run": (pytest.approx(0.2), 3)}  # 60 s stored where 300 s were estimated
     assert plan.likely[runs[3].key] == pytest.approx(20.0)  # the pending run, scaled
     assert plan.likely[runs[0].key] == 100.0  # done units keep their estimate
     assert plan.likely[selections[1].key] == 100.0  # one done selection is too few to scale by
-    plan.stored = stored
     printed = io.StringIO()
     print_plan(plan, profile, ["01"], show_units=False, out=printed)
     assert "Done: 4 units; the records of 3 of them (selection, run, bdpl) store 0.02 process-hours" in printed.getvalue()

@@ -204,11 +204,11 @@ def stored_seconds(unit: Unit) -> float | None:
     return sum(seconds) if seconds else None
 
 
-def scale_to_stored(plan: Plan, stored: dict[str, float]) -> dict[str, tuple[float, int]]:
-    """Scale the likely seconds of each kind's pending units by the ratio of ``stored`` seconds
-    (done units) to the likely estimate of those same units, for kinds with CALIBRATE_FROM such
+def scale_to_stored(plan: Plan) -> dict[str, tuple[float, int]]:
+    """Scale the likely seconds of each kind's pending units by the ratio of the seconds stored by
+    its done units (``plan.stored``) to the likely estimate of those same units, for kinds with CALIBRATE_FROM such
     units at least; returns the ratio and the count per kind scaled."""
-    scales = {}
+    scales, stored = {}, plan.stored
     for kind in STORED_KINDS:
         done = [u.key for u in plan.units if u.kind == kind and plan.state.get(u.key) == "done"
                 and stored.get(u.key) is not None and plan.likely.get(u.key, 0.0) > 0]
@@ -259,7 +259,7 @@ def _estimate(plan: Plan, measure: bool) -> None:
         f"configurations a selection, over {c.selections} stored selections"
         for p in sorted(profiles, key=lambda p: p.name) if (c := calibrations.get(p.name)))
     if plan.likely:
-        scales = scale_to_stored(plan, plan.stored)
+        scales = scale_to_stored(plan)
         if scales:
             plan.calibrated += ("; then scaled to the seconds stored by done units: " + ", ".join(
                 f"{kind} x{ratio:.2f} (over {n})" for kind, (ratio, n) in scales.items()))
