@@ -232,6 +232,32 @@ def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seco
     assert planning.stored_seconds(grid.Unit("selection", unit.key, ref, grid_profile, method="Plugin")) is None
 
 
+def test_a_selection_under_way_is_estimated_by_the_configurations_it_has_left(tmp_path, monkeypatch):
+    from plugin_lib.harness.profile import results_dir
+
+    _store(tmp_path, monkeypatch)
+    profile = load_profile("confirm")  # a coordinate search resumes from the configurations its record holds
+    ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
+    unit = grid.Unit("selection", "runs/e2e/smollm2-135m-instruct/LoRA-selection", ref, profile, method="LoRA")
+    assert planning.configs_stored(unit) == 0  # no record yet
+    folder = results_dir(profile) / "runs" / "e2e" / "smollm2-135m-instruct"
+    folder.mkdir(parents=True)
+    (folder / "LoRA-selection.json").write_text(json.dumps({"configs": {"a": {"seconds": 5.0}, "b": {"seconds": 7.0}}}))
+    assert planning.configs_stored(unit) == 2
+    assert planning.configs_stored(grid.Unit("selection", unit.key, ref, load_profile("local"), method="LoRA")) == 0
+
+    counts = preflight.TaskCounts(train_pairs=600, hyper_pairs=120, target_tokens=0, pair_tokens=90.0,
+                                  test_inputs=200, prompt_tokens=60.0)
+    calibrated = planning.Calibration(epochs=10.0, configs=3.0, selections=3)
+    one = 10.0 * 720 * 90.0  # the LoRA tokens of one training at the calibrated epochs
+    assert planning._work(unit, counts, calibrated)["lora_tokens"] == pytest.approx(3 * one)
+    assert planning._work(unit, counts, calibrated, under_way=2)["lora_tokens"] == pytest.approx(one)
+    assert planning._work(unit, counts, calibrated, under_way=5)["lora_tokens"] == pytest.approx(one)  # one more, at least
+    most = preflight.grid_size(profile, "LoRA")
+    assert planning._work(unit, counts, under_way=2)["lora_tokens"] == pytest.approx((most - 2) * 40 * 720 * 90.0)
+
+
+
 def test_a_missing_engine_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     plan = grid.Plan([_unit("a")], state={"a": "ready"})

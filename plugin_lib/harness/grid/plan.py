@@ -50,6 +50,7 @@ class Plan:
     likely: dict[str, float] = field(default_factory=dict)
     calibrated: str = ""
     stored: dict[str, float] = field(default_factory=dict)
+    configs_stored: dict[str, int] = field(default_factory=dict)
 
     def pending(self) -> list[Unit]:
         return [u for u in self.units if self.state.get(u.key) != "done"]
@@ -186,22 +187,39 @@ def calibration(profile: Profile) -> Calibration | None:
     return Calibration(sum(epochs) / len(epochs), sum(map(len, tried)) / len(tried), len(tried))
 
 
+def _coordinate_selection(unit: Unit) -> bool:
+    """A selection whose record holds its configurations (a grid search's are config units)."""
+    return unit.kind == "selection" and unit.profile.grid.search != "grid"
+
+
+def _record(unit: Unit) -> dict | None:
+    try:
+        return read_json(config.results_dir(unit.profile) / f"{unit.key}.json")
+    except (OSError, ValueError):
+        return None
+
+
 def stored_seconds(unit: Unit) -> float | None:
     """The seconds a done unit's record says it took (wall time, pauses included): a run's or a
     BDPL prompt search's ``seconds``, or a selection's configurations' seconds summed; None for
     other kinds, a missing record, or a grid search (its configurations are config units of
     their own)."""
-    if unit.kind not in STORED_KINDS or (unit.kind == "selection" and unit.profile.grid.search == "grid"):
+    if unit.kind not in STORED_KINDS or (unit.kind == "selection" and not _coordinate_selection(unit)):
         return None
-    path = config.results_dir(unit.profile) / f"{unit.key}.json"
-    try:
-        record = read_json(path)
-    except (OSError, ValueError):
+    record = _record(unit)
+    if record is None:
         return None
     if unit.kind != "selection":
         return record.get("seconds")
     seconds = [c["seconds"] for c in record.get("configs", {}).values() if "seconds" in c]
     return sum(seconds) if seconds else None
+
+
+def configs_stored(unit: Unit) -> int:
+    """The configurations a coordinate search's record already holds (0 for other units): a
+    search under way resumes from them, so only the rest is left to train."""
+    record = _record(unit) if _coordinate_selection(unit) else None
+    return len(record.get("configs", {})) if record else 0
 
 
 def scale_to_stored(plan: Plan) -> dict[str, tuple[float, int]]:
@@ -229,6 +247,7 @@ def make_plan(units: Sequence[Unit], *, measure: bool = True, with_state: bool =
         refresh(plan)
         plan.stored = {u.key: s for u in plan.units
                        if plan.state[u.key] == "done" and (s := stored_seconds(u)) is not None}
+        plan.configs_stored = {u.key: n for u in plan.pending() if (n := configs_stored(u))}
     _estimate(plan, measure)
     return plan
 
@@ -250,9 +269,10 @@ def _estimate(plan: Plan, measure: bool) -> None:
             rates[key] = _rates(model, profile, counts, measure)
             probed |= rates[key] is not None and rates[key].measured_with.startswith("probe")
         r = rates[key]
-        plan.seconds[unit.key] = r.seconds(_work(unit, counts)) if r is not None else 0.0
+        under_way = plan.configs_stored.get(unit.key, 0)
+        plan.seconds[unit.key] = r.seconds(_work(unit, counts, under_way=under_way)) if r is not None else 0.0
         if r is not None and calibrations.get(profile.name):
-            plan.likely[unit.key] = r.seconds(_work(unit, counts, calibrations[profile.name]))
+            plan.likely[unit.key] = r.seconds(_work(unit, counts, calibrations[profile.name], under_way))
     names = ", ".join(sorted(p.name for p in profiles))
     plan.calibrated = "; ".join(
         f"{p.name}: {c.epochs:.1f} epochs a training (of {p.training.max_epochs}) and {c.configs:.1f} "
@@ -263,6 +283,9 @@ def _estimate(plan: Plan, measure: bool) -> None:
         if scales:
             plan.calibrated += ("; then scaled to the seconds stored by done units: " + ", ".join(
                 f"{kind} x{ratio:.2f} (over {n})" for kind, (ratio, n) in scales.items()))
+    if plan.configs_stored:
+        plan.calibrated += (f"; {len(plan.configs_stored)} selections under way counted without the "
+                            f"{sum(plan.configs_stored.values())} configurations their records hold")
     if not measure:
         plan.timed = "not timed (--no-measure)"
     elif probed:
@@ -303,10 +326,11 @@ def _gpu_bytes(unit: Unit, model: str, profile: Profile, gpu: bool) -> int:
     return peak
 
 
-def _work(unit: Unit, counts: preflight.TaskCounts, likely: Calibration | None = None) -> dict:
+def _work(unit: Unit, counts: preflight.TaskCounts, likely: Calibration | None = None, under_way: int = 0) -> dict:
     """The unit's work at most, or with ``likely`` at the calibrated epochs and configurations
     (a fine-tuned base's or BDPL's work is its notebook's estimate; ``likely`` scales its
-    trainings to the calibrated epochs only)."""
+    trainings to the calibrated epochs only). A coordinate search with ``under_way``
+    configurations stored has the rest left, one configuration at least."""
     profile = unit.profile
     epochs = likely.epochs if likely else profile.training.max_epochs
     training = epochs * counts.pairs  # pair-epochs of one training
@@ -327,8 +351,9 @@ def _work(unit: Unit, counts: preflight.TaskCounts, likely: Calibration | None =
     if unit.kind == "selection":  # the configurations it may try beyond the grid's config units
         most = preflight.grid_size(profile, unit.method)
         tried = min(most, likely.configs) if likely else most
-        return train(max(0.0, tried - len(runner.hparam_grid(profile, unit.method)))
-                     if profile.grid.search == "grid" else tried)
+        if profile.grid.search == "grid":
+            return train(max(0.0, tried - len(runner.hparam_grid(profile, unit.method))))
+        return train(max(1.0, tried - under_way) if under_way else tried)
     work: dict = {}
     if trained and (unit.seed != profile.seeds[0] or unit.narrow):
         work.update(train(1))
