@@ -257,7 +257,6 @@ def test_a_selection_under_way_is_estimated_by_the_configurations_it_has_left(tm
     assert planning._work(unit, counts, under_way=2)["lora_tokens"] == pytest.approx((most - 2) * 40 * 720 * 90.0)
 
 
-
 def test_a_missing_engine_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     plan = grid.Plan([_unit("a")], state={"a": "ready"})
