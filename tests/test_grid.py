@@ -233,16 +233,18 @@ def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seco
 
 
 def test_a_selection_under_way_is_estimated_by_the_configurations_it_has_left(tmp_path, monkeypatch):
-    from plugin_lib.harness.profile import results_dir
-
+    real_data.require("e2e")  # the record's inputs fingerprint is E2E's
     _store(tmp_path, monkeypatch)
     profile = load_profile("confirm")  # a coordinate search resumes from the configurations its record holds
     ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
     unit = grid.Unit("selection", "runs/e2e/smollm2-135m-instruct/LoRA-selection", ref, profile, method="LoRA")
     assert planning.configs_stored(unit) == 0  # no record yet
-    folder = results_dir(profile) / "runs" / "e2e" / "smollm2-135m-instruct"
-    folder.mkdir(parents=True)
-    (folder / "LoRA-selection.json").write_text(json.dumps({"configs": {"a": {"seconds": 5.0}, "b": {"seconds": 7.0}}}))
+    path, _, settings, inputs = runner._selection_paths(grid.planning_task(ref, profile), "LoRA", profile, None, None)
+    path.parent.mkdir(parents=True)
+    configs = {"a": {"seconds": 5.0}, "b": {"seconds": 7.0}}
+    path.write_text(json.dumps({"settings": "other settings", "inputs": inputs, "configs": configs}))
+    assert planning.configs_stored(unit) == 0  # left by other settings: the search will start afresh
+    path.write_text(json.dumps({"settings": settings, "inputs": inputs, "configs": configs}))
     assert planning.configs_stored(unit) == 2
     assert planning.configs_stored(grid.Unit("selection", unit.key, ref, load_profile("local"), method="LoRA")) == 0
 

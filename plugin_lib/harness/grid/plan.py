@@ -25,7 +25,7 @@ from .. import methods, models, preflight, runner
 from .. import profile as config
 from ..profile import Profile
 from ...utils.io import read_json
-from .units import KINDS, Unit, is_done
+from .units import KINDS, Unit, is_done, stored_selection
 
 GIB = 2**30
 # Methods whose decoding runs a reweighting model beside the base (the Plugin's step cost).
@@ -218,8 +218,8 @@ def stored_seconds(unit: Unit) -> float | None:
 def configs_stored(unit: Unit) -> int:
     """The configurations a coordinate search's record already holds (0 for other units): a
     search under way resumes from them, so only the rest is left to train."""
-    record = _record(unit) if _coordinate_selection(unit) else None
-    return len(record.get("configs", {})) if record else 0
+    record = stored_selection(unit) if _coordinate_selection(unit) else None
+    return len(record["configs"]) if record else 0
 
 
 def scale_to_stored(plan: Plan) -> dict[str, tuple[float, int]]:
@@ -284,8 +284,10 @@ def _estimate(plan: Plan, measure: bool) -> None:
             plan.calibrated += ("; then scaled to the seconds stored by done units: " + ", ".join(
                 f"{kind} x{ratio:.2f} (over {n})" for kind, (ratio, n) in scales.items()))
     if plan.configs_stored:
-        plan.calibrated += (f"; {len(plan.configs_stored)} selections under way counted without the "
-                            f"{sum(plan.configs_stored.values())} configurations their records hold")
+        searches, held = len(plan.configs_stored), sum(plan.configs_stored.values())
+        plan.calibrated += (f"; {searches} selection{'s' * (searches != 1)} under way counted without the "
+                            f"{held} configuration{'s' * (held != 1)} "
+                            + ("its record holds" if searches == 1 else "their records hold"))
     if not measure:
         plan.timed = "not timed (--no-measure)"
     elif probed:

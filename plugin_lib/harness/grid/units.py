@@ -209,6 +209,13 @@ def finetuned_ref(tuned: finetune.FinetunedBase, dataset: str) -> TaskRef:
     return TaskRef(tuned.name, dataset, prompt_model=tuned.model_name, checkpoint=str(tuned.path))
 
 
+def stored_selection(unit: Unit) -> dict | None:
+    """The current record (settings and inputs fingerprints checked) of a config or selection
+    unit's search, complete or not; None if there is none or it was left by other settings."""
+    task = planning_task(unit.task, unit.profile)
+    return runner.stored_selection(task, unit.method, unit.profile, arch=unit.arch_dict, label=unit.label)
+
+
 def is_done(unit: Unit) -> bool:
     """Whether the unit's record is stored and current (the call would compute nothing)."""
     if unit.kind in CALLED:
@@ -224,7 +231,7 @@ def is_done(unit: Unit) -> bool:
         return runner.stored_run(task, unit.method, unit.seed, profile, arch=unit.arch_dict,
                                  label=unit.label) is not None
     if unit.kind in ("config", "selection"):
-        record = runner.stored_selection(task, unit.method, unit.profile, arch=unit.arch_dict, label=unit.label)
+        record = stored_selection(unit)
         if record is None:
             return False
         if unit.kind == "config":
