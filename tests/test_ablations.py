@@ -7,13 +7,13 @@ import torch
 
 from plugin_lib import data
 from plugin_lib.core.reweighter import make_reweighter
-from plugin_lib.experiments import ablations
+from plugin_lib.experiments import ablations, base_quality
 from plugin_lib.harness import finetune, methods, models, runner
 from plugin_lib.harness import variants as reweighting_variants
 from plugin_lib.harness.models import load_causal_lm
-from plugin_lib.harness.profile import load_profile
+from plugin_lib.harness.profile import ablation_seeds, ablation_settings, load_profile
 from plugin_lib.metrics import METRIC_NAMES
-from plugin_lib.report import tables
+from plugin_lib.report import claim_checks, tables
 from plugin_lib.utils.io import read_json
 
 import real_data
@@ -134,13 +134,13 @@ def test_deeper_models_can_reuse_the_one_layer_choice(tiny_task):
 
 def test_settings_per_profile():
     smoke, local = load_profile("smoke"), load_profile("local")
-    assert list(ablations.settings(smoke).layers) == [1, 2]
-    assert list(ablations.settings(local, layers=None).layers) == [1, 2, 4, 8, 12]
-    assert ablations.settings(local).complexity_hparams == "one-layer"
-    assert list(ablations.settings(local, layers=[1, 4]).layers) == [1, 4]
+    assert list(ablation_settings(smoke).layers) == [1, 2]
+    assert list(ablation_settings(local, layers=None).layers) == [1, 2, 4, 8, 12]
+    assert ablation_settings(local).complexity_hparams == "one-layer"
+    assert list(ablation_settings(local, layers=[1, 4]).layers) == [1, 4]
     with pytest.raises(ValueError, match="Unknown ablation setting"):
-        ablations.settings(local, depth=3)
-    assert ablations.seeds_for(ablations.settings(local), "architecture", local) == [0, 1, 2]
+        ablation_settings(local, depth=3)
+    assert ablation_seeds(ablation_settings(local), "architecture", local) == [0, 1, 2]
 
 
 # ---------------------------------------------------------------- claim checks on hand-made numbers
@@ -169,40 +169,40 @@ def _bases(fake_run, own: list[float], plugin: list[list[float]], good=(0, 12)) 
 def test_base_quality_needs_seeds_for_more_than_direction(fake_run):
     # One seed: the Plugin rises with the base, but no interval exists: at most direction only.
     one_seed = _bases(fake_run, [0.1, 0.2, 0.3, 0.4], [[0.30], [0.32], [0.34], [0.36]])
-    check = ablations.check_base_quality(one_seed, ORDER)
+    check = base_quality.check_base_quality(one_seed, ORDER)
     assert check["verdict"] == "direction only" and check["statistic"]["n"]["seeds"] == 1
     assert check["statistic"]["per metric"]["BLEU"]["best base"] == "5FT"
-    assert check["rule"] == ablations.BASE_QUALITY_RULE
+    assert check["rule"] == base_quality.BASE_QUALITY_RULE
     # Three seeds, every difference positive: the t-interval lies above 0.
     steady = _bases(fake_run, [0.1, 0.2, 0.3, 0.4], [[0.30, 0.31, 0.29], [0.3] * 3, [0.3] * 3, [0.36, 0.38, 0.35]])
-    assert ablations.check_base_quality(steady, ORDER)["verdict"] == "reproduced"
+    assert base_quality.check_base_quality(steady, ORDER)["verdict"] == "reproduced"
     # The issue's case: a gain inside the seeds' noise (0.2325 -> 0.2377, std 0.013).
     noisy = _bases(fake_run, [0.1, 0.2, 0.3, 0.4], [[0.2325, 0.245, 0.220], [0.2] * 3, [0.2] * 3, [0.2377, 0.235, 0.240]])
-    assert ablations.check_base_quality(noisy, ORDER)["verdict"] == "direction only"
+    assert base_quality.check_base_quality(noisy, ORDER)["verdict"] == "direction only"
     falling = _bases(fake_run, [0.1, 0.2, 0.3, 0.4], [[0.4] * 3, [0.38] * 3, [0.36] * 3, [0.35, 0.36, 0.34]])
-    assert ablations.check_base_quality(falling, ORDER)["verdict"] == "not reproduced"
+    assert base_quality.check_base_quality(falling, ORDER)["verdict"] == "not reproduced"
     # Fine-tuning did not improve the base: the premise fails.
     worse = _bases(fake_run, [0.4, 0.3, 0.2, 0.1], [[0.3] * 3, [0.3] * 3, [0.3] * 3, [0.4] * 3])
-    assert ablations.check_base_quality(worse, ORDER)["verdict"] == "not measurable at this scale"
+    assert base_quality.check_base_quality(worse, ORDER)["verdict"] == "not measurable at this scale"
 
 
 def test_base_quality_reports_spearman_exactly(fake_run):
     # Local E2E ROUGE-L: the base dips at 2FT, the Plugin does not: rho = 4/5, reported, not thresholded.
     records = _bases(fake_run, [0.3201, 0.4153, 0.4057, 0.4592], [[0.4007], [0.4078], [0.4175], [0.4293]])
-    check = ablations.check_base_quality(records, ORDER)
+    check = base_quality.check_base_quality(records, ORDER)
     assert check["statistic"]["per metric"]["ROUGE-L"]["spearman rho (exact)"] == "4/5 (0.800)"
     assert "ROUGE-L 4/5 (0.800)" in check["ours"]
 
 
 def test_plugin_beats_base_on_every_base(fake_run):
     records = _bases(fake_run, [0.1, 0.2, 0.3, 0.4], [[0.3, 0.31], [0.4, 0.41], [0.5, 0.51], [0.6, 0.61]])
-    check = ablations.check_plugin_beats_base(records, ORDER, n_resamples=20)
+    check = base_quality.check_plugin_beats_base(records, ORDER, n_resamples=20)
     assert check["verdict"] == "reproduced" and set(check["statistic"]["per base"]) == set(ORDER)
     # On the strongest base the Plugin's outputs are no better and its mean is lower.
     records = [r for r in records if r["finetune_epochs"] != 5]
     records += [fake_run("Zeroshot", 0, score=0.7, finetune_epochs=5)]
     records += [fake_run("Plugin", seed, score=0.6, finetune_epochs=5) for seed in (0, 1)]
-    check = ablations.check_plugin_beats_base(records, ORDER, n_resamples=20)
+    check = base_quality.check_plugin_beats_base(records, ORDER, n_resamples=20)
     assert check["verdict"] == "not reproduced" and "on 3/4 bases" in check["statistic"]["summary"]
 
 
@@ -253,17 +253,17 @@ def test_ablation_checks_become_claims(fake_run, tmp_path, monkeypatch):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     records = [fake_run("Zeroshot", good=0, score=0.2), fake_run("Plugin", good=12, score=0.4)]
     checks = ablations.complexity_checks(records, 10, "own")[:2]
-    entries = ablations.record_claims("local", checks, "complexity", "e2e", "Figure 3")
+    entries = claim_checks.record("local", checks, "complexity", "e2e", "Figure 3")
     assert [e["key"] for e in entries] == ["complexity_e2e_0", "complexity_e2e_1"]
     assert [e["verdict"] for e in entries] == ["direction only", "not measurable at this scale"]  # 1/11 > 0.05
     assert entries[0]["rule"] == ablations.SINGLE_LAYER_RULE and entries[0]["claim"] == "e2e: one layer improves on the base"
-    assert list(ablations.claims_frame(checks).columns) == ["claim", "verdict", "ours", "statistic"]
+    assert list(claim_checks.frame(checks).columns) == ["claim", "verdict", "ours", "statistic"]
 
 
 def test_figures_have_a_panel_per_metric():
     summary = _summary({**{(b, "Zeroshot"): [0.1 + 0.1 * i] for i, b in enumerate(ORDER)},
                         **{(b, "Plugin"): [0.2 + 0.1 * i, 0.25 + 0.1 * i] for i, b in enumerate(ORDER)}})
-    fig = ablations.plot_base_quality(summary, ORDER)
+    fig = base_quality.plot_base_quality(summary, ORDER)
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == list(METRIC_NAMES)
 
     variants = [ablations.Variant("Plugin", None, "1 layer"), ablations.Variant("Plugin-2L", {}, "2 layers")]

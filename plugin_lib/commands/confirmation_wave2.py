@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..harness import bdpl, grid
-from ..harness.profile import Profile, load_profile, results_dir
+from ..harness.profile import Profile, ablation_seeds, ablation_settings, load_profile, results_dir
 from ..report import freeze
 from ..report import preregistered as pre
 from ..report import preregistered_wave2 as wave2
@@ -40,9 +40,9 @@ def units(profile: Profile) -> list[grid.Unit]:
     found = [u for u in table5.units(profile, "05_table5_bdpl_wrapper", datasets=datasets)
              if "learning-budget" not in u.key]
     found += table8.units(profile, "11_table8_lora", datasets=datasets)
-    setup = ablations.settings(profile)
+    setup = ablation_settings(profile)
     variants = ablations.complexity_variants(setup.model, (1, *wave2.LAYERS), None, pretrained=False)
-    jobs = ablations.variant_jobs(variants, ablations.seeds_for(setup, "complexity", profile), setup.complexity_hparams)
+    jobs = ablations.variant_jobs(variants, ablation_seeds(setup, "complexity", profile), setup.complexity_hparams)
     for dataset in datasets:
         found += grid.task_units(grid.TaskRef(setup.model, dataset), profile,
                                  [(j.method, j.seed, j.label, j.arch, j.narrow) for j in jobs],

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import data
-from ..experiments import ablations, confirmation, shift, table5, table8, topk
+from ..experiments import ablations, base_quality, confirmation, shift, table5, table8, topk
 from ..harness import preflight
 from ..harness import profile as config
 from ..harness.grid import executors, plan as planning, units as grid_units
@@ -35,7 +35,7 @@ def _main_table(dataset: str) -> Callable[[Profile, str], list]:
 SOURCES: dict[str, Callable[[Profile, str], list]] = {
     **{notebook: _main_table(dataset) for notebook, dataset in MAIN_TABLES.items()},
     "05_table5_bdpl_wrapper": table5.units,
-    "06_fig2_base_quality": ablations.base_quality_units,
+    "06_fig2_base_quality": base_quality.units,
     "07_fig3_reweighting_complexity": ablations.complexity_units,
     "08_fig7_architecture": ablations.architecture_units,
     "10_distribution_shift": shift.units,

@@ -5,7 +5,8 @@
 | 00 | ``dataset_statistics`` |
 | 01-04 | ``main_tables`` |
 | 05 | ``table5`` |
-| 06-08 | ``ablations`` |
+| 06 | ``base_quality`` |
+| 07-08 | ``ablations`` |
 | 09 | ``adidas`` |
 | 10 | ``shift`` |
 | 11 | ``table8`` |

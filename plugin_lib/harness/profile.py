@@ -291,6 +291,22 @@ class Profile:
         return self.as_dict()[name]
 
 
+def ablation_settings(profile: Profile, **overrides: Any) -> Ablations:
+    """The ablation sizes of ``profile`` (its ``ablations`` section, notebooks 06-08); overrides
+    that are None keep the profile's value, the others are type-checked like any profile field."""
+    section = dataclasses.asdict(profile.ablations)
+    unknown = set(overrides) - set(section)
+    if unknown:
+        raise ValueError(f"Unknown ablation setting(s) {sorted(unknown)}; known: {sorted(section)}.")
+    section.update({k: v for k, v in overrides.items() if v is not None})
+    return profile.replace(ablations=section).ablations
+
+
+def ablation_seeds(setup: Ablations, ablation: str, profile: Profile) -> list[int]:
+    """Seeds of one ablation ("base_quality", "complexity", "architecture"): its own, else the profile's."""
+    return list(getattr(setup, f"{ablation}_seeds") or profile.seeds)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
