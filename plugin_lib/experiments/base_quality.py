@@ -64,21 +64,21 @@ def units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Un
     arch = runner.arch_for(setup.model)
     pair_tokens = preflight.count_task(dataset, setup.model, profile).pair_tokens
     pairs = len(data.training_pairs(pool.examples))
-    units, before = [], (0, None)
+    found, before = [], (0, None)
     for epochs, source in bases.items():
         if epochs == 0:  # the original base: its runs are the main table's where the jobs coincide
             jobs = [(m, s, m, None, False) for m, s in base_quality_jobs(seeds)]
-            units += grid.task_units(grid.TaskRef(setup.model, dataset), profile, jobs, notebook)
+            found += grid.task_units(grid.TaskRef(setup.model, dataset), profile, jobs, notebook)
             continue
         tuning = grid.finetune_unit(source, dataset, profile, notebook,
                                     {"finetune_tokens": (epochs - before[0]) * pairs * pair_tokens})
         if before[1] is not None:
             tuning = dataclasses.replace(tuning, needs=(before[1],))
         jobs = [(m, s, m, arch if m == "Plugin" else None, False) for m, s in base_quality_jobs(seeds)]
-        units += [tuning] + grid.task_units(grid.finetuned_ref(source, dataset), profile, jobs, notebook,
+        found += [tuning] + grid.task_units(grid.finetuned_ref(source, dataset), profile, jobs, notebook,
                                             needs=(tuning.key,))
         before = (epochs, tuning.key)
-    return units
+    return found
 
 
 def base_quality_frame(records: Sequence[dict]) -> pd.DataFrame:
