@@ -325,6 +325,12 @@ def test_a_failed_unit_stops_only_the_units_that_need_it(capsys):
     assert "ZeroDivisionError" in capsys.readouterr().err  # its traceback, for the log
 
 
+def test_the_local_progress_bar_names_the_unit_it_is_computing(capsys):
+    grid.run_local(_failing_plan())
+    err = capsys.readouterr().err
+    assert "grid (local)" in err and "alone" in err  # the last unit's key, beside the count
+
+
 def test_a_failed_unit_on_ray_stops_only_the_units_that_need_it():
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'plugin-repro[ray]')")
     _check_failures(grid.run_ray(_failing_plan(), num_cpus=1, num_gpus=0, progress=False))

@@ -111,7 +111,9 @@ def run_local(plan: Plan, *, progress: bool = True) -> list[dict]:
     traceback and the others go on, except those that need it."""
     results: list[dict] = []
     failed: set[str] = set()
-    for unit in tqdm(plan.pending(), desc="grid (local)", disable=not progress):
+    units = tqdm(plan.pending(), desc="grid (local)", disable=not progress)
+    for unit in units:
+        units.set_postfix_str(unit.key)  # a log shows which unit the hours go to, not just how many are done
         lost = [k for k in unit.needs if k in failed]
         if lost:
             failed.add(unit.key)
@@ -177,6 +179,7 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
                         except ray.exceptions.RayError as err:  # the unit's, or one it needs
                             results.append(_failed(keys[ref], err))
                     if done:
+                        bar.set_postfix_str(f"last done: {keys[done[-1]]}", refresh=False)
                         bar.update(len(done))
             return _mark_unrun(results, plan.units)
     finally:
