@@ -154,8 +154,7 @@ def check_base_quality(records: Sequence[dict], order: Sequence[str], metrics: S
         per_metric[m] = {"best base": best, "base improved": improved, "difference per seed": diffs,
                          "mean": interval["mean"], "ci95": [interval["low"], interval["high"]],
                          "spearman rho (exact)": verdicts.format_fraction(verdicts.spearman_exact(
-                             [own[b][m] for b in order], [float(np.mean([r["metrics"][m] for r in plugin[b].values()]))
-                                                          for b in order]))}
+                             [own[b][m] for b in order], [mean_of(list(plugin[b].values()), m) for b in order]))}
     rising = [m for m in counted if per_metric[m]["mean"] > 0]
     above = [m for m in counted if per_metric[m]["ci95"][0] > 0]
     seeds = max(len(d["difference per seed"]) for d in per_metric.values())

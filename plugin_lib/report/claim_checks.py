@@ -9,14 +9,11 @@ import numpy as np
 import pandas as pd
 
 from ..harness.profile import Profile
-from . import stats, verdicts
+from . import stats
 from .claims import record_claim
-from .stats import BOOTSTRAP_METRICS
 
 # The significance part of a rule that compares two methods' runs.
-BOOTSTRAP_RULE = (f"a paired bootstrap over test inputs per seed (p = share of resamples where the first is not "
-                  f"better) gives p < {verdicts.ALPHA} in most seeds (more than half) on most of the "
-                  f"{len(BOOTSTRAP_METRICS)} bootstrap metrics ({', '.join(BOOTSTRAP_METRICS)})")
+BOOTSTRAP_RULE = stats.bootstrap_clause("the first")
 
 
 def check(claim: str, rule: str, verdict: str, ours: str, statistic: dict) -> dict:

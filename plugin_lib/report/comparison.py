@@ -140,9 +140,7 @@ def pairwise_rule(first: str, second: str) -> str:
     """The test of "``first`` beats ``second``" on paired runs (``claim_from_runs``)."""
     return (
         f"Per (dataset, base model), {first} seed k against {second} seed k. Direction: {first}'s mean over seeds is "
-        f"higher on most of the seven metrics. Significant: a paired bootstrap over test inputs per seed (p = share "
-        f"of resamples where {first} is not better) gives p < {verdicts.ALPHA} in most seeds (more than half) on most "
-        f"of the {len(stats.BOOTSTRAP_METRICS)} bootstrap metrics ({', '.join(stats.BOOTSTRAP_METRICS)}). Over "
+        f"higher on most of the seven metrics. Significant: {stats.bootstrap_clause(first)}. Over "
         "datasets: reproduced if most are reproduced, direction only if most show the direction."
     )
 

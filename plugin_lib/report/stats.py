@@ -18,6 +18,14 @@ from .tables import CI_LEVEL, runs_frame, summarize
 
 # Metrics whose bootstrap recomputation needs no Java process (ROUGE-L, METEOR and CIDEr do).
 BOOTSTRAP_METRICS = ("BLEU", "ROUGE-1", "ROUGE-2", "NIST")
+
+
+def bootstrap_clause(first: str) -> str:
+    """The significance part of a rule that compares ``first``'s runs with another's, one text
+    for every such rule."""
+    return (f"a paired bootstrap over test inputs per seed (p = share of resamples where {first} is not better) "
+            f"gives p < {verdicts.ALPHA} in most seeds (more than half) on most of the {len(BOOTSTRAP_METRICS)} "
+            f"bootstrap metrics ({', '.join(BOOTSTRAP_METRICS)})")
 # The main tables' confidence intervals over test inputs: three metrics of different kinds
 # (n-gram precision, longest common subsequence, information-weighted n-grams) that a draw of
 # the inputs rescores exactly from per-input statistics. METEOR (one Java exchange per draw)
