@@ -292,6 +292,6 @@ fi
 # A preregistered profile (confirm): its claims are judged by the frozen rules, from the stored runs.
 if [ -z "$only" ] && "$py" -c "import sys; from plugin_lib.harness.profile import load_profile
 sys.exit(load_profile(sys.argv[1]).test_inputs is None)" "$profile"; then
-  "$py" -m plugin_lib.experiments.confirmation judge
+  "$py" -m plugin_lib.commands.confirmation judge
 fi
 "$py" -m plugin_lib.report --profile "$profile" $readme

@@ -28,8 +28,9 @@ from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
 from ..utils.io import read_json
 from ..experiments import ablations, table5, table8
-from ..experiments.confirmation import (PROFILE, Missing, Roles, command_line, margin_verdicts, references, summary,
+from ..experiments.confirmation import (PROFILE, Missing, Roles, claim_states, margin_verdicts, references, summary,
                                          versus_labels)
+from .confirmation import command_line
 
 MARGINS_FILE = "margin_sensitivity_wave2.json"
 
@@ -91,19 +92,16 @@ def judge_claim(roles: WaveRoles, c: pre.Claim) -> dict:
 
 
 def status(profile: Profile | None = None) -> pd.DataFrame:
+    """Per wave-2 claim: ready to judge, or what is missing."""
     roles = WaveRoles(profile or load_profile(PROFILE))
-    rows = []
-    for c in wave2.CLAIMS:
-        try:
-            if not (c.premise and not premise(roles, c)["holds"]):
-                comparisons(roles, c)
-            state = "ready"
-        except Missing as why:
-            state = f"waiting: {why}"
-        except ValueError as error:
-            state = f"cannot be judged: {error}"
-        rows.append({"claim": c.key, "notebook": c.notebook, "state": state})
-    return pd.DataFrame(rows)
+    return claim_states(wave2.CLAIMS, lambda c: gather(roles, c))
+
+
+def gather(roles: WaveRoles, c: pre.Claim) -> None:
+    """Raise Missing when anything the claim's test reads is not stored (a failed premise is
+    enough: the claim is then not measurable)."""
+    if not (c.premise and not premise(roles, c)["holds"]):
+        comparisons(roles, c)
 
 
 def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> list[dict]:

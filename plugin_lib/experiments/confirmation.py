@@ -5,15 +5,16 @@ This module only finds, for each claim, the runs that play its roles (A, B, prem
 numbers its frozen test reads; it changes no rule. A claim whose runs are not all stored yet is
 reported as waiting, with what is missing, and gets no verdict.
 
-    python -m plugin_lib.experiments.confirmation status   # which claims can be judged, what is missing
-    python -m plugin_lib.experiments.confirmation judge    # record the verdicts (results/confirm/claims)
+    plugin-repro confirmation status   # which claims can be judged, what is missing
+    plugin-repro confirmation judge    # record the verdicts (results/confirm/claims)
+
+(``commands.confirmation``, the command line of both waves).
 
 The notebooks run under ``--profile confirm`` make the runs (their own, exploratory rules go to
 ``results/confirm/notebook-claims``); this module records the confirmatory claims.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -31,7 +32,7 @@ from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
 from ..report import freeze
 from ..report import preregistered as pre
 from ..report.claims import n_seeds, record_claim
-from ..utils.io import atomic_write_json, read_json
+from ..utils.io import read_json
 
 PROFILE = freeze.FROZEN_PROFILE
 FROZEN_INPUTS = REPO_ROOT / "plugin_lib" / "report" / "preregistered_inputs.json"
@@ -398,13 +399,12 @@ def gather(roles: Roles, c: pre.Claim) -> None:
         theorem1_slope(roles.profile)
 
 
-def status(profile: Profile | None = None, check_inputs: bool = True) -> pd.DataFrame:
-    """Per preregistered claim: ready to judge, or what is missing."""
-    roles = Roles(profile or load_profile(PROFILE), check_inputs)
+def claim_states(claims: Sequence, ready) -> pd.DataFrame:
+    """Per claim: "ready", or what ``ready(claim)`` found missing (``Missing``) or wrong."""
     rows = []
-    for c in pre.CLAIMS:
+    for c in claims:
         try:
-            gather(roles, c)
+            ready(c)
             state = "ready"
         except Missing as why:
             state = f"waiting: {why}"
@@ -412,6 +412,12 @@ def status(profile: Profile | None = None, check_inputs: bool = True) -> pd.Data
             state = f"cannot be judged: {error}"
         rows.append({"claim": c.key, "notebook": c.notebook, "state": state})
     return pd.DataFrame(rows)
+
+
+def status(profile: Profile | None = None, check_inputs: bool = True) -> pd.DataFrame:
+    """Per preregistered claim: ready to judge, or what is missing."""
+    roles = Roles(profile or load_profile(PROFILE), check_inputs)
+    return claim_states(pre.CLAIMS, lambda c: gather(roles, c))
 
 
 def judge(profile: Profile | None = None, keys: Sequence[str] | None = None, check_inputs: bool = True) -> list[dict]:
@@ -477,34 +483,3 @@ def margin_verdicts(c: pre.Claim, compared: Sequence[dict], found: dict | None, 
         raise RuntimeError(f"{c.key}: at the frozen margins the test gives {verdicts['1x']!r}, but the committed "
                            f"verdict is {committed!r}: these are not the runs or the data it was judged on.")
     return {"key": c.key, "claim": c.claim, "test": c.test, "margins": dict(pre.MARGINS), "verdicts": verdicts}
-
-
-def command_line(argv: Sequence[str] | None, *, prog: str, description: str, profile_name: str, margins_file: str,
-                 status, judge, margin_sensitivity) -> None:
-    """``status``, ``judge`` or ``margins`` of a wave, with that wave's functions (this module's,
-    or ``commands.confirmation_wave2``'s)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("command", choices=("status", "judge", "margins"))
-    parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
-    args = parser.parse_args(argv)
-    if args.command == "status":
-        print(status().to_string(index=False))
-    elif args.command == "margins":
-        profile = load_profile(profile_name)
-        path = results_dir(profile) / margins_file
-        atomic_write_json(path, {"factors": list(MARGIN_FACTORS), "claims": margin_sensitivity(profile)})
-        print(path)
-    else:
-        for claim in judge(keys=args.claims):
-            print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    command_line(argv, prog="plugin-repro confirmation", profile_name=freeze.FROZEN_PROFILE, margins_file=MARGINS_FILE,
-                 description="The preregistered confirmation: status, judge, or the null claims' margin sensitivity "
-                             "(written for REPORT.md).",
-                 status=status, judge=judge, margin_sensitivity=margin_sensitivity)
-
-
-if __name__ == "__main__":
-    main()

@@ -207,7 +207,7 @@ def claims_table(claims: list[dict], legend: str = VERDICT_LEGEND) -> list[str]:
 
 
 def margin_section(root: Path, file: str = "margin_sensitivity.json",
-                   command: str = "python -m plugin_lib.experiments.confirmation margins") -> list[str]:
+                   command: str = "plugin-repro confirmation margins") -> list[str]:
     """The null claims' verdicts at 1x, 0.5x and 0.25x their frozen margins (``command`` writes
     ``file``: wave 1's, or wave 2's ``margin_sensitivity_wave2.json``); nothing where it is absent."""
     path = root / file
