@@ -339,20 +339,23 @@ def test_an_upstream_stopped_mid_request_is_502_or_an_error_event(plugin, monkey
     assert caught.value.status_code == 502 and caught.value.body["code"] == "upstream_failed"
 
 
-def test_train_takes_budget_and_size_from_flags_estimates_first_and_can_refit(tmp_path):
+def test_train_takes_budget_and_size_from_flags_estimates_first_and_can_refit(tmp_path, monkeypatch):
     """Issue 44: epochs, learning rates and the reweighting model's size from flags; the time
-    estimate before the grid starts; a refit on every pair; the profile chosen for the machine."""
+    estimate before the grid starts; a refit on every pair; the profile chosen for the machine.
+    Its own cache folder: the base's outputs are computed here, as on a new machine, and what is
+    said about them goes to stderr, so stdout holds only the result."""
+    monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
     done = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS), "--out",
                                         str(tmp_path / "mine"), "--epochs", "2", "--lr", "1e-3", "--lr", "5e-3",
                                         "--reweighter-width", "64", "--refit"])
     assert done.exit_code == 0, done.output
     assert "estimated at most" in done.stderr and "chosen for this machine" in done.stderr
-    assert done.stdout.startswith("wrote ")
+    assert done.stdout.startswith("wrote ") and "base-output cache of" in done.stderr
     record = json.loads((tmp_path / "mine" / "training.json").read_text())
     assert record["max_epochs"] == 2 and record["grid"]["lr"][:2] == [1e-3, 5e-3]
     assert record["arch"]["hidden_size"] == 64 and record["arch"]["intermediate_size"] == 256
     assert record["refit"]["pairs"] == 12 and record["refit"]["epochs"] == record["best_epoch"]
-    assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no resume state left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "mine"]  # no resume state left behind
     bad = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS), "--out",
                                        str(tmp_path / "other"), "--reweighter-width", "50", "--lr", "-1"])
     assert bad.exit_code == 2 and "--lr must be positive" in bad.output

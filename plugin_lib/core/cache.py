@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 import weakref
@@ -433,9 +434,9 @@ class BaseOutputCache:
         nbytes = shape[0] * shape[1] * torch.empty((), dtype=torch_dtype).element_size()
         if placement == "auto":
             placement = measure_placement(nbytes, base.device, directory is not None)
-        if progress:
+        if progress:  # beside the progress bars, on stderr: a command's stdout is its result
             print(f"base-output cache of {base.name} on {len(pairs):,} pairs: layout {layout} ({why}), "
-                  f"{_size(nbytes)} (full: {_size(full_bytes)}), placement {placement}", flush=True)
+                  f"{_size(nbytes)} (full: {_size(full_bytes)}), placement {placement}", file=sys.stderr, flush=True)
         dtype = _numpy_dtype(torch_dtype)
         path = tmp = None
         if directory is not None:
