@@ -126,16 +126,16 @@ def test_a_killed_builds_partial_file_is_gone_when_the_next_build_starts(tmp_pat
     import subprocess
     import sys
 
-    from plugin_lib.core import cache
+    from plugin_lib.core.cache_files import owner_tag
 
     base = models.load_base_model("gpt2-medium-twin-small", dtype=torch.float32, device="cpu")
     pairs = encode_pairs(base.tokenizer, PROMPTS[:2], TARGETS[:2])
     target = BaseOutputCache.stored_path(tmp_path, base, pairs, "full")
     target.parent.mkdir(parents=True, exist_ok=True)
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    host = cache._owner().rpartition("~")[0]
+    host = owner_tag().rpartition("~")[0]
     killed = target.parent / f".{target.name}.{host}~{ended.stdout.strip()}.abc123.partial"
-    alive = target.parent / f".{target.name}.{cache._owner()}.def456.partial"
+    alive = target.parent / f".{target.name}.{owner_tag()}.def456.partial"
     for path in (killed, alive):
         path.write_bytes(b"\0" * 1024)
     built = BaseOutputCache.build(base, pairs, layout="full", directory=tmp_path, progress=False)

@@ -31,9 +31,10 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 # The pairs and the cache have modules of their own; their names stay importable from here.
-from .cache import (GIB, LAYOUTS, PLACEMENTS, BaseOutputCache, _umask, cache_dtype, choose_layout,  # noqa: F401
+from .cache import (GIB, LAYOUTS, PLACEMENTS, BaseOutputCache, cache_dtype, choose_layout,  # noqa: F401
                     choose_placement, gpu_free_bytes, gpu_headroom, host_available_bytes, measure_placement,
-                    release_gpu_caches, remove_stale_partials, reserve_disk_space)
+                    release_gpu_caches)
+from .cache_files import current_umask
 from .loss import shift_labels, target_positions
 from .pairs import EncodedPair, collate, encode_pairs  # noqa: F401
 from .reweighter import check_token_ids, check_vocabulary, reweighter_logits
@@ -268,7 +269,7 @@ def _save_atomically(path: str | Path, state: dict) -> None:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # the user's normal permissions, not mkstemp's 0600
+        os.chmod(tmp, 0o666 & ~current_umask())  # the user's normal permissions, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
