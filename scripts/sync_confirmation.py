@@ -12,7 +12,15 @@ search's state (``.<prompt>.json.partial``). A store is lost with its machine; w
 survives, so ``--restore`` on a new machine lays both into a fresh store and the grid resumes a
 search at its next configuration or step instead of its first.
 
+With ``--checkpoints``, the trainings under way are kept too (``.checkpoints/*.pt``, saved every
+10 minutes by ``core.train.fit`` and removed by it when the training ends; up to
+CHECKPOINT_LIMIT each, a LoRA configuration's is 7.5 MB), so that a configuration that takes
+longer than what is left of a session resumes on the next machine from its last save instead of
+its first epoch. Each commit of them adds their size to git's history: use it once, at a
+session's end.
+
     python scripts/sync_confirmation.py --store /work/confirm-store             # after runs finish
+    python scripts/sync_confirmation.py --store /work/confirm-store --checkpoints   # a session's end
     python scripts/sync_confirmation.py --store /work/confirm-store --restore   # a new machine, first
 
 A committed verdict is final. ``run_all.sh --profile confirm`` judges every claim again, and on
@@ -32,6 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIPPED_FOLDERS = {".locks", "cache", ".checkpoints"}
+CHECKPOINT_LIMIT = 32 * 2**20  # bytes: a fine-tuned base's state (hundreds of MB) stays on its machine
 
 
 def finished(path: Path) -> bool:
@@ -82,8 +91,11 @@ def sync(store: Path, target: Path, report: bool = False) -> tuple[int, int]:
 
 
 def _finished_elsewhere(kept: Path, store: Path, resume: Path) -> bool:
-    """Whether a kept search state is over: its selection finished, or its BDPL prompt is recorded."""
+    """Whether a kept search state is over: its selection finished, its BDPL prompt is recorded,
+    or its training's checkpoint is gone from the store (the training ended)."""
     relative = kept.relative_to(resume)
+    if ".checkpoints" in relative.parts:
+        return not (store / relative).is_file()
     if kept.name.endswith(".json.partial"):
         record = store / relative.with_name(kept.name[1:-len(".partial")])
         return record.is_file() and not (store / relative).exists()
@@ -91,12 +103,22 @@ def _finished_elsewhere(kept: Path, store: Path, resume: Path) -> bool:
     return current.is_file() and finished(current)
 
 
-def save_resume_state(store: Path, resume: Path) -> tuple[int, int]:
-    """Copy the store's searches under way into ``resume``; drop the states of searches that have
-    ended since. Returns (states copied or updated, states dropped)."""
+def training_checkpoints(store: Path) -> tuple[list[Path], list[Path]]:
+    """The store's trainings under way (``.checkpoints/*.pt``): those up to CHECKPOINT_LIMIT, and
+    the larger ones, which are not kept."""
+    found = sorted(store.glob("runs/**/.checkpoints/*.pt"))
+    return ([p for p in found if p.stat().st_size <= CHECKPOINT_LIMIT],
+            [p for p in found if p.stat().st_size > CHECKPOINT_LIMIT])
+
+
+def save_resume_state(store: Path, resume: Path, checkpoints: bool = False) -> tuple[int, int]:
+    """Copy the store's searches under way (with ``checkpoints``, its trainings under way too)
+    into ``resume``; drop the states of searches and trainings that have ended since. Returns
+    (states copied or updated, states dropped)."""
     saved = dropped = 0
     searching = [p for p in _records(store, "*-selection.json") if not finished(p)]
-    for path in searching + _records(store, ".*.json.partial"):  # a BDPL checkpoint is always under way
+    training = training_checkpoints(store)[0] if checkpoints else []
+    for path in searching + _records(store, ".*.json.partial") + training:  # a BDPL checkpoint is always under way
         saved += _copy_if_changed(path, resume / path.relative_to(store))
     for kept in [p for p in resume.rglob("*") if p.is_file()]:
         if _finished_elsewhere(kept, store, resume):
@@ -126,6 +148,9 @@ def main() -> None:
     parser.add_argument("--profile", default="confirm")
     parser.add_argument("--report", action="store_true",
                         help="also REPORT.md, TIMES.md and the executed notebooks (after a complete run_all.sh)")
+    parser.add_argument("--checkpoints", action="store_true",
+                        help="also the trainings under way (.checkpoints/*.pt), for the next machine to resume "
+                             "mid-training; each commit of them grows git's history by their size: at a session's end")
     parser.add_argument("--restore", action="store_true",
                         help="the other way: lay the committed records and kept search states into the store "
                              "(a new machine), and link its local claims to this checkout's")
@@ -151,7 +176,11 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "plugin_lib.report", "--profile", args.profile], check=True,
                            cwd=ROOT, env={**os.environ, "PLUGIN_RESULTS_DIR": str(args.store)})
     copied, removed = sync(store, target, report=args.report)
-    saved, dropped = save_resume_state(store, resume)
+    saved, dropped = save_resume_state(store, resume, checkpoints=args.checkpoints)
+    if args.checkpoints:
+        for path in training_checkpoints(store)[1]:
+            print(f"not kept (over {CHECKPOINT_LIMIT / 2**20:.0f} MiB; it resumes only on this machine): "
+                  f"{path.relative_to(store)} ({path.stat().st_size / 2**20:,.0f} MiB)")
     print(f"{copied} records copied or updated, {removed} unfinished selections removed, in results/{args.profile}; "
           f"{saved} search states kept and {dropped} ended ones dropped, in results/{args.profile}-resume")
 

@@ -315,6 +315,31 @@ def test_searches_under_way_are_kept_apart_and_restored_into_a_new_store(tmp_pat
     assert sync.sync(fresh, target) == (2, 0)
 
 
+def test_trainings_under_way_are_kept_only_when_asked_and_dropped_once_they_end(tmp_path):
+    """--checkpoints: a configuration longer than a session resumes on the next machine from its
+    last save; a state too large for git stays on its machine."""
+    sync = sync_script()
+    store, resume = tmp_path / "store", tmp_path / "repo-resume"
+    saves = store / "runs" / "commongen" / BASE / ".checkpoints"
+    saves.mkdir(parents=True)
+    training = saves / "LoRA-lr=0.0003-weight_decay=0.1-f7baa9cdcc23.pt"
+    training.write_bytes(b"state after epoch 4")
+    large = saves / "finetune-abc.pt"
+    with large.open("wb") as f:
+        f.truncate(sync.CHECKPOINT_LIMIT + 1)
+    assert sync.save_resume_state(store, resume) == (0, 0)  # not by default: each commit grows the history
+    assert sync.save_resume_state(store, resume, checkpoints=True) == (1, 0)
+    kept = resume / training.relative_to(store)
+    assert kept.read_bytes() == b"state after epoch 4" and not (resume / large.relative_to(store)).exists()
+    assert sync.save_resume_state(store, resume) == (0, 0) and kept.exists()  # a plain sync keeps it
+
+    fresh = tmp_path / "fresh"  # the machine is lost: the training resumes from the kept state
+    assert sync.restore(tmp_path / "repo", resume, fresh) == 1
+    assert (fresh / training.relative_to(store)).read_bytes() == b"state after epoch 4"
+    (fresh / training.relative_to(store)).unlink()  # core.train.fit removes it when the training ends
+    assert sync.save_resume_state(fresh, resume) == (0, 1) and not kept.exists()
+
+
 def test_git_keeps_the_search_states_that_the_sync_keeps_and_ignores_them_in_a_store():
     import subprocess
 
@@ -325,6 +350,9 @@ def test_git_keeps_the_search_states_that_the_sync_keeps_and_ignores_them_in_a_s
     assert not ignored(f"results/confirm-resume/{prompts}")
     assert not ignored(f"results/confirm-resume/runs/e2e/{BASE}/Plugin-MLP-selection.json")
     assert ignored(f"results/confirm/{prompts}") and ignored(f"results/local/{prompts}")
+    training = f"runs/e2e/{BASE}/.checkpoints/LoRA-lr=0.001-abc.pt"
+    assert not ignored(f"results/confirm-resume/{training}")
+    assert ignored(f"results/confirm/{training}") and ignored(f"results/confirm-resume/runs/e2e/{BASE}/cache/rows.pt")
 
 
 def test_summaries_never_print_a_p_value_as_zero():
