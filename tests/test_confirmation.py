@@ -1,4 +1,5 @@
 """experiments.confirmation: the frozen rules applied to a confirm store (made-up runs)."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -388,3 +389,39 @@ def test_the_sync_never_replaces_a_committed_claim_and_puts_it_back_into_the_sto
     assert (target / "claims" / "main_e2e.json").read_text() == '{"slope": -1.0062694}'
     assert (target / "claims" / "theorem1.json").read_text() == '{"slope": -1.0}'
     assert sync.keep_committed_claims(store, target) == []
+
+
+def search_config_script():
+    """scripts/train_search_config.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_search_config", ROOT / "scripts" / "train_search_config.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_configuration_trained_ahead_is_the_grids_own_unit_of_it():
+    """The script's unit for a configuration equals the `config` unit the grid makes for a full-grid
+    search (smoke's), so it trains with the search's own function, key and label; and it accepts
+    only the profile's listed values, as the profile lists them."""
+    from plugin_lib.harness import grid
+
+    script = search_config_script()
+    profile = load_profile("smoke")
+    units = grid.table_units("e2e", profile, "01")
+    selections = [u for u in units if u.kind == "selection"]
+    assert {u.method for u in selections} >= {"Plugin", "WeightedComb"}
+    for selection in selections:
+        hparams = script.parse_settings([f"lr={profile.grid.lr[0]}", f"weight_decay={profile.grid.weight_decay[0]}"]
+                                        + ([f"alpha={profile.grid.alpha[0]}"] if selection.method == "WeightedComb"
+                                           else []), profile)
+        made = script.config_unit(selection, hparams)
+        (own,) = [u for u in units if u.kind == "config" and u.key in selection.needs]
+        assert made == dataclasses.replace(own, needs=())
+    with pytest.raises(SystemExit, match="grid lists weight_decay"):
+        script.parse_settings(["weight_decay=5"], profile)
+    with pytest.raises(SystemExit, match="must be one of"):
+        script.parse_settings(["momentum=0.9"], profile)
+    with pytest.raises(SystemExit, match="not a number"):
+        script.parse_settings(["lr=fast"], profile)
