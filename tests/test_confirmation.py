@@ -401,10 +401,62 @@ def search_config_script():
     return module
 
 
+@pytest.mark.parametrize("method,optimum", [("LoRA", {"lr": -2.2, "weight_decay": 0.7}),
+                                            ("LoRA", {"lr": -5.0, "weight_decay": -1.0}),
+                                            ("WeightedComb", {"lr": -3.4, "weight_decay": 3.0, "alpha": 0.9})])
+def test_the_script_replays_the_coordinate_searchs_own_walk(tmp_path, monkeypatch, method, optimum):
+    """Each configuration runner.select_hparams trains is, when it trains it, on the axis the
+    script finds from the losses recorded before; at the end nothing is left. Made-up losses
+    (a bowl, its bottom inside the grid or past its edges) stand in for trainings."""
+    import math
+
+    script = search_config_script()
+    profile = load_profile("confirm")
+    assert profile.grid.search == "coordinate" and profile.grid.extend_edges > 0
+    values = {k: list(getattr(profile.grid, k)) for k in runner.grid_keys(method)}
+    record = {"settings": "s", "inputs": "i", "configs": {}, "best": None}
+    trained = []
+
+    def loss(hparams):
+        return sum((hparams[k] - optimum[k]) ** 2 if k == "alpha" else (math.log10(hparams[k]) - optimum[k]) ** 2
+                   for k in hparams)
+
+    def fake_training(task, method, profile, hparams, **kwargs):
+        losses = {tag: c["val_loss"] for tag, c in record["configs"].items()}
+        assert hparams in script.coordinate_axis(losses, values, profile.grid.extend_edges)
+        trained.append(runner.config_tag(hparams))
+        record["configs"][runner.config_tag(hparams)] = {"hparams": hparams, "val_loss": loss(hparams)}
+        if record["best"] is None or loss(hparams) < record["configs"][record["best"]]["val_loss"]:
+            record["best"] = runner.config_tag(hparams)
+        return json.loads(json.dumps(record))
+
+    monkeypatch.setattr(runner, "_selection_paths", lambda *a: (tmp_path / "sel.json", tmp_path / "best.pt", "s", "i"))
+    monkeypatch.setattr(runner, "_train_config", fake_training)
+    runner.select_hparams(None, method, profile, arch={"layers": 1}, progress=False)
+    assert len(trained) > sum(len(v) for v in values.values()) - len(values)  # every axis walked
+    losses = {tag: c["val_loss"] for tag, c in record["configs"].items()}
+    assert script.coordinate_axis(losses, values, profile.grid.extend_edges) == []
+
+
+def test_the_script_trains_only_what_the_search_will_train():
+    script = search_config_script()
+    values = {"lr": [0.0003, 0.001, 0.003], "weight_decay": [0.01, 0.1, 1.0]}
+    losses = {"lr=0.001-weight_decay=0.1": 2.05, "lr=0.0003-weight_decay=0.1": 2.04,
+              "lr=0.003-weight_decay=0.1": 2.06, "lr=9e-05-weight_decay=0.1": 2.045}  # the lr axis is done
+    axis = script.coordinate_axis(losses, values, 3)
+    assert axis == [{"lr": 0.0003, "weight_decay": 0.01}, {"lr": 0.0003, "weight_decay": 1.0}]
+    assert script.config_on_axis(script.parse_settings(["lr=3e-4", "weight_decay=1"]), axis, "s") == axis[1]
+    with pytest.raises(SystemExit, match="not certain to train"):  # off the walk: it could become the best
+        script.config_on_axis(script.parse_settings(["lr=1e-3", "weight_decay=1"]), axis, "s")
+    with pytest.raises(SystemExit, match="not a number"):
+        script.parse_settings(["lr=fast"])
+    assert script.coordinate_axis({**losses, "lr=0.0003-weight_decay=0.01": 2.1, "lr=0.0003-weight_decay=1": 2.1},
+                                  values, 3) == []  # 0.1 chosen inside the grid: the walk is complete
+
+
 def test_a_configuration_trained_ahead_is_the_grids_own_unit_of_it():
     """The script's unit for a configuration equals the `config` unit the grid makes for a full-grid
-    search (smoke's), so it trains with the search's own function, key and label; and it accepts
-    only the profile's listed values, as the profile lists them."""
+    search (smoke's): it trains with the search's own function, key and label."""
     from plugin_lib.harness import grid
 
     script = search_config_script()
@@ -413,15 +465,6 @@ def test_a_configuration_trained_ahead_is_the_grids_own_unit_of_it():
     selections = [u for u in units if u.kind == "selection"]
     assert {u.method for u in selections} >= {"Plugin", "WeightedComb"}
     for selection in selections:
-        hparams = script.parse_settings([f"lr={profile.grid.lr[0]}", f"weight_decay={profile.grid.weight_decay[0]}"]
-                                        + ([f"alpha={profile.grid.alpha[0]}"] if selection.method == "WeightedComb"
-                                           else []), profile)
-        made = script.config_unit(selection, hparams)
+        hparams = {k: getattr(profile.grid, k)[0] for k in runner.grid_keys(selection.method)}
         (own,) = [u for u in units if u.kind == "config" and u.key in selection.needs]
-        assert made == dataclasses.replace(own, needs=())
-    with pytest.raises(SystemExit, match="grid lists weight_decay"):
-        script.parse_settings(["weight_decay=5"], profile)
-    with pytest.raises(SystemExit, match="must be one of"):
-        script.parse_settings(["momentum=0.9"], profile)
-    with pytest.raises(SystemExit, match="not a number"):
-        script.parse_settings(["lr=fast"], profile)
+        assert script.config_unit(selection, hparams) == dataclasses.replace(own, needs=())
