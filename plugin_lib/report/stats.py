@@ -26,6 +26,8 @@ def bootstrap_clause(first: str) -> str:
     return (f"a paired bootstrap over test inputs per seed (p = share of resamples where {first} is not better) "
             f"gives p < {verdicts.ALPHA} in most seeds (more than half) on most of the {len(BOOTSTRAP_METRICS)} "
             f"bootstrap metrics ({', '.join(BOOTSTRAP_METRICS)})")
+
+
 # The main tables' confidence intervals over test inputs: three metrics of different kinds
 # (n-gram precision, longest common subsequence, information-weighted n-grams) that a draw of
 # the inputs rescores exactly from per-input statistics. METEOR (one Java exchange per draw)
