@@ -60,12 +60,12 @@ def parse_settings(pairs: list[str]) -> dict[str, float]:
     wanted = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {pair!r}: write key=value.")
         try:
-            wanted[key] = float(value) if sep else None
+            wanted[key] = float(value)
         except ValueError:
             raise SystemExit(f"--set {pair!r}: {value!r} is not a number.") from None
-        if wanted[key] is None:
-            raise SystemExit(f"--set {pair!r}: write key=value.")
     return wanted
 
 
