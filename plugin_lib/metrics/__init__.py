@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from rouge_score import rouge_scorer
 
-from . import coco, mteval
+from . import coco, java, mteval
 
 METRIC_NAMES = ("BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR", "CIDEr", "NIST")
 _COCO_METRICS = {"ROUGE-L", "METEOR", "CIDEr"}
@@ -91,7 +91,7 @@ def _coco_scores(
 
 def ptb_tokenized(predictions: list[str], references: list[list[str]]) -> tuple[list[str], list[list[str]]]:
     """Predictions and references PTB-tokenised for the coco-caption scorers, in one Java call."""
-    coco.require_java()
+    java.ensure_java()
     tokens = coco.ptb_tokenize(predictions + [r for refs in references for r in refs])
     tokenized_references, start = [], len(predictions)
     for refs in references:

@@ -3,16 +3,12 @@
 All three read PTB-tokenised text: pycocoevalcap's ``PTBTokenizer`` (Stanford CoreNLP 3.4.1,
 lowercased, punctuation tokens removed). The tokenizer runs one short Java process per
 call; METEOR runs in one long-lived Java process per Python process (``METEOR``), started on
-first use and stopped at exit.
+first use and stopped at exit. Which Java runs them: ``metrics.java``.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
-import os
-import shutil
-import subprocess
 import threading
 
 import numpy as np
@@ -20,39 +16,6 @@ from pycocoevalcap.cider.cider import Cider
 from pycocoevalcap.meteor.meteor import Meteor
 from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
-
-
-JAVA_ADVICE = (
-    "METEOR, ROUGE-L and CIDEr need a working Java (17, as environment.yml installs; 8 or newer "
-    "works) on PATH: the PTB tokenizer and METEOR 1.5 are Java programs. Install Java 17 or fix "
-    "PATH, or ask compute_metrics for metrics=('BLEU', 'NIST', 'ROUGE-1', 'ROUGE-2') only."
-)
-
-
-def require_java() -> None:
-    """Fail early, with advice, when Java (needed by the tokenizer and METEOR) is missing or
-    does not run; a broken one would otherwise show only as misaligned tokenizer output."""
-    java = shutil.which("java")
-    if java is None:
-        raise RuntimeError(f"No java on PATH. {JAVA_ADVICE}")
-    problem = _java_problem(os.path.realpath(java))
-    if problem:
-        raise RuntimeError(f"The java at {java} does not work: {problem}. {JAVA_ADVICE}")
-
-
-@functools.lru_cache(maxsize=None)
-def _java_problem(java: str) -> str | None:
-    """Why ``java -version`` fails (None when it works); run once per Java per process."""
-    try:
-        done = subprocess.run([java, "-version"], capture_output=True, text=True, errors="replace", timeout=60)
-    except subprocess.TimeoutExpired:
-        return "`java -version` did not answer within 60 s"
-    except OSError as err:
-        return f"cannot be run ({err.strerror})"
-    if done.returncode == 0:
-        return None
-    lines = (done.stderr or done.stdout).strip().splitlines()
-    return f"`java -version` exited with status {done.returncode}" + (f": {lines[-1]}" if lines else "")
 
 
 def ptb_tokenize(texts: list[str]) -> list[str]:

@@ -11,7 +11,6 @@ as ``evaluation.json`` in the artifact and adds it to the model card.
 """
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 from sacrebleu.metrics import CHRF
 
 from ..core.decode import generate
+from ..metrics import java
 from ..metrics.resample import InputStatistics, resample_counts
 from ..utils.io import atomic_write_json, atomic_write_text
 from .artifact import PluginModel
@@ -63,7 +63,7 @@ def evaluate(plugin: PluginModel, pairs: Sequence[Pair], *, resamples: int = 100
     overrides = {"max_new_tokens": max_new_tokens} if max_new_tokens else {}
     adapted = plugin.generate(prompts, progress=progress, **overrides)
     alone = base_only_outputs(plugin, prompts, max_new_tokens=max_new_tokens, progress=progress)
-    metrics = PACKAGE_METRICS + (("ROUGE-L",) if shutil.which("java") else ())
+    metrics = PACKAGE_METRICS + (("ROUGE-L",) if java.has_java() else ())
     full = np.ones((1, len(pairs)), dtype=np.int64)
     draws = resample_counts(len(pairs), resamples, seed)
     scores = {}
