@@ -11,6 +11,7 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
     plugin-repro confirmation [wave2] status|judge|margins   plugin_lib.commands.confirmation, commands.confirmation_wave2
     plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
+    plugin-repro gpu-check [--only NB] [--deadline-s S]    plugin_lib.commands.gpu_check (a checkout)
     plugin-repro train|generate|evaluate|serve  plugin_lib.serving.cli (a Plugin on your own data)
 
 An entry point sits above every layer (tests/test_architecture.py): it composes them, and
@@ -128,6 +129,14 @@ def stamp(ctx: typer.Context) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     raise typer.Exit(module.main(ctx.args))
+
+
+@app.command("gpu-check", **PASS_ON)
+def gpu_check(ctx: typer.Context) -> None:
+    """The GPU checklist in minutes: pytest -m gpu, every notebook on the full-size twins, bench_gpu.py,
+    measured rates, into results/gpu/<gpu>_<date>/ (python -m plugin_lib.commands.gpu_check)."""
+    _checkout_file("notebooks/01_table1_e2e.ipynb")
+    _hand_over("plugin_lib.commands.gpu_check", ctx.args)
 
 
 def main() -> None:

