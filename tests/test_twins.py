@@ -329,3 +329,25 @@ def test_the_preflight_without_its_data_says_what_to_do_in_one_line(capsys):
     assert preflight.main(["--profile", "smoke", "--plan-only", "--no-measure"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("preflight: Missing data file") and "fetch" in err and "Traceback" not in err
+
+
+def test_a_base_that_cannot_be_loaded_here_leaves_only_its_own_rates_out(paper_data, tmp_path, monkeypatch):
+    """As on a GPU machine that carries the twins but not SmolLM2's weights (notebook 14's model):
+    the other bases' rates are measured and saved, that one's hours are left out, with a note."""
+    measured = []
+
+    def measure(model, profile, counts, device):
+        if model == "smollm2-135m-instruct":
+            raise OSError("Could not load base model 'smollm2-135m-instruct' from /nowhere.\nmore")
+        measured.append(model)
+        return preflight.Rates(measured_with=f"{model} (a test's stand-in)", forward_tokens_per_s=1e4,
+                               train_pairs_per_s=100.0, decode_step_s=0.01, plugin_step_s=0.011, device="cpu")
+
+    monkeypatch.setattr(preflight, "measure_rates", measure)
+    out = io.StringIO()
+    preflight.run("paper-twin", plan_only=True, save_rates_file=str(tmp_path / "rates.json"), out=out)
+    assert measured == list(load_profile("paper-twin").base_models)  # measured here: not a GPU-only profile
+    assert ("Rates of smollm2-135m-instruct not measured: it cannot be loaded here (Could not load base model "
+            "'smollm2-135m-instruct' from /nowhere.); its hours are left out.") in out.getvalue()
+    saved = preflight.load_rates(tmp_path / "rates.json", measured + ["smollm2-135m-instruct"])
+    assert saved[measured[-1]].train_pairs_per_s == 100.0 and saved["smollm2-135m-instruct"] is None

