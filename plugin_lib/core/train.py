@@ -81,27 +81,55 @@ class TokenObjective:
         else:
             check_token_ids(max((max(p.input_ids) for p in self.pairs), default=0), model)
 
-    def nll(self, model: torch.nn.Module, indices: Sequence[int]) -> tuple[torch.Tensor, int]:
-        device = next(model.parameters()).device
+    def share_key(self) -> tuple:
+        """Objectives with equal keys read the same batches (``batch``): a grid trained together
+        (``fit_grid``) reads each batch, and applies the base's output layer, once for all."""
+        return (type(self).batch, id(self.pairs), id(self.cache), self.pad_token_id)
+
+    def batch(self, indices: Sequence[int], device: torch.device) -> dict:
+        """What ``batch_nll`` needs of the pairs at ``indices``, whatever the model: the
+        collated ids, the target positions and tokens, and the base's log-probabilities there."""
         batch = {k: v.to(device) for k, v in collate([self.pairs[i] for i in indices], self.pad_token_id).items()}
         positions = target_positions(batch["labels"])
-        small = reweighter_logits(model, batch["input_ids"], batch["attention_mask"], positions)
-        base = self.cache.get(indices).to(device) if self.cache is not None else None
-        targets = shift_labels(batch["labels"])[positions]
-        loss = F.nll_loss(self.log_probs(base, small), targets, reduction="sum")
-        return loss, targets.numel()
+        return {**batch, "positions": positions, "targets": shift_labels(batch["labels"])[positions],
+                "base": self.cache.get(indices).to(device) if self.cache is not None else None}
 
-    @torch.no_grad()
+    def batch_nll(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, int]:
+        """Summed token NLL of ``model`` on a ``batch``, and its number of target tokens."""
+        small = reweighter_logits(model, batch["input_ids"], batch["attention_mask"], batch["positions"])
+        loss = F.nll_loss(self.log_probs(batch["base"], small), batch["targets"], reduction="sum")
+        return loss, batch["targets"].numel()
+
+    def nll(self, model: torch.nn.Module, indices: Sequence[int]) -> tuple[torch.Tensor, int]:
+        return self.batch_nll(model, self.batch(indices, next(model.parameters()).device))
+
     def mean_nll(self, model: torch.nn.Module, batch_size: int = 16) -> float:
         """Token-weighted mean NLL over all pairs (the hyper-validation loss)."""
-        was_training = model.training
+        return mean_nlls([(self, model)], batch_size)[0]
+
+
+@torch.no_grad()
+def mean_nlls(pairs: Sequence[tuple[TokenObjective, torch.nn.Module]], batch_size: int = 16) -> list[float]:
+    """``objective.mean_nll(model)`` of each (objective, model), in eval mode; objectives with
+    the same ``share_key`` read each batch once."""
+    states = [model.training for _, model in pairs]
+    for _, model in pairs:
         model.eval()
-        total, count = 0.0, 0
-        for start in range(0, len(self), batch_size):
-            loss, n = self.nll(model, range(start, min(start + batch_size, len(self))))
-            total, count = total + loss.item(), count + n
-        model.train(was_training)
-        return total / count
+    totals, counts = [0.0] * len(pairs), [0] * len(pairs)
+    for start in range(0, max(len(objective) for objective, _ in pairs), batch_size):
+        shared = {}
+        for i, (objective, model) in enumerate(pairs):
+            if start >= len(objective):
+                continue
+            indices = range(start, min(start + batch_size, len(objective)))
+            key = (objective.share_key(), next(model.parameters()).device)
+            if key not in shared:
+                shared[key] = objective.batch(indices, key[1])
+            loss, n = objective.batch_nll(model, shared[key])
+            totals[i], counts[i] = totals[i] + loss.item(), counts[i] + n
+    for (_, model), training in zip(pairs, states):
+        model.train(training)
+    return [total / count for total, count in zip(totals, counts)]
 
 
 @dataclass
@@ -140,6 +168,19 @@ def seed_everything(seed: int) -> None:
 CHECKPOINT_EVERY_S = 600.0
 
 
+@dataclass
+class GridRun:
+    """One configuration of a grid for ``fit_grid``: its model, objectives, settings and
+    checkpoint file (``fit``'s arguments)."""
+
+    model: torch.nn.Module
+    train: TokenObjective
+    val: TokenObjective
+    cfg: TrainConfig
+    checkpoint: str | Path | None = None
+    keep_checkpoint: bool = False
+
+
 def fit(
     model: torch.nn.Module,
     train: TokenObjective,
@@ -163,98 +204,195 @@ def fit(
     file then). The caller names the file after everything else the training depends on (the
     data, the model, the hyperparameters outside ``cfg``).
     """
-    train.check_model(model)
-    val.check_model(model)
-    device_type = next(model.parameters()).device.type
-    identity = {"config": asdict(cfg), "train_pairs": len(train), "val_pairs": len(val), "device": device_type}
-    resumed = _load_checkpoint(checkpoint, identity)
-    if resumed is not None and resumed["finished"]:
-        model.load_state_dict(resumed["best_state"])
-        model.eval()
-        return FitResult(resumed["best_epoch"], resumed["best_loss"], len(resumed["history"]), resumed["steps"],
-                         resumed["seconds"], resumed["history"])
-    seed_everything(cfg.seed)
-    order_rng = torch.Generator().manual_seed(cfg.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    total_steps = steps_per_epoch * cfg.max_epochs
-    scheduler = get_linear_schedule_with_warmup(optimizer, round(cfg.warmup_ratio * total_steps), total_steps)
+    run = GridRun(model, train, val, cfg, checkpoint, keep_checkpoint)
+    return fit_grid([run], progress=progress, checkpoint_every_s=checkpoint_every_s)[0]
 
-    autocast = torch.autocast(
-        device_type, dtype=getattr(torch, cfg.autocast or "bfloat16"), enabled=cfg.autocast is not None
-    )
-    best_loss, best_epoch, best_state, stale, steps = math.inf, 0, None, 0, 0
-    history: list[dict] = []
-    if resumed is not None:
-        model.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        scheduler.load_state_dict(resumed["scheduler"])
-        torch.set_rng_state(resumed["torch_rng"])
-        if resumed["cuda_rng"] is not None:
-            torch.cuda.set_rng_state(resumed["cuda_rng"])
-        order_rng.set_state(resumed["order_rng"])
-        best_loss, best_epoch, best_state = resumed["best_loss"], resumed["best_epoch"], resumed["best_state"]
-        stale, steps, history = resumed["stale"], resumed["steps"], resumed["history"]
-    spent = resumed["seconds"] if resumed is not None else 0.0
-    started = last_saved = time.perf_counter()
 
-    def state(finished: bool) -> dict:
-        kept = {**identity, "finished": finished, "best_loss": best_loss, "best_epoch": best_epoch,
-                "best_state": best_state, "steps": steps, "history": history,
-                "seconds": spent + time.perf_counter() - started}
+def fit_grid(runs: Sequence[GridRun], *, progress: bool = True,
+             checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> list[FitResult]:
+    """``fit`` for several configurations at once, in one pass over the data: each batch is
+    read, and the base's output layer applied (``TokenObjective.batch``), once for all.
+
+    The runs must share the seed, the batch size and the training pairs (so the data order),
+    as the configurations of a grid do; each keeps its own model, optimiser, schedule, random
+    generator, early stopping and checkpoint, and stops on its own. Each result equals what
+    ``fit`` gives that run alone (tests/test_fused_training.py). Runs resumed from checkpoints
+    at different epochs train in groups, one group per epoch reached."""
+    if not runs:
+        return []
+    first = runs[0]
+    for run in runs:
+        same = (run.cfg.seed, run.cfg.batch_size, run.cfg.autocast, len(run.train))
+        if same != (first.cfg.seed, first.cfg.batch_size, first.cfg.autocast, len(first.train)):
+            raise ValueError("fit_grid trains configurations that share the seed, batch size, autocast and "
+                             f"training pairs; got {same} beside {(first.cfg.seed, first.cfg.batch_size)}.")
+        run.train.check_model(run.model)
+        run.val.check_model(run.model)
+    states = [_RunState(run) for run in runs]
+    groups: dict[tuple, list[_RunState]] = {}
+    for state in states:
+        if state.result is None:
+            order = state.resumed["order_rng"].numpy().tobytes() if state.resumed else b""
+            groups.setdefault((len(state.history), order), []).append(state)
+    for group in groups.values():
+        _train_together(group, progress, checkpoint_every_s)
+    return [state.result for state in states]
+
+
+class _RunState:
+    """One run's training state inside ``fit_grid`` (what ``fit``'s checkpoint holds)."""
+
+    def __init__(self, run: GridRun):
+        self.run, cfg = run, run.cfg
+        self.device_type = next(run.model.parameters()).device.type
+        self.identity = {"config": asdict(cfg), "train_pairs": len(run.train), "val_pairs": len(run.val),
+                         "device": self.device_type}
+        self.resumed = _load_checkpoint(run.checkpoint, self.identity)
+        self.result: FitResult | None = None
+        self.best_loss, self.best_epoch, self.best_state, self.stale, self.steps = math.inf, 0, None, 0, 0
+        self.history: list[dict] = []
+        self.spent = self.resumed["seconds"] if self.resumed is not None else 0.0
+        if self.resumed is not None and self.resumed["finished"]:
+            run.model.load_state_dict(self.resumed["best_state"])
+            run.model.eval()
+            self.result = FitResult(self.resumed["best_epoch"], self.resumed["best_loss"],
+                                    len(self.resumed["history"]), self.resumed["steps"], self.resumed["seconds"],
+                                    self.resumed["history"])
+            return
+        seed_everything(cfg.seed)
+        self.params = [p for p in run.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        total_steps = math.ceil(len(run.train) / cfg.batch_size) * cfg.max_epochs
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, round(cfg.warmup_ratio * total_steps),
+                                                         total_steps)
+        self.autocast = torch.autocast(self.device_type, dtype=getattr(torch, cfg.autocast or "bfloat16"),
+                                       enabled=cfg.autocast is not None)
+        self.cpu_rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state() if self.device_type == "cuda" else None
+        if self.resumed is not None:
+            r = self.resumed
+            run.model.load_state_dict(r["model"])
+            self.optimizer.load_state_dict(r["optimizer"])
+            self.scheduler.load_state_dict(r["scheduler"])
+            self.cpu_rng, self.cuda_rng = r["torch_rng"], r["cuda_rng"]
+            self.best_loss, self.best_epoch, self.best_state = r["best_loss"], r["best_epoch"], r["best_state"]
+            self.stale, self.steps, self.history = r["stale"], r["steps"], r["history"]
+        self.train_total, self.train_tokens = 0.0, 0
+
+    def enter_rng(self) -> None:
+        """This run's random generators become the global ones (dropout draws from them)."""
+        torch.set_rng_state(self.cpu_rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state(self.cuda_rng)
+
+    def leave_rng(self) -> None:
+        self.cpu_rng = torch.get_rng_state()
+        if self.cuda_rng is not None:
+            self.cuda_rng = torch.cuda.get_rng_state()
+
+    def step(self, batch: dict) -> None:
+        run = self.run
+        with self.autocast:
+            loss_sum, n = run.train.batch_nll(run.model, batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss_sum / n).backward()
+        if run.cfg.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, run.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.steps += 1
+        self.train_total, self.train_tokens = self.train_total + loss_sum.item(), self.train_tokens + n
+
+    def end_epoch(self, epoch: int, val_loss: float) -> bool:
+        """Record the epoch; True when this run stops (patience spent)."""
+        self.history.append({"epoch": epoch, "train_loss": self.train_total / self.train_tokens,
+                             "val_loss": val_loss, "lr": self.scheduler.get_last_lr()[0]})
+        self.train_total, self.train_tokens = 0.0, 0
+        if val_loss < self.best_loss:
+            self.best_loss, self.best_epoch, self.stale = val_loss, epoch, 0
+            self.best_state = copy.deepcopy(self.run.model.state_dict())
+            return False
+        self.stale += 1
+        return self.stale >= self.run.cfg.patience
+
+    def checkpoint_state(self, finished: bool, seconds: float, order_rng: torch.Generator) -> dict:
+        kept = {**self.identity, "finished": finished, "best_loss": self.best_loss, "best_epoch": self.best_epoch,
+                "best_state": self.best_state, "steps": self.steps, "history": self.history, "seconds": seconds}
         if finished:
             return kept
-        return {**kept, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "stale": stale,
-                "scheduler": scheduler.state_dict(), "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state() if device_type == "cuda" else None,
-                "order_rng": order_rng.get_state()}
+        return {**kept, "model": self.run.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "stale": self.stale, "scheduler": self.scheduler.state_dict(), "torch_rng": self.cpu_rng,
+                "cuda_rng": self.cuda_rng, "order_rng": order_rng.get_state()}
 
-    epochs = tqdm(range(len(history) + 1, cfg.max_epochs + 1), desc="epochs", disable=not progress,
-                  initial=len(history), total=cfg.max_epochs)
+    def finish(self, seconds: float, order_rng: torch.Generator) -> None:
+        run = self.run
+        run.model.load_state_dict(self.best_state)
+        run.model.eval()
+        if run.checkpoint is not None and run.keep_checkpoint:
+            _save_atomically(run.checkpoint, self.checkpoint_state(True, seconds, order_rng))
+        elif run.checkpoint is not None:
+            Path(run.checkpoint).unlink(missing_ok=True)
+        self.result = FitResult(self.best_epoch, self.best_loss, len(self.history), self.steps, seconds, self.history)
+
+
+def _train_together(group: list[_RunState], progress: bool, checkpoint_every_s: float) -> None:
+    """Epochs of every run in ``group`` (all at the same epoch and data order), batch by batch."""
+    lead = group[0]
+    seed_everything(lead.run.cfg.seed)
+    order_rng = torch.Generator().manual_seed(lead.run.cfg.seed)
+    if lead.resumed is not None:
+        order_rng.set_state(lead.resumed["order_rng"])
+    swap = len(group) > 1  # alone, the run's generators are the global ones already
+    if not swap:
+        lead.enter_rng()
+    device = next(lead.run.model.parameters()).device
+    started = last_saved = time.perf_counter()
+    done_epochs, last_epoch = len(lead.history), max(state.run.cfg.max_epochs for state in group)
+    epochs = tqdm(range(done_epochs + 1, last_epoch + 1), desc="epochs" if not swap else f"epochs ({len(group)} "
+                  "configurations)", disable=not progress, initial=done_epochs, total=last_epoch)
+    active = list(group)
     for epoch in epochs:
-        model.train()
-        order = torch.randperm(len(train), generator=order_rng).tolist()
-        train_total, train_tokens = 0.0, 0
-        for start in range(0, len(order), cfg.batch_size):
-            with autocast:
-                loss_sum, n = train.nll(model, order[start : start + cfg.batch_size])
-            optimizer.zero_grad(set_to_none=True)
-            (loss_sum / n).backward()
-            if cfg.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            steps += 1
-            train_total, train_tokens = train_total + loss_sum.item(), train_tokens + n
-        val_loss = val.mean_nll(model)
-        history.append(
-            {
-                "epoch": epoch,
-                "train_loss": train_total / train_tokens,
-                "val_loss": val_loss,
-                "lr": scheduler.get_last_lr()[0],
-            }
-        )
-        epochs.set_postfix(train=f"{train_total / train_tokens:.3f}", val=f"{val_loss:.3f}")
-        if val_loss < best_loss:
-            best_loss, best_epoch, stale = val_loss, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
+        active = [state for state in active if epoch <= state.run.cfg.max_epochs]
+        if not active:
+            break
+        for state in active:
+            state.run.model.train()
+        order = torch.randperm(len(lead.run.train), generator=order_rng).tolist()
+        for start in range(0, len(order), lead.run.cfg.batch_size):
+            indices, shared = order[start : start + lead.run.cfg.batch_size], {}
+            for state in active:
+                if swap:
+                    state.enter_rng()
+                key = state.run.train.share_key()
+                if key not in shared:
+                    with state.autocast:
+                        shared[key] = state.run.train.batch(indices, device)
+                state.step(shared[key])
+                if swap:
+                    state.leave_rng()
+        if len(active) > 1 and all(isinstance(state.run.val, TokenObjective) for state in active):
+            val_losses = mean_nlls([(state.run.val, state.run.model) for state in active])
         else:
-            stale += 1
-            if stale >= cfg.patience:
-                break
-        if checkpoint is not None and epoch < cfg.max_epochs and time.perf_counter() - last_saved >= checkpoint_every_s:
-            _save_atomically(checkpoint, state(finished=False))
+            val_losses = [state.run.val.mean_nll(state.run.model) for state in active]
+        stopped = [state for state, loss in zip(active, val_losses) if state.end_epoch(epoch, loss)]
+        active = [state for state in active if state not in stopped]
+        if not swap:
+            lead.leave_rng()
+        epochs.set_postfix(val=" ".join(f"{s.history[-1]['val_loss']:.3f}" for s in group if s.history),
+                           active=len(active))
+        for state in stopped + [s for s in active if epoch == s.run.cfg.max_epochs]:
+            state.finish(state.spent + time.perf_counter() - started, order_rng)
+        active = [state for state in active if state.result is None]
+        if active and time.perf_counter() - last_saved >= checkpoint_every_s:
+            for state in active:
+                if state.run.checkpoint is not None:
+                    _save_atomically(state.run.checkpoint,
+                                     state.checkpoint_state(False, state.spent + time.perf_counter() - started,
+                                                            order_rng))
             last_saved = time.perf_counter()
-    model.load_state_dict(best_state)
-    model.eval()
-    seconds = spent + time.perf_counter() - started
-    if checkpoint is not None and keep_checkpoint:
-        _save_atomically(checkpoint, {**state(finished=True), "seconds": seconds})
-    elif checkpoint is not None:
-        Path(checkpoint).unlink(missing_ok=True)
-    return FitResult(best_epoch, best_loss, len(history), steps, seconds, history)
+    for state in active:  # the epoch loop ran out (every run at its cap)
+        if state.result is None:
+            state.finish(state.spent + time.perf_counter() - started, order_rng)
 
 
 def _save_atomically(path: str | Path, state: dict) -> None:

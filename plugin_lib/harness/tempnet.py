@@ -151,18 +151,21 @@ class TempNetObjective(TokenObjective):
             raise ValueError(f"TempNet reads {width} logits per token but the base scores {vocab} tokens: "
                              "make it with make_tempnet(base.vocab_size, ...).")
 
-    def nll(self, model: TempNet, indices):
-        device = next(model.parameters()).device
+    def batch(self, indices, device: torch.device) -> dict:
         chosen = [self.pairs[i] for i in indices]
-        base = self.cache.get(indices).to(device).float()
+        # The row for target token t of a pair is the base's output just before it.
+        targets = torch.tensor([t for p in chosen for t in p.input_ids[p.prompt_length :]], device=device)
+        first, counts = first_rows([p.target_length for p in chosen], device)
+        return {"base": self.cache.get(indices).to(device).float(), "targets": targets, "first": first,
+                "counts": counts}
+
+    def batch_nll(self, model: TempNet, batch: dict):
+        base = batch["base"]
         if self.per_token:
             tau = model(base)  # each target token at the temperature of the row before it
         else:
-            first, counts = first_rows([p.target_length for p in chosen], device)
-            tau = model(base[first]).repeat_interleave(counts)
-        # The row for target token t of a pair is the base's output just before it.
-        targets = torch.tensor([t for p in chosen for t in p.input_ids[p.prompt_length :]], device=device)
-        return tempnet_loss(base, targets, tau, self.rho).sum(), targets.numel()
+            tau = model(base[batch["first"]]).repeat_interleave(batch["counts"])
+        return tempnet_loss(base, batch["targets"], tau, self.rho).sum(), batch["targets"].numel()
 
 
 @torch.no_grad()
