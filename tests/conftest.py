@@ -221,3 +221,23 @@ def killed_at_validation(number: int, error: type[BaseException] = KeyboardInter
         yield
     finally:
         TokenObjective.mean_nll = real
+
+
+def count_trainings(monkeypatch, seen) -> None:
+    """Call ``seen(hparams, seed)`` for every configuration trained, alone (``train_method``) or
+    with others of its grid (``train_methods``), and train it as usual."""
+    from plugin_lib.harness import methods
+
+    real_one, real_many = methods.train_method, methods.train_methods
+
+    def one(task, method, arch, hparams, seed, *args, **kwargs):
+        seen(hparams, seed)
+        return real_one(task, method, arch, hparams, seed, *args, **kwargs)
+
+    def many(task, method, arch, configs, seed, *args, **kwargs):
+        for hparams in configs:
+            seen(hparams, seed)
+        return real_many(task, method, arch, configs, seed, *args, **kwargs)
+
+    monkeypatch.setattr(methods, "train_method", one)
+    monkeypatch.setattr(methods, "train_methods", many)

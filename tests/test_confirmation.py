@@ -421,17 +421,21 @@ def test_the_script_replays_the_coordinate_searchs_own_walk(tmp_path, monkeypatc
         return sum((hparams[k] - optimum[k]) ** 2 if k == "alpha" else (math.log10(hparams[k]) - optimum[k]) ** 2
                    for k in hparams)
 
-    def fake_training(task, method, profile, hparams, **kwargs):
+    def fake_training(task, method, profile, configs, **kwargs):
         losses = {tag: c["val_loss"] for tag, c in record["configs"].items()}
-        assert hparams in script.coordinate_axis(losses, values, profile.grid.extend_edges)
-        trained.append(runner.config_tag(hparams))
-        record["configs"][runner.config_tag(hparams)] = {"hparams": hparams, "val_loss": loss(hparams)}
-        if record["best"] is None or loss(hparams) < record["configs"][record["best"]]["val_loss"]:
-            record["best"] = runner.config_tag(hparams)
+        axis = script.coordinate_axis(losses, values, profile.grid.extend_edges)
+        for hparams in configs:  # an axis's configurations train together
+            if runner.config_tag(hparams) in record["configs"]:
+                continue
+            assert hparams in axis
+            trained.append(runner.config_tag(hparams))
+            record["configs"][runner.config_tag(hparams)] = {"hparams": hparams, "val_loss": loss(hparams)}
+            if record["best"] is None or loss(hparams) < record["configs"][record["best"]]["val_loss"]:
+                record["best"] = runner.config_tag(hparams)
         return json.loads(json.dumps(record))
 
     monkeypatch.setattr(runner, "_selection_paths", lambda *a: (tmp_path / "sel.json", tmp_path / "best.pt", "s", "i"))
-    monkeypatch.setattr(runner, "_train_config", fake_training)
+    monkeypatch.setattr(runner, "_train_configs", fake_training)
     runner.select_hparams(None, method, profile, arch={"layers": 1}, progress=False)
     assert len(trained) > sum(len(v) for v in values.values()) - len(values)  # every axis walked
     losses = {tag: c["val_loss"] for tag, c in record["configs"].items()}

@@ -149,3 +149,34 @@ def test_configurations_that_do_not_share_the_data_order_are_refused(twin, tmp_p
     with pytest.raises(ValueError, match="share the seed, batch size, autocast and training pairs"):
         fit_grid([GridRun(reweighter(twin), train, val, first), GridRun(reweighter(twin), train, val, second)],
                  progress=False)
+
+
+@pytest.mark.parametrize("method", ["Plugin", "WeightedComb"])
+def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(task, profile, method, tmp_path,
+                                                                            monkeypatch):
+    """``runner.select_hparams`` trains the pending configurations of the grid in one pass (each
+    record says with how many); the same grid's units trained one at a time (``train_config``,
+    another store) record the same losses, epochs and choice. WeightedComb's alpha changes the
+    objective, not the batches: its grid shares them too."""
+    from plugin_lib.harness import methods, runner
+
+    profile = profile.replace(grid={**profile.section("grid"), "weight_decay": [0.01, 1.0], "alpha": [0.25, 0.75]},
+                              training={**profile.section("training"), "max_epochs": 3, "patience": 1})
+    trained_together = []
+    real = methods.train_methods
+    monkeypatch.setattr(methods, "train_methods",
+                        lambda *a, **k: trained_together.append(len(a[3])) or real(*a, **k))
+    together = runner.select_hparams(task, method, profile, progress=False)
+    size = len(runner.hparam_grid(profile, method))
+    assert trained_together == [size] and size >= 4
+    assert {c["trained_with"] for c in together["configs"].values()} == {size}
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "one-by-one"))
+    for hparams in runner.hparam_grid(profile, method):
+        runner.train_config(task, method, profile, hparams)
+    alone = runner.stored_selection(task, method, profile)
+    assert trained_together == [size]  # one at a time: train_method, never train_methods
+    assert alone["best"] == together["best"]
+    for tag, config in alone["configs"].items():
+        other = together["configs"][tag]
+        assert (other["best_epoch"], other["epochs_run"]) == (config["best_epoch"], config["epochs_run"])
+        assert other["val_loss"] == pytest.approx(config["val_loss"], rel=1e-6)

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import count_trainings
 
 from plugin_lib import data
 from plugin_lib.core import train
@@ -76,8 +77,7 @@ def test_a_record_without_inputs_is_stale(task, profile, monkeypatch):
 def test_a_grid_search_on_other_inputs_starts_again(task, profile, monkeypatch):
     monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
     trained = []
-    real = methods.train_method
-    monkeypatch.setattr(methods, "train_method", lambda *a, **k: trained.append(a[3]["lr"]) or real(*a, **k))
+    count_trainings(monkeypatch, lambda hparams, seed: trained.append(hparams["lr"]))
     first = runner.select_hparams(task, "Plugin", profile, progress=False)
     assert first["inputs"] == runner.inputs_fingerprint(task) and trained == [1e-3, 5e-3]
     trained.clear()

@@ -26,6 +26,18 @@ def test_finished_runs_are_not_redone_unless_settings_change(task, profile, monk
         runner.run_experiment(task, "Zeroshot", 0, profile)
 
 
+
+def patch_training(monkeypatch, train):
+    """Stand ``train`` (``methods.train_method``'s signature) in for the training of one
+    configuration and, one by one in their order, of several trained together (``train_methods``)."""
+    def together(task_, method, arch, configs, seed, training, progress=True, checkpoints=()):
+        checkpoints = list(checkpoints) or [None] * len(configs)
+        return [train(task_, method, arch, hparams, seed, training, progress=progress, checkpoint=checkpoint)
+                for hparams, checkpoint in zip(configs, checkpoints)]
+
+    monkeypatch.setattr(methods, "train_method", train)
+    monkeypatch.setattr(methods, "train_methods", together)
+
 def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatch):
     trained, checkpoints = [], []
     real_train = methods.train_method
@@ -36,7 +48,7 @@ def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatc
         return real_train(task_, method, {**arch, "hidden_size": 16, "intermediate_size": 32},
                           hparams, seed, training, progress=progress, checkpoint=checkpoint)
 
-    monkeypatch.setattr(methods, "train_method", counting_train)
+    patch_training(monkeypatch, counting_train)
     monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
     first = runner.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == [1e-3, 5e-3]
@@ -137,7 +149,7 @@ def _fake_training(trained, best_lr):
 ])
 def test_a_choice_at_the_edge_extends_the_grid(task, profile, monkeypatch, extend, expected):
     trained = []
-    monkeypatch.setattr(methods, "train_method", _fake_training(trained, best_lr=1e-5))
+    patch_training(monkeypatch, _fake_training(trained, best_lr=1e-5))
     profile = profile.replace(grid={**profile.section("grid"), "extend_edges": extend})
     record = runner.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == pytest.approx(expected)
@@ -150,7 +162,7 @@ def test_a_choice_at_the_edge_extends_the_grid(task, profile, monkeypatch, exten
 
 def test_an_interior_choice_extends_nothing(task, profile, monkeypatch):
     trained = []
-    monkeypatch.setattr(methods, "train_method", _fake_training(trained, best_lr=1e-3))
+    patch_training(monkeypatch, _fake_training(trained, best_lr=1e-3))
     profile = profile.replace(grid={**profile.section("grid"), "lr": [2e-4, 1e-3, 5e-3], "extend_edges": 2})
     runner.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == pytest.approx([2e-4, 1e-3, 5e-3])
@@ -179,7 +191,7 @@ def _fake_two_key_training(trained, best):
 
 def test_coordinate_search_walks_one_hyperparameter_at_a_time_from_the_middle(task, profile, monkeypatch):
     trained = []
-    monkeypatch.setattr(methods, "train_method", _fake_two_key_training(trained, {"lr": 1e-2, "weight_decay": 0.1}))
+    patch_training(monkeypatch, _fake_two_key_training(trained, {"lr": 1e-2, "weight_decay": 0.1}))
     profile = profile.replace(grid={"lr": [1e-4, 1e-3, 1e-2], "weight_decay": [0.01, 0.1, 1.0], "alpha": [0.5],
                                     "extend_edges": 1, "search": "coordinate"})
     record = runner.select_hparams(task, "Plugin", profile, progress=False)

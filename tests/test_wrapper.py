@@ -20,7 +20,7 @@ from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import comparison
 
-from conftest import SMALL_ARCH
+from conftest import SMALL_ARCH, count_trainings
 
 
 def _count_calls(monkeypatch, base):
@@ -143,8 +143,7 @@ def test_prefix_never_pushes_a_fitting_prompt_over_the_limit(task):
 
 def test_bdpl_runs_are_records_and_later_seeds_reuse_the_first_seeds_choice(task, profile, monkeypatch):
     trained = []
-    real_train = methods.train_method
-    monkeypatch.setattr(methods, "train_method", lambda *a, **k: trained.append(a[4]) or real_train(*a, **k))
+    count_trainings(monkeypatch, lambda hparams, seed: trained.append(seed))
 
     prompt, (plain, plugin) = table5.run_bdpl(task, profile, 0, budget=6)
     assert (plain["method"], plugin["method"]) == ("BDPL", "BDPL+Plugin")

@@ -30,6 +30,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from .. import data
@@ -37,14 +38,16 @@ from ..core.blackbox import BlackBoxLM
 from ..core.combine import mixture_log_probs
 from ..core.decode import generate
 from ..core.reweighter import make_reweighter
+from ..core.cache import gpu_headroom, host_available_bytes
 from ..core.train import (
     BaseOutputCache,
     EncodedPair,
     FitResult,
+    GridRun,
     TokenObjective,
     TrainConfig,
     encode_pairs,
-    fit,
+    fit_grid,
     reachable_plugin_log_probs,
     small_model_log_probs,
 )
@@ -288,14 +291,14 @@ def objective(task: Task, method: str, split: str, hparams: dict) -> TokenObject
     return TokenObjective(task.encoded(split), pad, log_probs=log_probs, cache=task.base_cache(split))
 
 
-def train_method(
-    task: Task, method: str, arch: dict, hparams: dict, seed: int, training: Training, *, progress: bool = True,
+def training_run(
+    task: Task, method: str, arch: dict, hparams: dict, seed: int, training: Training, *,
     checkpoint: Path | None = None,
-) -> tuple[nn.Module, FitResult]:
-    """Train the small model of ``method`` on the task's training part; early-stop on hyper.
-    ``checkpoint``: where an interrupted training resumes from (``core.train.fit``); it holds the
-    finished training until the caller, having stored its result, removes it."""
-    model = build_model(task, method, arch, seed)
+) -> GridRun:
+    """What training ``method``'s small model with ``hparams`` needs (``core.train.fit_grid``):
+    a fresh model, the training and hyper-validation objectives, the settings. ``checkpoint``:
+    where an interrupted training resumes from; it holds the finished training until the
+    caller, having stored its result, removes it."""
     cfg = TrainConfig(
         lr=hparams["lr"],
         weight_decay=hparams["weight_decay"],
@@ -306,8 +309,48 @@ def train_method(
         seed=seed,
     )
     train, hyper = (objective(task, method, split, hparams) for split in ("train", "hyper"))
-    return model, fit(model, train, hyper, cfg, progress=progress, checkpoint=checkpoint,
-                      keep_checkpoint=checkpoint is not None)
+    return GridRun(build_model(task, method, arch, seed), train, hyper, cfg, checkpoint,
+                   keep_checkpoint=checkpoint is not None)
+
+
+def configs_at_once(task: Task, method: str, arch: dict, pending: int) -> int:
+    """How many of ``pending`` configurations to train together (``fit_grid``): as many as the
+    device's memory holds, each a model, its gradients, AdamW's two moments and its best
+    weights (20 bytes a parameter), within half the host memory or the GPU's free memory less
+    its headroom. LoRA, which trains through the base, one at a time."""
+    if method == "LoRA" or pending <= 1:
+        return min(1, pending)
+    probe = build_model(task, method, arch, seed=0)
+    per_config = 20 * sum(p.numel() for p in probe.parameters())
+    device = next(probe.parameters()).device
+    del probe
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        room = free - gpu_headroom(total)
+    else:
+        room = host_available_bytes() // 2
+    return max(1, min(pending, int(room // per_config)))
+
+
+def train_method(
+    task: Task, method: str, arch: dict, hparams: dict, seed: int, training: Training, *, progress: bool = True,
+    checkpoint: Path | None = None,
+) -> tuple[nn.Module, FitResult]:
+    """Train the small model of ``method`` on the task's training part; early-stop on hyper."""
+    run = training_run(task, method, arch, hparams, seed, training, checkpoint=checkpoint)
+    return run.model, fit_grid([run], progress=progress)[0]
+
+
+def train_methods(
+    task: Task, method: str, arch: dict, configs: Sequence[dict], seed: int, training: Training, *,
+    progress: bool = True, checkpoints: Sequence[Path | None] = (),
+) -> list[tuple[nn.Module, FitResult]]:
+    """``train_method`` for several configurations of a grid at once (``core.train.fit_grid``):
+    one pass over the data for all, each result as if trained alone."""
+    checkpoints = list(checkpoints) or [None] * len(configs)
+    runs = [training_run(task, method, arch, hparams, seed, training, checkpoint=checkpoint)
+            for hparams, checkpoint in zip(configs, checkpoints)]
+    return [(run.model, result) for run, result in zip(runs, fit_grid(runs, progress=progress))]
 
 
 # ---------------------------------------------------------------- decoding

@@ -145,47 +145,58 @@ def stored_selection(task: methods.Task, method: str, profile: Profile, *, arch:
     return _load_if_current(record_path, fingerprint, inputs)
 
 
-def _train_config(task: methods.Task, method: str, profile: Profile, hparams: dict, *, arch: dict | None,
-                  label: str | None, progress: bool) -> dict:
-    """Train one configuration of a search with the first seed, unless it is recorded, and
-    return the selection record with it.
+def _train_configs(task: methods.Task, method: str, profile: Profile, configs: list[dict], *, arch: dict | None,
+                   label: str | None, progress: bool) -> dict:
+    """Train the configurations of a search not yet recorded, with the first seed, together
+    (``core.train.fit_grid``: one pass over the data for all, as many at once as memory holds;
+    LoRA, which trains through the base, one at a time), and return the selection record.
 
     Many processes may search one grid at once: each configuration is trained by the one that
-    holds its lock, and the shared record (and the best weights) change only under the
-    selection's lock, re-read there, so no process overwrites another's configuration."""
+    holds its lock (taken in one order), and the shared record (and the best weights) change
+    only under the selection's lock, re-read there, so no process overwrites another's. Results
+    are recorded in ``configs``' order, so equal losses keep the first as the best."""
     record_path, state_path, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
-    folder, label, tag = record_path.parent, label or method, config_tag(hparams)
-    arch = arch or arch_for(task.base.name)
+    folder, label, arch = record_path.parent, label or method, arch or arch_for(task.base.name)
 
     def fresh() -> dict:
         return _selection_record(record_path, fingerprint, inputs)
 
-    checkpoint = fit_checkpoint(folder, f"{label}-{tag}", fingerprint, inputs)
-    with unit_lock(folder, f"{label}-{tag}"):
-        record = fresh()
-        if tag in record["configs"]:
+    tags = {config_tag(hparams): hparams for hparams in configs}
+    with contextlib.ExitStack() as held:
+        for tag in sorted(t for t in tags if t not in fresh()["configs"]):
+            held.enter_context(unit_lock(folder, f"{label}-{tag}"))
+        latest = fresh()
+        pending = [t for t in tags if t not in latest["configs"]]
+        checkpoints = {t: fit_checkpoint(folder, f"{label}-{t}", fingerprint, inputs) for t in tags}
+        while pending:
+            count = methods.configs_at_once(task, method, arch, len(pending))
+            chunk, pending = pending[:count], pending[count:]
+            with _nothing_left_on_full_disk(lambda: next((checkpoints[t] for t in chunk
+                                                          if checkpoints[t].exists()), None)):
+                if len(chunk) == 1:
+                    trained = [methods.train_method(task, method, arch, tags[chunk[0]], profile.seeds[0],
+                                                    profile.training, progress=progress,
+                                                    checkpoint=checkpoints[chunk[0]])]
+                else:
+                    trained = methods.train_methods(task, method, arch, [tags[t] for t in chunk], profile.seeds[0],
+                                                    profile.training, progress=progress,
+                                                    checkpoints=[checkpoints[t] for t in chunk])
+                with unit_lock(folder, f"{label}-selection"):
+                    latest = fresh()
+                    for tag, (model, result) in zip(chunk, trained):
+                        best = latest["best"]
+                        if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
+                            _save_state(model, state_path)
+                            latest["best"] = tag
+                        latest["configs"][tag] = {
+                            "hparams": tags[tag], "val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
+                            "epochs_run": result.epochs_run, "seconds": result.seconds, "history": result.history,
+                            "trained_with": len(chunk), "provenance": provenance(task.base.device)}
+                    atomic_write_json(record_path, latest)
+            del trained
+            malloc.release()  # the chunk's models and optimisers are freed now: give their pages back
+        for checkpoint in checkpoints.values():
             checkpoint.unlink(missing_ok=True)
-            return record
-        with _nothing_left_on_full_disk(lambda: checkpoint):
-            model, result = methods.train_method(task, method, arch, hparams, profile.seeds[0], profile.training,
-                                                 progress=progress, checkpoint=checkpoint)
-            with unit_lock(folder, f"{label}-selection"):
-                latest = fresh()
-                best = latest["best"]
-                if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
-                    _save_state(model, state_path)
-                    latest["best"] = tag
-                latest["configs"][tag] = {
-                    "hparams": hparams,
-                    "val_loss": result.best_val_loss,
-                    "best_epoch": result.best_epoch,
-                    "epochs_run": result.epochs_run,
-                    "seconds": result.seconds,
-                    "history": result.history,
-                    "provenance": provenance(task.base.device),
-                }
-                atomic_write_json(record_path, latest)
-        checkpoint.unlink(missing_ok=True)
         return latest
 
 
@@ -194,7 +205,7 @@ def train_config(task: methods.Task, method: str, profile: Profile, hparams: dic
     """One configuration of :func:`select_hparams`'s search (a unit of the grid,
     ``harness.grid``): trained and recorded in the selection record unless it is there
     already; its hyper-validation loss. The search then finds it recorded."""
-    record = _train_config(task, method, profile, hparams, arch=arch, label=label, progress=progress)
+    record = _train_configs(task, method, profile, [hparams], arch=arch, label=label, progress=progress)
     return record["configs"][config_tag(hparams)]["val_loss"]
 
 
@@ -234,18 +245,17 @@ def select_hparams(
     record = fresh()
     values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
 
-    def evaluate(hparams: dict) -> float:
-        if config_tag(hparams) not in record["configs"]:
-            record.update(_train_config(task, method, profile, hparams, arch=arch, label=label, progress=progress))
-            malloc.release()  # each training's model and optimiser are freed now: give their pages back
-        return record["configs"][config_tag(hparams)]["val_loss"]
+    def evaluate(configs: list[dict]) -> list[float]:
+        """The losses of ``configs``, those not recorded yet trained together first."""
+        if any(config_tag(hparams) not in record["configs"] for hparams in configs):
+            record.update(_train_configs(task, method, profile, configs, arch=arch, label=label, progress=progress))
+        return [record["configs"][config_tag(hparams)]["val_loss"] for hparams in configs]
 
     # The same rule for every method: a choice at an edge pushes that edge one step further.
     if profile.grid.search == "grid":
         extensions = {k: 0 for k in values}
         while True:
-            for hparams in hparam_grid(profile, method, values):
-                evaluate(hparams)
+            evaluate(list(hparam_grid(profile, method, values)))
             chosen = record["configs"][record["best"]]["hparams"]
             pushed = [k for k in grid_edges(values, chosen) if extensions[k] < profile.grid.extend_edges]
             if not pushed:
@@ -258,7 +268,7 @@ def select_hparams(
         for key in values:
             extended = 0
             while True:
-                losses = {v: evaluate({**current, key: v}) for v in values[key]}
+                losses = dict(zip(values[key], evaluate([{**current, key: v} for v in values[key]])))
                 current[key] = min(losses, key=losses.get)  # the first of equals, in list order
                 step = beyond_edge(values[key], current[key], key)
                 if step is None or extended >= profile.grid.extend_edges:
