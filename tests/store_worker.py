@@ -4,8 +4,9 @@ the Plugin on the tiny base and toy task, in the run store that PLUGIN_RESULTS_D
     python tests/store_worker.py CACHE_DIR LOG [SLEEP_S]
 
 Each configuration's training appends ``start``, ``trained`` and ``end <tag> <pid>`` to LOG
-(O_APPEND: whole lines from many processes) and, with SLEEP_S, waits that long before it
-ends, so that a test can kill the process in the middle of a unit. Prints the selection record.
+(O_APPEND: whole lines from many processes; the configurations a search trains together, each
+in turn) and, with SLEEP_S, waits that long before it ends, so that a test can kill the process
+in the middle of a unit. Prints the selection record.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ GRID = {"lr": [1e-3, 2e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5], "exten
 
 
 def main(cache_dir: str, log: str, sleep_s: float = 0.0) -> None:
-    real_spec, real_train = models.model_spec, methods.train_method
+    real_spec, real_one, real_many = models.model_spec, methods.train_method, methods.train_methods
     models.model_spec = lambda name: ({"name": name, "source": "test", "family": "llama", "display": "tiny"}
                                       if name == "tiny-llama" else real_spec(name))
     runner.arch_for = lambda name: dict(SMALL_ARCH)
@@ -36,15 +37,21 @@ def main(cache_dir: str, log: str, sleep_s: float = 0.0) -> None:
         os.write(fd, f"{line} {os.getpid()}\n".encode())
         os.close(fd)
 
-    def train_method(task, method, arch, hparams, seed, training, **kwargs):
-        note(f"start lr={hparams['lr']:g}")
-        out = real_train(task, method, arch, hparams, seed, training, **kwargs)
-        note(f"trained lr={hparams['lr']:g}")
+    def logged(configs, train):
+        for hparams in configs:
+            note(f"start lr={hparams['lr']:g}")
+        out = train()
+        for hparams in configs:
+            note(f"trained lr={hparams['lr']:g}")
         time.sleep(sleep_s)
-        note(f"end lr={hparams['lr']:g}")
+        for hparams in configs:
+            note(f"end lr={hparams['lr']:g}")
         return out
 
-    methods.train_method = train_method
+    methods.train_method = lambda task, method, arch, hparams, seed, training, **kwargs: logged(
+        [hparams], lambda: real_one(task, method, arch, hparams, seed, training, **kwargs))
+    methods.train_methods = lambda task, method, arch, configs, seed, training, **kwargs: logged(
+        configs, lambda: real_many(task, method, arch, configs, seed, training, **kwargs))
     profile = load_profile("smoke", seeds=[0], grid=GRID,
                            training={"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1})
     base = make_tiny_base(models.load_tokenizer("smollm2-135m-instruct"))
