@@ -4,10 +4,14 @@
 with the Plugin, and with the base alone (the same prompt format, repetition penalty and token
 limits; ``base_only_outputs``). Each output is scored against the pair's completion with the
 package's metrics (BLEU, ROUGE-1, ROUGE-2 and NIST, as ``plugin_lib.metrics`` computes them, so
-the numbers are the paper tables'; ROUGE-L too where Java is installed) and sacrebleu's chrF. A
-paired bootstrap over the pairs (the same draws for both systems, ``resamples`` of them) gives
-each difference a 95% percentile interval. ``plugin-repro evaluate`` prints the table, stores it
-as ``evaluation.json`` in the artifact and adds it to the model card.
+the numbers are the paper tables', on their 0-1 scales; ROUGE-L too where Java runs), sacrebleu's
+BLEU and chrF on their 0-100 scales (with their signatures), exact match, and the outputs' form:
+mean length in words against the references', and the shares of empty outputs and of outputs
+that reached the token limit. A paired bootstrap over the pairs (the same draws for both
+systems, ``resamples`` of them) gives every difference a 95% percentile interval. Each row
+names its implementation and scale (``METRICS``). ``plugin-repro evaluate`` prints the table,
+stores it as ``evaluation.json`` in the artifact and adds it, with the file evaluated on, to the
+model card.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from sacrebleu.metrics import CHRF
+from sacrebleu.metrics import BLEU, CHRF
 
 from ..core.decode import generate
 from ..metrics import java
@@ -25,6 +29,20 @@ from .artifact import PluginModel
 from .training import Pair
 
 PACKAGE_METRICS = ("BLEU", "ROUGE-1", "ROUGE-2", "NIST")
+# What each row of the table is: its implementation and scale (the model card prints them).
+METRICS = {
+    "BLEU": "plugin_lib.metrics (the paper's, as the E2E scorer), 0-1",
+    "ROUGE-1": "plugin_lib.metrics (rouge_score F1), 0-1",
+    "ROUGE-2": "plugin_lib.metrics (rouge_score F1), 0-1",
+    "ROUGE-L": "plugin_lib.metrics (coco-caption, PTB-tokenised), 0-1",
+    "NIST": "plugin_lib.metrics (mteval-v13a), 0 and up",
+    "sacreBLEU": "sacrebleu BLEU, 0-100",
+    "chrF": "sacrebleu chrF, 0-100",
+    "exact match": "output equal to the reference (whitespace-trimmed), share 0-1",
+    "output/reference length": "mean words of the outputs over the references', ratio",
+    "empty": "share of empty outputs, 0-1",
+    "at the token limit": "share of outputs whose re-tokenised length reaches max_new_tokens, 0-1",
+}
 EVALUATION_FILE = "evaluation.json"
 SECTION = "## Evaluation"
 
@@ -39,18 +57,34 @@ def base_only_outputs(plugin: PluginModel, prompts: Sequence[str], *, max_new_to
                     repetition_penalty=d.repetition_penalty, progress=progress)
 
 
-class _Chrf:
-    """chrF of resampled corpora: sacrebleu's per-sentence statistics, summed per draw. The two
-    underscored methods are the ones sacrebleu's own paired bootstrap calls
+class _Sacrebleu:
+    """A sacrebleu corpus metric of resampled corpora: its per-sentence statistics, summed per
+    draw. The two underscored methods are the ones sacrebleu's own paired bootstrap calls
     (``sacrebleu.significance``); a test checks the whole corpus against ``corpus_score``."""
 
-    def __init__(self, predictions: Sequence[str], references: Sequence[str]):
-        self.metric = CHRF()
+    def __init__(self, metric, predictions: Sequence[str], references: Sequence[str]):
+        self.metric = metric
         self.stats = np.asarray(self.metric._extract_corpus_statistics(list(predictions), [list(references)]))
 
     def scores(self, counts: np.ndarray) -> np.ndarray:
         summed = counts @ self.stats
         return np.array([self.metric._compute_score_from_stats(list(row)).score for row in summed])
+
+
+def _form(outputs: Sequence[str], references: Sequence[str], token_counts: Sequence[int], limit: int
+          ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Per-input (numerators, denominators or None) of the table's form rows: a draw's value is
+    ``counts @ numerators / counts @ denominators`` (or ``/ n``)."""
+    words = np.array([len(o.split()) for o in outputs], dtype=float)
+    return {"exact match": (np.array([o.strip() == r.strip() for o, r in zip(outputs, references)], float), None),
+            "output/reference length": (words, np.array([len(r.split()) for r in references], dtype=float)),
+            "empty": (np.array([not o.strip() for o in outputs], dtype=float), None),
+            "at the token limit": (np.array([n >= limit for n in token_counts], dtype=float), None)}
+
+
+def _ratio(counts: np.ndarray, numerators: np.ndarray, denominators: np.ndarray | None) -> np.ndarray:
+    bottom = counts @ denominators if denominators is not None else counts.sum(axis=1)
+    return (counts @ numerators) / np.maximum(bottom, 1e-12)
 
 
 def evaluate(plugin: PluginModel, pairs: Sequence[Pair], *, resamples: int = 1000, seed: int = 0,
@@ -64,35 +98,48 @@ def evaluate(plugin: PluginModel, pairs: Sequence[Pair], *, resamples: int = 100
     adapted = plugin.generate(prompts, progress=progress, **overrides)
     alone = base_only_outputs(plugin, prompts, max_new_tokens=max_new_tokens, progress=progress)
     metrics = PACKAGE_METRICS + (("ROUGE-L",) if java.has_java() else ())
+    limit = max_new_tokens or plugin.decoding.max_new_tokens
     full = np.ones((1, len(pairs)), dtype=np.int64)
     draws = resample_counts(len(pairs), resamples, seed)
-    scores = {}
+    scores, signatures = {}, {}
     for name, outputs in (("plugin", adapted), ("base", alone)):
         package = InputStatistics(outputs, [[r] for r in references], metrics)
-        chrf = _Chrf(outputs, references)
-        scores[name] = {"whole": {**{m: float(v[0]) for m, v in package.scores(full).items()},
-                                  "chrF": float(chrf.scores(full)[0])},
-                        "draws": {**package.scores(draws), "chrF": chrf.scores(draws)}}
+        corpus = {"sacreBLEU": _Sacrebleu(BLEU(), outputs, references), "chrF": _Sacrebleu(CHRF(), outputs, references)}
+        signatures = {m: str(c.metric.get_signature()) for m, c in corpus.items()}
+        tokens = [len(plugin.base.tokenizer(o, add_special_tokens=False).input_ids) for o in outputs]
+        form = _form(outputs, references, tokens, limit)
+        scores[name] = {
+            "whole": {**{m: float(v[0]) for m, v in package.scores(full).items()},
+                      **{m: float(c.scores(full)[0]) for m, c in corpus.items()},
+                      **{m: float(_ratio(full, *parts)[0]) for m, parts in form.items()}},
+            "draws": {**package.scores(draws), **{m: c.scores(draws) for m, c in corpus.items()},
+                      **{m: _ratio(draws, *parts) for m, parts in form.items()}}}
     table = {}
     for metric in scores["plugin"]["whole"]:
         difference = scores["plugin"]["draws"][metric] - scores["base"]["draws"][metric]
         plugin_score, base_score = scores["plugin"]["whole"][metric], scores["base"]["whole"][metric]
         table[metric] = {"plugin": plugin_score, "base": base_score, "difference": plugin_score - base_score,
-                         "ci95": [float(q) for q in np.percentile(difference, [2.5, 97.5])]}
+                         "ci95": [float(q) for q in np.percentile(difference, [2.5, 97.5])],
+                         "measures": METRICS[metric]}
     return {"metrics": table, "n": len(pairs), "resamples": resamples, "seed": seed, "head_dtype": plugin.head_dtype,
-            "outputs": {"plugin": adapted, "base": alone}}
+            "max_new_tokens": limit, "signatures": signatures, "outputs": {"plugin": adapted, "base": alone}}
 
 
 def markdown(result: dict) -> str:
     """The evaluation as a Markdown table (the model card's section and the command's output)."""
     head = result.get("head_dtype", "float32")
-    lines = [f"On {result['n']} held-out pairs; paired bootstrap over the pairs ({result['resamples']} draws), "
-             "95% interval of the difference."
+    source = result.get("data", {}).get("file")
+    lines = [f"On {result['n']} held-out pairs" + (f" ({source})" if source else "")
+             + f"; paired bootstrap over the pairs ({result['resamples']} draws), 95% interval of the difference."
              + ("" if head == "float32" else f" The Plugin decoded with a {head} output layer."), "",
-             "| metric | Plugin | base alone | difference | 95% CI |", "| --- | --- | --- | --- | --- |"]
+             "| metric | what it measures, scale | Plugin | base alone | difference | 95% CI |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for metric, row in result["metrics"].items():
-        lines.append(f"| {metric} | {row['plugin']:.4g} | {row['base']:.4g} | {row['difference']:+.4g} | "
-                     f"{row['ci95'][0]:+.4g} to {row['ci95'][1]:+.4g} |")
+        lines.append(f"| {metric} | {row.get('measures', '')} | {row['plugin']:.4g} | {row['base']:.4g} | "
+                     f"{row['difference']:+.4g} | {row['ci95'][0]:+.4g} to {row['ci95'][1]:+.4g} |")
+    signatures = result.get("signatures", {})
+    if signatures:
+        lines += ["", "sacrebleu signatures: " + "; ".join(f"{m} `{sig}`" for m, sig in signatures.items()) + "."]
     return "\n".join(lines) + "\n"
 
 
