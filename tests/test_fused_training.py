@@ -157,9 +157,13 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
     """``runner.select_hparams`` trains the pending configurations of the grid in one pass (each
     record says with how many); the same grid's units trained one at a time (``train_config``,
     another store) record the same losses, epochs and choice. WeightedComb's alpha changes the
-    objective, not the batches: its grid shares them too."""
+    objective, not the batches: its grid shares them too. From a full cache on a CPU, where
+    reading a batch is a copy, the search trains one at a time."""
+    import dataclasses
+
     from plugin_lib.harness import methods, runner
 
+    task = dataclasses.replace(task, cache_layout="compact")  # where a grid pays on a CPU (core.train.grid_pays)
     profile = profile.replace(grid={**profile.section("grid"), "weight_decay": [0.01, 1.0], "alpha": [0.25, 0.75]},
                               training={**profile.section("training"), "max_epochs": 3, "patience": 1})
     trained_together = []
@@ -180,3 +184,7 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
         other = together["configs"][tag]
         assert (other["best_epoch"], other["epochs_run"]) == (config["best_epoch"], config["epochs_run"])
         assert other["val_loss"] == pytest.approx(config["val_loss"], rel=1e-6)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "full-cache"))
+    full = dataclasses.replace(task, cache_layout="full")
+    runner.select_hparams(full, method, profile, progress=False)
+    assert trained_together == [size]  # nothing more trained together

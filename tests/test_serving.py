@@ -339,15 +339,16 @@ def test_an_upstream_stopped_mid_request_is_502_or_an_error_event(plugin, monkey
     assert caught.value.status_code == 502 and caught.value.body["code"] == "upstream_failed"
 
 
-def test_train_takes_budget_and_size_from_flags_estimates_first_and_can_refit(tmp_path, monkeypatch):
+def test_train_takes_budget_and_size_from_flags_estimates_first_and_refits(tmp_path, monkeypatch):
     """Issue 44: epochs, learning rates and the reweighting model's size from flags; the time
-    estimate before the grid starts; a refit on every pair; the profile chosen for the machine.
+    estimate before the grid starts; by default a refit on every pair (issue 61), which the model
+    card states; the profile chosen for the machine.
     Its own cache folder: the base's outputs are computed here, as on a new machine, and what is
     said about them goes to stderr, so stdout holds only the result."""
     monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
     done = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS), "--out",
                                         str(tmp_path / "mine"), "--epochs", "2", "--lr", "1e-3", "--lr", "5e-3",
-                                        "--reweighter-width", "64", "--refit"])
+                                        "--reweighter-width", "64"])
     assert done.exit_code == 0, done.output
     assert "estimated at most" in done.stderr and "chosen for this machine" in done.stderr
     assert done.stdout.startswith("wrote ") and "base-output cache of" in done.stderr
@@ -355,6 +356,9 @@ def test_train_takes_budget_and_size_from_flags_estimates_first_and_can_refit(tm
     assert record["max_epochs"] == 2 and record["grid"]["lr"][:2] == [1e-3, 5e-3]
     assert record["arch"]["hidden_size"] == 64 and record["arch"]["intermediate_size"] == 256
     assert record["refit"]["pairs"] == 12 and record["refit"]["epochs"] == record["best_epoch"]
+    card = (tmp_path / "mine" / "README.md").read_text()
+    assert f"The saved model trained on all 12 pairs for {record['best_epoch']} epochs" in card
+    assert (f"chosen on {record['train_pairs']} training and {record['hyper_pairs']} hyper-validation pairs" in card)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "mine"]  # no resume state left behind
     bad = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS), "--out",
                                        str(tmp_path / "other"), "--reweighter-width", "50", "--lr", "-1"])
@@ -400,3 +404,10 @@ def test_a_data_file_that_is_not_utf8_is_named(tmp_path):
     path.write_bytes('{"prompt": "caf\u00e9", "completion": "x"}\n'.encode("latin-1"))
     with pytest.raises(DataFileError, match=r"pairs.jsonl: not UTF-8 text \(byte"):
         read_pairs(path)
+
+
+def test_a_model_card_without_a_refit_says_it_saw_the_training_part_only():
+    from plugin_lib.serving.artifact import _what_it_saw
+
+    said = _what_it_saw({"pairs": 600, "train_pairs": 360, "hyper_pairs": 240})
+    assert said.startswith("The saved model trained on the 360 training pairs only (no refit)")

@@ -30,7 +30,6 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from .. import data
@@ -38,7 +37,6 @@ from ..core.blackbox import BlackBoxLM
 from ..core.combine import mixture_log_probs
 from ..core.decode import generate
 from ..core.reweighter import make_reweighter
-from ..core.cache import gpu_headroom, host_available_bytes
 from ..core.train import (
     BaseOutputCache,
     EncodedPair,
@@ -46,7 +44,9 @@ from ..core.train import (
     GridRun,
     TokenObjective,
     TrainConfig,
+    configs_that_fit,
     encode_pairs,
+    grid_pays,
     fit_grid,
     reachable_plugin_log_probs,
     small_model_log_probs,
@@ -314,22 +314,14 @@ def training_run(
 
 
 def configs_at_once(task: Task, method: str, arch: dict, pending: int) -> int:
-    """How many of ``pending`` configurations to train together (``fit_grid``): as many as the
-    device's memory holds, each a model, its gradients, AdamW's two moments and its best
-    weights (20 bytes a parameter), within half the host memory or the GPU's free memory less
-    its headroom. LoRA, which trains through the base, one at a time."""
+    """How many of ``pending`` configurations to train together (``core.train.configs_that_fit``)
+    where it pays (``grid_pays``); LoRA, which trains through the base, one at a time."""
     if method == "LoRA" or pending <= 1:
         return min(1, pending)
-    probe = build_model(task, method, arch, seed=0)
-    per_config = 20 * sum(p.numel() for p in probe.parameters())
-    device = next(probe.parameters()).device
-    del probe
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        room = free - gpu_headroom(total)
-    else:
-        room = host_available_bytes() // 2
-    return max(1, min(pending, int(room // per_config)))
+    cache = None if method == "NewModel" else task.base_cache("train")
+    if not grid_pays(task.base.device, cache):
+        return 1
+    return configs_that_fit(build_model(task, method, arch, seed=0), pending)
 
 
 def train_method(

@@ -382,6 +382,17 @@ def _load_reweighter(directory: Path, spec: dict) -> torch.nn.Module:
     raise ArtifactError(f"{directory}: unknown reweighter kind {kind!r}.")
 
 
+def _what_it_saw(training: dict) -> str:
+    """Which pairs the saved model trained on: all of them (refit), or the training part."""
+    split = (f"the configuration was chosen on {training.get('train_pairs', '?')} training and "
+             f"{training.get('hyper_pairs', '?')} hyper-validation pairs")
+    refit = training.get("refit")
+    if refit:
+        return f"The saved model trained on all {refit['pairs']} pairs for {refit['epochs']} epochs; {split}."
+    return (f"The saved model trained on the {training.get('train_pairs', '?')} training pairs only (no refit); "
+            f"{split}.")
+
+
 def model_card(spec: BaseSpec, decoding: DecodingSettings, training: dict) -> str:
     """README.md in the Hub's model-card format: YAML metadata, then what the model is."""
     base_model = spec.name if spec.kind == "model" and "/" in spec.name and not Path(spec.name).exists() else None
@@ -399,7 +410,7 @@ def model_card(spec: BaseSpec, decoding: DecodingSettings, training: dict) -> st
         "",
         f"- **Base:** {spec.display} ({'in process' if spec.kind == 'model' else 'an OpenAI-compatible endpoint'})",
         f"- **Training data:** {training.get('pairs', '?')} (prompt, completion) pairs, sha256 "
-        f"`{training.get('data_sha256', '?')}`; hyper-validation {training.get('hyper_pairs', '?')} pairs",
+        f"`{training.get('data_sha256', '?')}`. {_what_it_saw(training)}",
         f"- **Chosen:** {', '.join(f'{k} {v:g}' for k, v in chosen.items()) or '?'}; hyper-validation loss "
         f"{training.get('val_loss', float('nan')):.4f} (epoch {training.get('best_epoch', '?')})",
         f"- **Decoding:** {'greedy' if decoding.temperature == 0 else f'temperature {decoding.temperature}'}, "

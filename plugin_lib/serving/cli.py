@@ -54,7 +54,8 @@ def train(
     weight_decay: Optional[list[float]] = typer.Option(None, help="Weight decays to search (repeat)."),
     reweighter_layers: Optional[int] = typer.Option(None, help="Blocks of the reweighting model (default: 1)."),
     reweighter_width: Optional[int] = typer.Option(None, help="Hidden width of the reweighting model."),
-    refit: bool = typer.Option(False, help="Train the chosen configuration again on every pair at the end."),
+    refit: bool = typer.Option(True, "--refit/--no-refit", help="Train the chosen configuration again on every pair "
+                                                                 "at the end, so the saved model saw all the data."),
     top_k: Optional[int] = typer.Option(None, help="Log-probabilities per position the base gives (an endpoint: "
                                                    "20 unless set; a model: its top-k view, default all)."),
     chat: bool = typer.Option(False, "--chat/--plain", help="Show prompts as a user turn of the chat template."),

@@ -7,8 +7,10 @@ configuration of the profile's grid (learning rate x weight decay) is trained wi
 budget (AdamW, warmup, early stopping on hyper-validation loss), a choice at an edge pushes the
 grid further as the runner does (``harness.runner.beyond_edge``), and the configuration with the
 lowest hyper-validation loss is kept. The base's outputs are computed once for all of them (and
-kept for a later run on the same pairs); an interrupted run resumes each configuration where it
-stopped; ``refit`` trains the choice again on every pair.
+kept for a later run on the same pairs), and the configurations train together, each batch read
+once for all (``core.train.fit_grid``); an interrupted run resumes each configuration where it
+stopped; then the choice is trained again on every pair (``refit``, the default), so the saved
+model has seen all the data.
 """
 from __future__ import annotations
 
@@ -20,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..core.blackbox import BlackBoxLM
 from ..core.reweighter import make_reweighter
-from ..core.train import BaseOutputCache, TokenObjective, TrainConfig, encode_pairs, fit, reachable_plugin_log_probs
+from ..core.train import (BaseOutputCache, GridRun, TokenObjective, TrainConfig, configs_that_fit, encode_pairs, fit,
+                          fit_grid, grid_pays, reachable_plugin_log_probs)
 from ..data.datasets import Example, split_hyper_validation, training_pairs
 from ..data.prompts import format_for_model
 from ..harness import models, runner
@@ -178,13 +180,14 @@ def _estimate(base: BlackBoxLM, arch: dict, objective: TokenObjective, hyper: To
 def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profile: Profile, *,
                  prompt_format: str = "plain", seed: int | None = None, arch: dict | None = None,
                  progress: bool = True, cache_dir: str | Path | None = None, resume_dir: str | Path | None = None,
-                 refit: bool = False, announce=None) -> PluginModel:
+                 refit: bool = True, announce=None) -> PluginModel:
     """A ``PluginModel`` trained on ``pairs`` by the profile's grid and budget.
 
     ``cache_dir``: where the base's outputs are kept and found again by a later run on the same
     pairs. ``resume_dir``: every configuration's training state, so an interrupted call resumes
-    where it stopped (the caller removes it when done). ``refit``: after the choice, train the
-    chosen configuration again on all pairs for the chosen number of epochs. ``announce``: gets
+    where it stopped (the caller removes it when done). ``refit`` (default): after the choice, train
+    the chosen configuration again on all pairs for the chosen number of epochs, so the saved
+    model has seen every pair (scikit-learn's ``refit=True``). ``announce``: gets
     the time estimate before the grid starts."""
     seed = profile.seeds[0] if seed is None else seed
     arch = arch or reweighter_arch(base_spec)
@@ -206,15 +209,23 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
     started = time.perf_counter()
     while True:
         todo = [h for h in runner.hparam_grid(profile, "Plugin", values) if tuple(sorted(h.items())) not in results]
-        for hparams in tqdm(todo, desc="grid", disable=not progress):
-            model = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
-            cfg = _config(profile, hparams, seed)
-            result = fit(model, objectives["train"], objectives["hyper"], cfg, progress=progress,
-                         checkpoint=_resume_file(resume_dir, arch, hparams, cfg), keep_checkpoint=resume_dir is not None)
-            results[tuple(sorted(hparams.items()))] = {"hparams": hparams, "val_loss": result.best_val_loss,
-                                                      "best_epoch": result.best_epoch, "epochs_run": result.epochs_run}
-            if best is None or result.best_val_loss < best[1]["val_loss"]:
-                best = (model, results[tuple(sorted(hparams.items()))])
+        while todo:  # the configurations together (fit_grid: one pass over the data), as many as memory holds
+            first = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
+            count = configs_that_fit(first, len(todo)) if grid_pays(base.device, objectives["train"].cache) else 1
+            chunk, todo = todo[:count], todo[count:]
+            runs = []
+            for hparams in chunk:
+                cfg = _config(profile, hparams, seed)
+                model = first if not runs else make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(
+                    base.device)
+                runs.append(GridRun(model, objectives["train"], objectives["hyper"], cfg,
+                                    _resume_file(resume_dir, arch, hparams, cfg), keep_checkpoint=resume_dir is not None))
+            for run, hparams, result in zip(runs, chunk, fit_grid(runs, progress=progress)):
+                results[tuple(sorted(hparams.items()))] = {"hparams": hparams, "val_loss": result.best_val_loss,
+                                                          "best_epoch": result.best_epoch, "epochs_run": result.epochs_run}
+                if best is None or result.best_val_loss < best[1]["val_loss"]:
+                    best = (run.model, results[tuple(sorted(hparams.items()))])
+            del runs, first
         pushed = [k for k in runner.grid_edges(values, best[1]["hparams"]) if extensions[k] < profile.grid.extend_edges]
         if not pushed:
             break
