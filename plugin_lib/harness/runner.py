@@ -162,8 +162,9 @@ def _train_configs(task: methods.Task, method: str, profile: Profile, configs: l
         return _selection_record(record_path, fingerprint, inputs)
 
     tags = {config_tag(hparams): hparams for hparams in configs}
+    recorded = fresh()["configs"]
     with contextlib.ExitStack() as held:
-        for tag in sorted(t for t in tags if t not in fresh()["configs"]):
+        for tag in sorted(t for t in tags if t not in recorded):
             held.enter_context(unit_lock(folder, f"{label}-{tag}"))
         latest = fresh()
         pending = [t for t in tags if t not in latest["configs"]]
