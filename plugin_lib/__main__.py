@@ -78,7 +78,11 @@ def data_fetch(ctx: typer.Context) -> None:
 @data_app.command("check", **PASS_ON)
 def data_check(ctx: typer.Context) -> None:
     """Check the data folder against its checksums (python -m plugin_lib.data.check)."""
-    _hand_over("plugin_lib.data.check", ctx.args)
+    from .data.check import main
+    from .harness.profile import profile_names
+
+    sys.argv = [sys.argv[0], *ctx.args]
+    raise typer.Exit(main(ctx.args, profiles=profile_names()))
 
 
 @app.command("preflight", **PASS_ON)

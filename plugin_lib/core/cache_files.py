@@ -41,12 +41,14 @@ def _owner_ended(tag: str) -> bool:
     return False
 
 
-def remove_stale_partials(directory: Path, max_age_s: float = STALE_PARTIAL_S) -> list[Path]:
-    """Remove ``.base-*.partial`` files in ``directory`` left by a killed build: at once when the
-    build's process (named in the file, ``host~pid``) has ended on this host, otherwise once
-    untouched for ``max_age_s`` seconds (a live build touches its file after every batch)."""
+def remove_stale_partials(directory: Path, max_age_s: float = STALE_PARTIAL_S,
+                          pattern: str = ".base-*.partial") -> list[Path]:
+    """Remove ``pattern`` files in ``directory`` (``.<name>.<host~pid>.<random>.<suffix>``) left
+    by a killed writer: at once when its process (named in the file) has ended on this host,
+    otherwise once untouched for ``max_age_s`` seconds (a live cache build touches its file after
+    every batch). The default: the base-output cache's builds."""
     removed, cutoff = [], time.time() - max_age_s
-    for partial in Path(directory).glob(".base-*.partial"):
+    for partial in Path(directory).glob(pattern):
         parts = partial.name.split(".")
         try:
             if (len(parts) >= 4 and _owner_ended(parts[-3])) or partial.stat().st_mtime < cutoff:

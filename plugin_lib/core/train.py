@@ -15,6 +15,7 @@ The pieces, smallest first:
 from __future__ import annotations
 
 import copy
+import glob
 import math
 import os
 import tempfile
@@ -34,7 +35,7 @@ from transformers import get_linear_schedule_with_warmup
 from .cache import (GIB, LAYOUTS, PLACEMENTS, BaseOutputCache, cache_dtype, choose_layout,  # noqa: F401
                     choose_placement, gpu_free_bytes, gpu_headroom, host_available_bytes, measure_placement,
                     release_gpu_caches)
-from .cache_files import current_umask
+from .cache_files import current_umask, owner_tag, remove_stale_partials
 from .loss import shift_labels, target_positions
 from .pairs import EncodedPair, collate, encode_pairs  # noqa: F401
 from .reweighter import check_token_ids, check_vocabulary, reweighter_logits
@@ -424,7 +425,8 @@ def _save_atomically(path: str | Path, state: dict) -> None:
     than ``utils.io``'s: it imports nothing outside the core; the harness reaps temporaries.)"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    remove_stale_partials(path.parent, pattern=f".{glob.escape(path.name)}.*.tmp")  # what a killed writer left
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)

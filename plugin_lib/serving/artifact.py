@@ -18,6 +18,7 @@ mismatch (``TokenizerMismatch``): the product b * r needs one shared vocabulary.
 """
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import json
 import os
@@ -38,9 +39,10 @@ from ..core.decode import PluginLogitsProcessor, generate
 from ..core.reweighter import ContextFreeReweighter, check_vocabulary, for_decoding
 from ..data.prompts import format_for_model
 from ..harness import models
+from ..utils.io import current_umask, remove_stale_temporaries, temporary_prefix
+from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS
 
 FORMAT = 1
-CONFIG_FILE = "plugin_config.json"
 PROMPT_FORMATS = ("plain", "chat")
 
 
@@ -102,9 +104,6 @@ class BaseSpec:
         client = CompletionsClient(self.name, api_key_env=self.api_key_env, max_concurrency=self.max_concurrency)
         return ApiBlackBox(client, tokenizer, self.top_k, rule=self.rule, name=f"{self.name}@top{self.top_k}",
                            teacher_forcing=self.teacher_forcing, model=self.model, speculate=self.speculate)
-
-
-MAX_PROMPT_TOKENS = 2048  # the longest prompt generate, evaluate and serve accept unless told otherwise
 
 
 class PromptTooLong(ValueError):
@@ -245,7 +244,11 @@ class PluginModel:
         moved into place (an existing artifact there is replaced only once the new one is complete)."""
         target = Path(directory)
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.parent / f".{target.name}.partial-{os.getpid()}"
+        # Named after this process, so the next save reaps what a killed one left (a kill -9 skips
+        # the cleanup below): ``.<name>.<host~pid>.partial.tmp`` and ``...old.tmp``.
+        remove_stale_temporaries(target.parent, (f".{glob.escape(target.name)}.*.tmp",))
+        partial = target.parent / f"{temporary_prefix(target)}partial.tmp"
+        old = target.parent / f"{temporary_prefix(target)}old.tmp"
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
         try:
@@ -255,7 +258,7 @@ class PluginModel:
             (partial / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
             (partial / "training.json").write_text(json.dumps(self.training, indent=2) + "\n")
             (partial / "README.md").write_text(model_card(self.base_spec, self.decoding, self.training))
-            old = target.parent / f".{target.name}.old-{os.getpid()}"
+            _usual_modes(partial)
             if target.exists():
                 os.replace(target, old)
             os.replace(partial, target)
@@ -336,6 +339,15 @@ def check_same_tokenizer(saved, base_tokenizer, where: str) -> None:
             f"The Plugin was trained on another tokenizer than {where}'s ({len(saved)} vs {len(base_tokenizer)} "
             "tokens, or other ids): a reweighting model works only on the vocabulary it was trained on. "
             "Load it with the base it was trained for, or train a Plugin for this base.")
+
+
+def _usual_modes(folder: Path) -> None:
+    """Every file of ``folder`` with the user's normal permissions (0666 less the umask), as
+    ``open`` gives: safetensors writes its file 0600, the rest 0644."""
+    mode = 0o666 & ~current_umask()
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(mode)
 
 
 def _save_reweighter(reweighter: torch.nn.Module, directory: Path) -> dict:

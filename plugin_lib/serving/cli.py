@@ -10,24 +10,34 @@ the base's) is one line on stderr and exit status 2, before any model is loaded 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from ..core.api import ApiError
 from ..harness import profile as config
 from ..harness.profile import load_profile, profile_names
-from .artifact import CONFIG_FILE, MAX_PROMPT_TOKENS, ArtifactError, BaseSpec, PluginModel
-from .training import DataFileError, data_sha256, read_pairs, reweighter_arch, train_plugin
+from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, read_pairs, read_prompts
+
+# torch, transformers and the models load inside each command, after its input is checked: --help
+# and refused input answer in well under a second (tests/test_cli_startup.py).
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Train, run and serve a Plugin: a small reweighting model on top of a black-box LLM.")
 
-USER_ERRORS = (DataFileError, ArtifactError, ApiError, ValueError, OSError)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What a command reports as one line and exit 2: bad files and names (ValueError: the data,
+    artifact and tokenizer errors), the file system, an endpoint's errors."""
+    from ..core.api_client import ApiError
+
+    return ValueError, OSError, ApiError
 
 
 def head_dtype_option():
@@ -67,31 +77,81 @@ def train(
 ):
     """Train a Plugin on (prompt, completion) pairs and write it as one artifact."""
     try:
-        chosen = _training_profile(profile, epochs, lr, weight_decay)
         pairs = read_pairs(data)
-        spec = BaseSpec.parse(base, top_k=top_k, model=model, api_key_env=api_key_env)
-        arch = reweighter_arch(spec, reweighter_layers, reweighter_width)
         if out.exists() and any(out.iterdir()) and not (out / CONFIG_FILE).exists():
             fail(f"{out} exists and is not a Plugin artifact: choose a new directory (an artifact there is replaced).")
-        if spec.kind == "endpoint" and not tokenizer:
-            fail("an endpoint base needs --tokenizer (a local copy of the server's tokenizer).")
-        typer.echo(f"{len(pairs)} pairs from {data}; base {spec.display}; profile {chosen.name}"
-                   f"{'' if profile else ' (chosen for this machine; --profile overrides)'}", err=True)
-        # An interrupted call resumes: every configuration's state is kept beside the output until it is written.
-        resume = out.parent / f".{out.name}.resume-{data_sha256(pairs)[:12]}"
-        if resume.exists():
-            typer.echo(f"resuming from {resume}", err=True)
+        chosen = _training_profile(profile, epochs, lr, weight_decay)  # without --profile, torch looks for a GPU
+        with _only_writer(out):
+            plugin = _train(base, data, out, pairs, chosen, profile, refit, top_k, chat, seed, model, api_key_env,
+                            tokenizer, reweighter_layers, reweighter_width)
+    except user_errors() as err:
+        fail(str(err))
+    record = plugin.training
+    typer.echo(f"wrote {out}: lr {record['hparams']['lr']:g}, weight decay {record['hparams']['weight_decay']:g}, "
+               f"hyper-validation loss {record['val_loss']:.4f} (epoch {record['best_epoch']})")
+
+
+def _train(base, data, out, pairs, chosen, profile, refit, top_k, chat, seed, model, api_key_env, tokenizer,
+           layers, width):
+    """``train``'s work once its input is checked and ``out`` is ours; an interrupt (Ctrl-C,
+    SIGTERM) ends it with one line saying that the same command resumes."""
+    from .artifact import BaseSpec
+    from .training import data_sha256, reweighter_arch, train_plugin
+
+    spec = BaseSpec.parse(base, top_k=top_k, model=model, api_key_env=api_key_env)
+    arch = reweighter_arch(spec, layers, width)
+    if spec.kind == "endpoint" and not tokenizer:
+        fail("an endpoint base needs --tokenizer (a local copy of the server's tokenizer).")
+    typer.echo(f"{len(pairs)} pairs from {data}; base {spec.display}; profile {chosen.name}"
+               f"{'' if profile else ' (chosen for this machine; --profile overrides)'}", err=True)
+    # An interrupted call resumes: every configuration's state is kept beside the output until it is written.
+    resume = out.parent / f".{out.name}.resume-{data_sha256(pairs)[:12]}"
+    if resume.exists():
+        typer.echo(f"resuming from {resume}", err=True)
+    with _interrupts_resume(out, resume):
         black_box = spec.load(_tokenizer(tokenizer) if spec.kind == "endpoint" else None)
         plugin = train_plugin(black_box, spec, pairs, chosen, prompt_format="chat" if chat else "plain", seed=seed,
                               arch=arch, refit=refit, cache_dir=config.cache_dir() / "train-outputs",
                               resume_dir=resume, announce=lambda line: typer.echo(line, err=True))
         plugin.save_pretrained(out)
-        shutil.rmtree(resume, ignore_errors=True)
-    except USER_ERRORS as err:
-        fail(str(err))
-    record = plugin.training
-    typer.echo(f"wrote {out}: lr {record['hparams']['lr']:g}, weight decay {record['hparams']['weight_decay']:g}, "
-               f"hyper-validation loss {record['val_loss']:.4f} (epoch {record['best_epoch']})")
+    shutil.rmtree(resume, ignore_errors=True)
+    return plugin
+
+
+@contextlib.contextmanager
+def _only_writer(out: Path):
+    """One ``train`` per output: a second one into the same ``--out`` is refused at once, naming
+    the first (a lock beside it, taken over when its owner has ended)."""
+    from ..utils.locks import StoreLock
+
+    lock = StoreLock(out.parent / f".{out.name}.lock")
+    if not lock.acquire(blocking=False):
+        held = lock.holder() or {}
+        fail(f"another plugin-repro train (pid {held.get('pid')} on {held.get('host')}) is writing {out}: wait for "
+             "it to end, or choose another --out.")
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
+def _interrupts_resume(out: Path, resume: Path):
+    """Ctrl-C and SIGTERM stop training with one line, status 130 or 143: nothing was written to
+    ``out``, and the same command resumes from the state kept in ``resume``."""
+    def terminate(signum, _frame):
+        raise KeyboardInterrupt(signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        by_term = stop.args[:1] == (signal.SIGTERM,)
+        typer.echo(f"plugin-repro: {'terminated' if by_term else 'interrupted'}; {out} was not written. The same "
+                   f"command resumes where this one stopped (its state is kept in {resume}).", err=True)
+        raise typer.Exit(143 if by_term else 130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _training_profile(name: str | None, epochs: int | None, lrs: list[float] | None, decays: list[float] | None):
@@ -125,7 +185,9 @@ def generate(
     if base_only and temperature:
         fail("--base-only decodes greedily, as the comparison with the Plugin does; leave out --temperature.")
     try:
-        prompts = [prompt] if prompt is not None else _prompts_from(file)
+        prompts = [prompt] if prompt is not None else read_prompts(file)
+        from .artifact import PluginModel
+
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
         overrides = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature)) if v is not None}
         adapted.check_prompt_lengths([adapted.format_prompt(p) for p in prompts], max_prompt_tokens)
@@ -136,7 +198,7 @@ def generate(
         else:
             outputs = adapted.generate(prompts, progress=len(prompts) > 1, max_prompt_tokens=max_prompt_tokens,
                                        **overrides)
-    except USER_ERRORS as err:
+    except user_errors() as err:
         fail(str(err))
     if prompt is not None:
         typer.echo(outputs[0])
@@ -156,10 +218,11 @@ def evaluate(
     head_dtype: str = head_dtype_option(),
 ):
     """The Plugin against its base alone on held-out pairs: BLEU, ROUGE, NIST, chrF, with paired bootstrap CIs."""
-    from .evaluation import evaluate as run_evaluation, markdown, write_to_artifact
-
     try:
         pairs = read_pairs(data)
+        from .evaluation import evaluate as run_evaluation, markdown, write_to_artifact
+        from .artifact import PluginModel
+
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
         typer.echo(f"{len(pairs)} pairs from {data}; decoding with the Plugin and with the base alone", err=True)
         result = run_evaluation(adapted, pairs, resamples=resamples, max_new_tokens=max_new_tokens,
@@ -167,7 +230,7 @@ def evaluate(
         result["data"] = {"file": str(data), "pairs": len(pairs)}
         if card:
             write_to_artifact(plugin, result)
-    except USER_ERRORS as err:
+    except user_errors() as err:
         fail(str(err))
     typer.echo(markdown(result), nl=False)
     if card:
@@ -193,39 +256,25 @@ def serve(
     head_dtype: str = head_dtype_option(),
 ):
     """Serve the adapted model with an OpenAI-compatible API (/v1/completions, /v1/chat/completions)."""
-    import uvicorn
-
-    from .server import Limits, create_app, exposure_warning
+    from .server import exposure_warning
 
     warning = exposure_warning(host, api_key)
     if warning:
         typer.secho(warning, err=True, fg=typer.colors.RED, bold=True)
 
     try:
+        import uvicorn
+
+        from .artifact import PluginModel
+        from .server import Limits, create_app
+
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
         limits = Limits(max_concurrency=max_concurrency or (4 if adapted.base_spec.kind == "endpoint" else 8),
                         max_queue=max_queue, max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens)
         api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits, api_key=api_key, docs=docs)
-    except USER_ERRORS as err:
+    except user_errors() as err:
         fail(str(err))
     uvicorn.run(api, host=host, port=port, log_level="info")
-
-
-def _prompts_from(path: Path) -> list[str]:
-    if not path.is_file():
-        raise DataFileError(f"{path}: no such file.")
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not lines:
-        raise DataFileError(f"{path} is empty: one prompt per line, or JSONL with a prompt field.")
-    if path.suffix.lower() != ".jsonl":
-        return lines
-    prompts = []
-    for number, line in enumerate(lines, start=1):
-        row = json.loads(line)
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise DataFileError(f"{path}:{number}: no prompt field.")
-        prompts.append(row["prompt"])
-    return prompts
 
 
 def _tokenizer(source: str):

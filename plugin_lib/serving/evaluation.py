@@ -26,7 +26,7 @@ from ..metrics import java
 from ..metrics.resample import InputStatistics, resample_counts
 from ..utils.io import atomic_write_json, atomic_write_text
 from .artifact import PluginModel
-from .training import Pair
+from .inputs import Pair
 
 PACKAGE_METRICS = ("BLEU", "ROUGE-1", "ROUGE-2", "NIST")
 # What each row of the table is: its implementation and scale (the model card prints them).

@@ -58,8 +58,9 @@ from transformers import TextStreamer
 from transformers.generation.streamers import BaseStreamer
 
 from ..core.api import ApiBlackBox, ApiError
-from .artifact import MAX_PROMPT_TOKENS, Completion, PluginModel, PromptTooLong
+from .artifact import Completion, PluginModel, PromptTooLong
 from .batching import BatchEngine, Request as EngineRequest
+from .inputs import MAX_PROMPT_TOKENS
 from .metrics import ServerMetrics
 from .protocol import UNSUPPORTED, ChatRequest, CompletionRequest, OpenAIError, Sampling
 

@@ -14,7 +14,6 @@ model has seen all the data.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import time
@@ -31,80 +30,9 @@ from ..data.datasets import Example, split_hyper_validation, training_pairs
 from ..data.prompts import format_for_model
 from ..harness import models, runner
 from ..harness.profile import Profile
+from . import estimate
 from .artifact import BaseSpec, DecodingSettings, PluginModel, package_version
-
-COLUMNS = ("prompt", "completion")
-MIN_PROMPTS = 2
-
-
-class DataFileError(ValueError):
-    """A training file that cannot be used as it is."""
-
-
-@dataclass(frozen=True)
-class Pair:
-    prompt: str
-    completion: str
-
-
-def read_pairs(path: str | Path) -> list[Pair]:
-    """The (prompt, completion) pairs of a JSONL or CSV file, with an error that names the line
-    and what to do for a missing file, an empty one, a missing column or a non-text value."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataFileError(f"{path}: no such file. Pass a JSONL or CSV file of {' and '.join(COLUMNS)} columns.")
-    try:
-        return _read_pairs(path)
-    except UnicodeDecodeError as err:
-        raise DataFileError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}). Save it as UTF-8.") from None
-
-
-def _read_pairs(path: Path) -> list[Pair]:
-    if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if reader.fieldnames and missing:
-                raise DataFileError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {reader.fieldnames}). "
-                                    f"The file needs the columns {COLUMNS}.")
-            rows = [(i + 2, row) for i, row in enumerate(reader)]
-    elif path.suffix.lower() in (".jsonl", ".json"):
-        rows = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataFileError(f"{path}:{number}: not a JSON object ({err.msg}). JSONL has one object per line.") from None
-            if not isinstance(row, dict):
-                raise DataFileError(f"{path}:{number}: a {type(row).__name__}, not an object with {COLUMNS}.")
-            rows.append((number, row))
-    else:
-        raise DataFileError(f"{path}: unknown file type {path.suffix!r}; use .jsonl or .csv.")
-    if not rows:
-        raise DataFileError(f"{path} is empty: it needs (prompt, completion) pairs, one per line.")
-    pairs = []
-    for number, row in rows:
-        for column in COLUMNS:
-            value = row.get(column)
-            if not isinstance(value, str) or not value.strip():
-                what = "missing" if value is None else f"not a non-empty string ({value!r:.40})"
-                raise DataFileError(f"{path}:{number}: {column!r} is {what}. Every pair needs both {COLUMNS}.")
-        pairs.append(Pair(row["prompt"], row["completion"]))
-    if len({p.prompt for p in pairs}) < MIN_PROMPTS:
-        raise DataFileError(f"{path}: {len(pairs)} pairs but fewer than {MIN_PROMPTS} distinct prompts: the "
-                            "hyper-validation part needs prompts of its own.")
-    return pairs
-
-
-def data_sha256(pairs: list[Pair]) -> str:
-    """A hash of the pairs themselves (not of the file's formatting)."""
-    digest = hashlib.sha256()
-    for pair in pairs:
-        digest.update(json.dumps([pair.prompt, pair.completion]).encode())
-    return digest.hexdigest()
-
+from .inputs import DataFileError, Pair, data_sha256, read_pairs  # noqa: F401 - the names users import from here
 
 def as_examples(pairs: list[Pair]) -> list[Example]:
     """One ``Example`` per unique prompt, its completions as references (first-seen order)."""
@@ -144,37 +72,29 @@ def _encoded(base: BlackBoxLM, examples, profile: Profile, prompt_format: str):
                         max_prompt_tokens=profile.tokens.max_prompt, max_target_tokens=profile.tokens.max_target)
 
 
-def _objective(base: BlackBoxLM, encoded, cache_dir: Path | None, progress: bool) -> TokenObjective:
-    """The Plugin's training objective; the base's outputs are read from ``cache_dir`` when an
-    earlier run stored them for the same base and pairs (``BaseOutputCache`` keys them)."""
-    cache = BaseOutputCache.build(base, encoded, directory=cache_dir, progress=progress)
+def _objective(base: BlackBoxLM, encoded, cache: BaseOutputCache) -> TokenObjective:
     return TokenObjective(encoded, base.tokenizer.pad_token_id, log_probs=reachable_plugin_log_probs, cache=cache)
 
 
-def _estimate(base: BlackBoxLM, arch: dict, objective: TokenObjective, hyper: TokenObjective, profile: Profile,
-              configs: int, seed: int) -> str:
-    """The grid's time at most, from two training steps and one hyper-validation batch timed here."""
-    model = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    batch = profile.training.batch_size
-    first = list(range(min(batch, len(objective))))
-    started = time.perf_counter()
-    for _ in range(2):
-        loss, n = objective.nll(model, first)
-        (loss / n).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    step = (time.perf_counter() - started) / 2
-    started = time.perf_counter()
-    with torch.no_grad():
-        hyper.nll(model, list(range(min(batch, len(hyper)))))
-    scored = time.perf_counter() - started
-    epoch = step * -(-len(objective) // batch) + scored * -(-len(hyper) // batch)
-    total = configs * profile.training.max_epochs * epoch
-    shown = f"{total:,.0f} s" if total < 120 else f"{total / 60:,.1f} min"
-    return (f"estimated at most {shown}: {configs} configuration(s) x up to "
-            f"{profile.training.max_epochs} epochs x {epoch:,.1f} s an epoch (timed here); early stopping ends "
-            "most sooner")
+def _rows(cache: BaseOutputCache, first: int, end: int) -> BaseOutputCache:
+    """The cache of pairs ``first:end`` of ``cache``: a view of its rows, nothing copied."""
+    lo, hi = int(cache.offsets[first]), int(cache.offsets[end])
+    return BaseOutputCache(cache.rows[lo:hi], cache.offsets[first:end + 1] - lo, cache.placement, cache.head)
+
+
+def _estimate(base: BlackBoxLM, arch: dict, encoded, split: int, profile: Profile, values: dict, seed: int,
+              cache_dir: Path | None, resume_dir, refit: bool) -> estimate.Plan:
+    """``estimate.plan`` of this call: the rates timed here, the grid's configurations less what a
+    resumed run finished, the edge extensions at most."""
+    grid = runner.hparam_grid(profile, "Plugin", values)
+    done = [estimate.epochs_done(_resume_file(resume_dir, arch, h, _config(profile, h, seed)),
+                                 profile.training.max_epochs) for h in grid]
+    grown = {k: v + [None] * (profile.grid.extend_edges if len(v) > 1 else 0) for k, v in values.items()}  # beyond_edge
+    edges = len(runner.hparam_grid(profile, "Plugin", grown)) - len(grid) if profile.grid.extend_edges else 0
+    rates = estimate.measure_rates(base, arch, encoded[:split], profile.training.batch_size, seed)
+    stored = cache_dir is not None and BaseOutputCache.is_stored(cache_dir, base, encoded)
+    return estimate.plan(rates, encoded[:split], encoded[split:], profile, configs=len(grid), edge_configs=edges,
+                         epochs_done=done, base_stored=stored, refit=refit, seed=seed)
 
 
 def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profile: Profile, *,
@@ -188,7 +108,7 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
     where it stopped (the caller removes it when done). ``refit`` (default): after the choice, train
     the chosen configuration again on all pairs for the chosen number of epochs, so the saved
     model has seen every pair (scikit-learn's ``refit=True``). ``announce``: gets
-    the time estimate before the grid starts."""
+    the whole cost's estimate (``estimate.py``) before any work."""
     seed = profile.seeds[0] if seed is None else seed
     arch = arch or reweighter_arch(base_spec)
     decoding = DecodingSettings(max_new_tokens=profile.decoding.max_new_tokens,
@@ -196,17 +116,25 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
                                 prompt_format=prompt_format, max_prompt_tokens=profile.tokens.max_prompt)
     train, hyper = split_hyper_validation(as_examples(pairs), seed=seed)
     cache_dir = Path(cache_dir) if cache_dir is not None else None
-    objectives = {part: _objective(base, _encoded(base, examples, profile, prompt_format), cache_dir, progress)
-                  for part, examples in (("train", train), ("hyper", hyper))}
-
+    encoded = _encoded(base, train + hyper, profile, prompt_format)  # train's pairs first, then hyper's
+    split = len(training_pairs(train))
     values = {k: list(getattr(profile.grid, k)) for k in runner.grid_keys("Plugin")}
-    if announce is not None:
-        most = len(runner.hparam_grid(profile, "Plugin", values)) + profile.grid.extend_edges * len(values)
-        announce(_estimate(base, arch, objectives["train"], objectives["hyper"], profile, most, seed))
+    planned = None
+    if announce is not None:  # before any work: the whole cost, timed here
+        planned = _estimate(base, arch, encoded, split, profile, values, seed, cache_dir, resume_dir, refit)
+        announce(planned.describe())
+    # The base's outputs once for every pair: the grid reads its two parts, the refit all of it.
+    phases, started = {}, time.perf_counter()
+    cache = BaseOutputCache.build(base, encoded, directory=cache_dir, progress=progress)
+    phases["base_outputs_s"] = round(time.perf_counter() - started, 1)
+    everything = _objective(base, encoded, cache)
+    objectives = {"train": _objective(base, encoded[:split], _rows(cache, 0, split)),
+                  "hyper": _objective(base, encoded[split:], _rows(cache, split, len(encoded)))}
+
     results: dict[tuple, dict] = {}
     best = None
     extensions = {k: 0 for k in values}
-    started = time.perf_counter()
+    grid_started = time.perf_counter()
     while True:
         todo = [h for h in runner.hparam_grid(profile, "Plugin", values) if tuple(sorted(h.items())) not in results]
         while todo:  # the configurations together (fit_grid: one pass over the data), as many as memory holds
@@ -241,10 +169,15 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
         "grid": values, "configs": list(results.values()), "hparams": chosen["hparams"],
         "val_loss": chosen["val_loss"], "best_epoch": chosen["best_epoch"],
     }
+    phases["grid_s"] = round(time.perf_counter() - grid_started, 1)
     if refit:
-        model, record["refit"] = _refit(base, arch, profile, chosen, train + hyper, prompt_format, cache_dir, seed,
-                                        progress)
+        refit_started = time.perf_counter()
+        model, record["refit"] = _refit(base, arch, profile, chosen, everything, seed, progress)
+        phases["refit_s"] = round(time.perf_counter() - refit_started, 1)
     record["seconds"] = round(time.perf_counter() - started, 1)
+    record["phases"] = phases
+    if planned is not None:
+        record["estimate"] = planned.as_record()
     record["package_version"] = package_version()
     return PluginModel(base, model.eval(), base_spec=base_spec, decoding=decoding, training=record)
 
@@ -265,11 +198,10 @@ def _resume_file(resume_dir, arch: dict, hparams: dict, cfg: TrainConfig) -> Pat
     return Path(resume_dir) / f"config-{key}.pt"
 
 
-def _refit(base: BlackBoxLM, arch: dict, profile: Profile, chosen: dict, examples, prompt_format: str,
-           cache_dir: Path | None, seed: int, progress: bool):
+def _refit(base: BlackBoxLM, arch: dict, profile: Profile, chosen: dict, everything: TokenObjective, seed: int,
+           progress: bool):
     """The chosen configuration trained again on every pair for its chosen number of epochs
     (no pair is held out, so nothing stops it early)."""
-    everything = _objective(base, _encoded(base, examples, profile, prompt_format), cache_dir, progress)
     epochs = max(1, chosen["best_epoch"])
     model = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
     cfg = _config(profile, chosen["hparams"], seed, max_epochs=epochs, patience=epochs + 1)

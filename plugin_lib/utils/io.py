@@ -3,6 +3,7 @@ run never leaves a half-written file that a resumed run would trust. Files get t
 permissions (``0666`` less the umask), as ``open(path, "w")`` would give them, not mkstemp's 0600."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -34,6 +35,7 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]
     renamed to ``path`` when complete; removed on any failure (a full disk, Ctrl-C)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent, (f".{glob.escape(path.name)}.*.tmp",))  # what a killed writer of it left
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=".tmp")
     try:
         if hasattr(os, "fchmod"):
