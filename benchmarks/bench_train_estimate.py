@@ -6,7 +6,7 @@ The task is a practitioner's: a Python standard-library function's source, witho
 docstring, to the docstring's first line (pairs made here from this interpreter's stdlib, so
 no data is needed; prompts vary in length as real files do). ``serving.training.train_plugin``
 runs as ``plugin-repro train`` runs it, on SmolLM2-135M-Instruct, with patience set to the epoch
-cap so that every configuration runs every epoch the estimate counts. It prints, per phase (base
+cap (unless ``--patience`` is given) so that every configuration runs every epoch the estimate counts. It prints, per phase (base
 outputs, grid, refit) and in all, the estimate, the seconds taken and their ratio; the estimate
 of the grid and the refit is also given for the epochs that ran (the cost model alone, apart from
 early stopping). ``--out`` keeps the rows as JSON.
@@ -81,14 +81,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--profile", default="local")
-    parser.add_argument("--epochs", type=int, default=2, help="the epoch cap (patience equals it)")
+    parser.add_argument("--epochs", type=int, default=2, help="the epoch cap")
+    parser.add_argument("--patience", type=int, help="early stopping's patience (default: the epoch cap, so that "
+                                                     "every configuration runs every epoch)")
     parser.add_argument("--base", default="smollm2-135m-instruct")
     parser.add_argument("--out", help="also write the rows to this JSON file")
     args = parser.parse_args()
     pairs = stdlib_pairs(args.pairs)
     profile = load_profile(args.profile)
+    patience = args.patience or args.epochs
     profile = profile.replace(training={**profile.section("training"), "max_epochs": args.epochs,
-                                        "patience": args.epochs})
+                                        "patience": patience})
     spec = BaseSpec("model", args.base)
     lines: list[str] = []
     started = time.perf_counter()
