@@ -26,6 +26,9 @@
 # - A notebook is skipped when its stamp matches: the notebook, its parameters, the profile's
 #   settings and the code version (scripts/run_stamp.py). Inside a notebook finished runs are
 #   skipped too, so an interrupted call resumes.
+# - Before any stamp, every stored run record is checked against the hash the store wrote for it
+#   in results/<profile>/RECORDS.sha256 (plugin_lib/utils/record_manifest.py): a damaged, edited
+#   or unlisted record stops the call, named, with its mend (git checkout, or delete to recompute).
 # - papermill writes to a temporary file, moved into place only on success: a failed notebook
 #   leaves the last executed notebook and its stamp as they were (a stale stamp still does not
 #   match, so the notebook runs again next time) and leaves <name>.failed.ipynb beside it;
@@ -38,7 +41,9 @@
 # - Notebooks import this checkout's plugin_lib (PYTHONPATH), even with a PLUGIN_VENV shared
 #   with another checkout. PLUGIN_SKIP_BOOTSTRAP=1 uses that environment as it is.
 # Exit status: 0 done, 1 a notebook or the data check failed, 2 bad arguments,
-# 3 another run_all.sh holds the profile, 130/143 interrupted.
+# 3 another run_all.sh holds the profile, 4 a stored run record is damaged (unreadable, e.g.
+# truncated), 5 a stored run record was edited (its content differs from its hash in the
+# manifest), 6 a run record the store did not write (not in the manifest), 129/130/143 interrupted.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
@@ -190,7 +195,8 @@ executed="$out/executed"
 mkdir -p "$executed" "$out/logs"
 rm -f "$executed"/.*.running.*.ipynb  # left by a run that was killed outright (we hold the lock)
 mode="$(printf '%o' $((0666 & ~0$(umask))))"  # the user's normal file permissions
-stamps="$("$py" "$root/scripts/run_stamp.py" --profile "$profile" "${notebooks[@]}")"
+# The stored run records are checked first; run_stamp.py's status is this call's (4, 5, 6 above).
+stamps="$("$py" "$root/scripts/run_stamp.py" --profile "$profile" "${notebooks[@]}")" || exit $?
 declare -A want=()
 while read -r hash nb; do want["$nb"]="$hash"; done <<< "$stamps"
 

@@ -13,10 +13,21 @@ what determines the notebook's results, and nothing else:
   ``plugin_lib/`` (``.yaml``, ``.csv``, ``.json``, ``.txt``, among them the data checksums);
 - the data: which optional data files are present (they change splits), or the Hub.
 
-Before any stamp is printed or checked, every stored run record of the profile is read
-(``damaged_records``): a truncated or corrupt one stops the run here, named, with the cheapest
-mend first (``git checkout`` for a committed record, else deleting it so that it is recomputed),
-instead of letting a matching stamp skip the notebooks that depend on it.
+Before any stamp is printed or checked, every stored run record of the profile is checked, so
+that a matching stamp never skips (and ``--force`` never re-aggregates) a notebook over a bad
+record. Each fault stops here with one line naming the files and the cheapest mend first
+(``git checkout`` for a committed record, else deleting it so that it is recomputed):
+
+- a record that does not read as JSON (truncated by a full disk or a copy): ``damaged_records``;
+- a record whose content differs from the hash the store wrote for it in the store's manifest,
+  ``RECORDS.sha256`` (``plugin_lib/utils/record_manifest.py``): a number edited by hand;
+- a record the manifest does not list: the store lists each record as it writes it, so the store
+  did not write it (or its writer stopped in between). ``--write-manifest`` lists such records
+  once you know where they came from (and makes the manifest of a store that has none).
+
+Exit status: 0 fine, 1 a stamp is stale (``--check``), 2 bad arguments, 4 a damaged (unreadable)
+record, 5 an edited record, 6 a record not in the manifest (the lowest applies when several do).
+run_all.sh passes them on; its 3 is another run_all.sh holding the profile.
 
 Nothing from the machine, the user or the other environment variables enters it, so a fresh
 clone of a commit whose executed notebooks were stamped skips them. The rule that keeps that
@@ -38,6 +49,9 @@ sys.path.insert(0, str(REPO_ROOT))  # this checkout's plugin_lib, whatever PYTHO
 from plugin_lib.harness.profile import load_profile, profile_names, results_dir  # noqa: E402
 # The code version is also what every new run record names (plugin_lib/utils/provenance.py).
 from plugin_lib.utils.provenance import code_files, code_version, file_content  # noqa: E402,F401
+from plugin_lib.utils import record_manifest  # noqa: E402
+
+DAMAGED, EDITED, UNLISTED = 4, 5, 6  # exit statuses (3 is run_all.sh's: another run holds the profile)
 
 SCHEME = "plugin-repro run stamp v2"
 
@@ -72,13 +86,17 @@ def stamp(notebook: str | Path, profile: str, parameters: dict[str, str] | None 
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def profile_records(profile: str) -> list[Path]:
+    """The stored run records of ``profile``, in each of its stores (``record_manifest.stores``)."""
+    return [store / name for store in record_manifest.stores(results_dir(profile))
+            for name in record_manifest.records(store)]
+
+
 def damaged_records(profile: str) -> list[Path]:
     """The stored run records (``runs/**/*.json``, not the temporaries) of ``profile`` that do
-    not read as JSON: truncated by a full disk or a copy, or edited by hand."""
+    not read as JSON: truncated by a full disk or a copy, or broken by an edit."""
     damaged = []
-    for path in sorted((results_dir(profile) / "runs").rglob("*.json")):
-        if path.name.startswith(".") or "cache" in path.relative_to(results_dir(profile)).parts:
-            continue
+    for path in profile_records(profile):
         try:
             json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
@@ -86,17 +104,47 @@ def damaged_records(profile: str) -> list[Path]:
     return damaged
 
 
-def mend_advice(paths: list[Path]) -> str:
-    """What to do about damaged records, the cheapest first: restore the committed ones from git
-    (a second), delete the others (their notebook recomputes them)."""
+def changed_records(profile: str) -> tuple[list[Path], list[Path]]:
+    """(edited, unlisted) records of ``profile``'s stores that have a manifest
+    (``record_manifest.verify``); ManifestError for a manifest that cannot be read."""
+    edited, unlisted = [], []
+    for store in record_manifest.stores(results_dir(profile)):
+        found = record_manifest.verify(store)
+        if found is not None:
+            edited += [store / name for name in found[0]]
+            unlisted += [store / name for name in found[1]]
+    return edited, unlisted
+
+
+def shown(paths: list[Path], sep: str = " ") -> str:
+    """Paths as a user types them here: relative to the checkout where inside it."""
+    return sep.join(str(p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p) for p in paths)
+
+
+def _committed_content(path: Path) -> bytes | None:
+    """The content of ``path`` at HEAD, or None where it is not a committed file of this checkout."""
+    try:
+        relative = path.resolve().relative_to(REPO_ROOT)
+    except ValueError:
+        return None
+    done = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"HEAD:{relative.as_posix()}"], capture_output=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+def mend_advice(paths: list[Path], listed: bool = False) -> str:
+    """What to do about bad records, the cheapest first: restore the committed ones from git
+    (a second), delete the others (their notebook recomputes them). With ``listed``, a committed
+    record counts only where git's copy has the hash its manifest lists (the store may have
+    rewritten it since the commit; then git's copy would be refused too)."""
     committed, other = [], []
     for path in paths:
-        tracked = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "--error-unmatch", str(path)],
-                                 capture_output=True).returncode == 0
-        (committed if tracked else other).append(path)
-    def shown(paths: list[Path]) -> str:
-        return " ".join(str(p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p) for p in paths)
-
+        content = _committed_content(path)
+        if content is not None and listed:
+            found = record_manifest.store_of(path)
+            want = (record_manifest.read_manifest(found[0]) or {}).get(found[1]) if found else None
+            if record_manifest.digest(content) != want:
+                content = None
+        (committed if content is not None else other).append(path)
     lines = []
     if committed:
         lines.append(f"restore the committed record(s) with `git checkout -- {shown(committed)}`")
@@ -105,21 +153,65 @@ def mend_advice(paths: list[Path]) -> str:
     return "; ".join(lines)
 
 
+def check_records(profile: str, adopting: bool = False) -> int:
+    """Every stored record of ``profile`` checked (module docstring): one line on stderr per
+    kind of fault, and the lowest exit status among them (0: all fine). ``adopting``: records
+    not in the manifest are about to be listed, so they are not a fault."""
+    faults = []
+    damaged = damaged_records(profile)
+    if damaged:
+        faults.append((DAMAGED, f"{len(damaged)} stored run record(s) of profile '{profile}' cannot be read: "
+                       f"{shown(damaged, ', ')}. The notebooks that use them would be skipped as finished "
+                       f"or fail late. Mend them first: {mend_advice(damaged)}."))
+    try:
+        edited, unlisted = changed_records(profile)
+    except record_manifest.ManifestError as err:  # a manifest it cannot read is a damaged file too
+        faults.append((DAMAGED, str(err)))
+        edited, unlisted = [], []
+    edited = [p for p in edited if p not in damaged]
+    if edited:
+        faults.append((EDITED, f"{len(edited)} stored run record(s) of profile '{profile}' differ from the hash the "
+                       f"store wrote for them in {record_manifest.MANIFEST}: {shown(edited, ', ')}. They "
+                       "were changed after they were stored (an edited number is still valid JSON), and a notebook "
+                       f"would report the change as a result. Mend them first: {mend_advice(edited, listed=True)}."))
+    unlisted = [p for p in unlisted if p not in damaged]
+    if unlisted and not adopting:
+        faults.append((UNLISTED, f"{len(unlisted)} run record(s) of profile '{profile}' are not in their store's "
+                       f"{record_manifest.MANIFEST}, so the store did not write them (copied in, written by hand or "
+                       f"by an older checkout, or their writer was stopped before listing them): "
+                       f"{shown(unlisted, ', ')}. Delete them: the next run recomputes them; or, once you "
+                       f"know they are the store's, list them with `python scripts/run_stamp.py --profile {profile} "
+                       "--write-manifest`."))
+    for _, line in faults:
+        print(line, file=sys.stderr)
+    return min((status for status, _ in faults), default=0)
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     epilog="Exit status: 0 fine, 1 stale (--check), 2 bad arguments, 4 a damaged "
+                                            "record, 5 an edited record, 6 a record not in the manifest.")
     parser.add_argument("--profile", required=True, choices=profile_names())
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                         metavar=("KEY", "VALUE"), help="a papermill parameter passed to the notebook")
     parser.add_argument("--check", action="store_true",
                         help="compare with the stored stamps under results/PROFILE/executed; exit 1 if any is stale")
-    parser.add_argument("notebooks", nargs="+")
+    parser.add_argument("--write-manifest", action="store_true",
+                        help=f"list the stored records its {record_manifest.MANIFEST} lacks (after checking the "
+                             "listed ones) and drop the entries of absent ones")
+    parser.add_argument("notebooks", nargs="*")
     args = parser.parse_args(argv)
-    damaged = damaged_records(args.profile)
-    if damaged:
-        print(f"{len(damaged)} stored run record(s) of profile '{args.profile}' cannot be read: "
-              f"{', '.join(str(p) for p in damaged)}. The notebooks that use them would be skipped as finished or "
-              f"fail late. Mend them first: {mend_advice(damaged)}.", file=sys.stderr)
-        return 3
+    if not args.notebooks and not args.write_manifest:
+        parser.error("name at least one notebook (or --write-manifest)")
+    status = check_records(args.profile, adopting=args.write_manifest)
+    if status:
+        return status
+    if args.write_manifest:
+        for store in record_manifest.stores(results_dir(args.profile)):
+            added = record_manifest.adopt(store)
+            print(f"{len(added)} record(s) newly listed in {record_manifest.manifest_path(store)}", file=sys.stderr)
+        if not args.notebooks:
+            return 0
     code, data = code_version(), data_state()
     stale = []
     for notebook in args.notebooks:

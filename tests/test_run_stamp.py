@@ -103,7 +103,8 @@ def test_notebook_error_outside_a_cell_is_the_last_python_exception():
 
 def test_a_damaged_stored_record_stops_the_stamps_naming_it_and_the_cheapest_mend(tmp_path, monkeypatch, capsys):
     """A truncated record would let a matching stamp skip its notebook: the stamp step reads every
-    record first and stops (exit 3), naming the file; a committed one is restored from git first."""
+    record first and stops (exit 4, not run_all.sh's 3 for a held profile), naming the file; a
+    committed one is restored from git first."""
     rs = run_stamp()
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     runs = tmp_path / "smoke" / "runs" / "e2e" / "base"
@@ -114,7 +115,7 @@ def test_a_damaged_stored_record_stops_the_stamps_naming_it_and_the_cheapest_men
     assert rs.damaged_records("smoke") == [runs / "Plugin-seed1.json"]
     nb = tmp_path / "00_x.ipynb"
     nb.write_text(notebook("print(1)"))
-    assert rs.main(["--profile", "smoke", str(nb)]) == 3
+    assert rs.main(["--profile", "smoke", str(nb)]) == 4
     err = capsys.readouterr().err
     assert "Plugin-seed1.json" in err and "delete" in err and "recomputes" in err
     committed = ROOT / "results" / "local" / "runs" / "e2e" / "smollm2-135m-instruct" / "BDPL+Plugin-seed0.json"

@@ -47,6 +47,7 @@ from ..harness.profile import Bdpl, Profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
 from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
 from ..utils.provenance import provenance
+from ..utils.record_manifest import write_record
 
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
 BDPL_REWARDS = ("loglik", "rougeL")  # harness.bdpl.train_bdpl
@@ -190,7 +191,7 @@ def _learn_prompt(task: methods.Task, profile: Profile, seed: int, budget: int, 
         "hyper_inputs": len(task.hyper), "seconds": spent + time.perf_counter() - started,
         "provenance": provenance(task.base.device),
     }
-    atomic_write_json(path, record)
+    write_record(path, record)  # its hash goes into the store's manifest (utils.record_manifest)
     partial.unlink(missing_ok=True)
     return read_json(path)  # as stored (lists, not tuples), the same as a later read
 

@@ -4,7 +4,8 @@ A run's file, ``results/<profile>/runs/<dataset>/<model>/<method>-seed<k>.json``
 test predictions, the seven metrics, the chosen hyperparameters, the training history and the
 scale it was produced at (and, for a model behind an API, the requests, tokens and seconds it
 cost: ``api_usage``). Files are written atomically, and a run whose file exists is not
-redone (unless ``force``), so an interrupted notebook resumes where it stopped.
+redone (unless ``force``), so an interrupted notebook resumes where it stopped. Each record's
+hash goes into the store's manifest as it is written (``utils.record_manifest``).
 
 A stored run counts only if it was made from the same inputs: its ``settings`` (a hash of the
 profile's settings that shape it, :func:`settings_fingerprint`) and its ``inputs`` (a hash of
@@ -38,6 +39,7 @@ from ..core.blackbox import BlackBoxLM
 from ..metrics import compute_metrics
 from ..utils.io import atomic_write_json, atomic_write_with, read_json, remove_stale_temporaries
 from ..utils.provenance import provenance
+from ..utils.record_manifest import note_written
 from ..utils import malloc
 from ..utils.locks import StoreLock
 from . import methods, models
@@ -61,6 +63,12 @@ def _load_if_current(path: Path, fingerprint: str, inputs: str) -> dict | None:
         return None
     record = read_json(path)
     return record if is_current(record, fingerprint, inputs) else None
+
+
+def _write_record(path: Path, record: dict) -> None:
+    """A record, then its hash into the store's manifest: an edit made later is caught."""
+    atomic_write_json(path, record)
+    note_written(path)
 
 
 def unit_lock(folder: Path, name: str) -> StoreLock:
@@ -193,7 +201,7 @@ def _train_configs(task: methods.Task, method: str, profile: Profile, configs: l
                             "hparams": tags[tag], "val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
                             "epochs_run": result.epochs_run, "seconds": result.seconds, "history": result.history,
                             "trained_with": len(chunk), "provenance": provenance(task.base.device)}
-                    atomic_write_json(record_path, latest)
+                    _write_record(record_path, latest)
             del trained
             malloc.release()  # the chunk's models and optimisers are freed now: give their pages back
         for checkpoint in checkpoints.values():
@@ -280,7 +288,7 @@ def select_hparams(
         with unit_lock(folder, f"{label}-selection"):
             record.update(fresh())
             record["grid"] = values  # the values searched, extensions included
-            atomic_write_json(record_path, record)
+            _write_record(record_path, record)
     return record
 
 
@@ -413,7 +421,7 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
             # What this run asked of the server, per phase: teacher forcing (the base-output cache,
             # built by the run that needs it first; later runs read it from disk) and decoding.
             record["api_usage"] = task.base.usage.minus(usage_before).as_dict()
-        atomic_write_json(path, record)
+        _write_record(path, record)
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     return record
