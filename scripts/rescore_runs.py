@@ -30,7 +30,8 @@ from pathlib import Path
 from plugin_lib.harness import methods, runner
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.metrics import compute_metrics
-from plugin_lib.utils.io import atomic_write_json, read_json
+from plugin_lib.utils.io import read_json
+from plugin_lib.utils.record_manifest import write_record
 
 
 class Refused(Exception):
@@ -92,7 +93,7 @@ def main(argv=None) -> int:
         if old != nist:
             changed += 1
             if not args.dry_run:
-                atomic_write_json(path, {**record, "metrics": {**record["metrics"], "NIST": nist}})
+                write_record(path, {**record, "metrics": {**record["metrics"], "NIST": nist}})
     verb = "would change" if args.dry_run else "changed"
     print(f"[rescore] {len(todo)} run records rescored, {verb} {changed}; {skipped} without predictions skipped")
     return 0

@@ -29,7 +29,8 @@ from pathlib import Path
 from plugin_lib.data import data_dir, integrity
 from plugin_lib.harness import methods, runner
 from plugin_lib.harness.profile import load_profile, results_dir
-from plugin_lib.utils.io import atomic_write_json, read_json
+from plugin_lib.utils.io import read_json
+from plugin_lib.utils.record_manifest import write_record
 
 
 class Refused(Exception):
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
     print(f"[stamp] {len(todo)} records checked; {len(new)} to stamp, {len(todo) - len(new)} already current")
     if not args.dry_run:
         for path, record, inputs in new:
-            atomic_write_json(path, {**record, "inputs": inputs})
+            write_record(path, {**record, "inputs": inputs})
         print(f"[stamp] wrote {len(new)} records")
     return 0
 

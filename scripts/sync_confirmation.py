@@ -39,6 +39,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's plugin_lib
+from plugin_lib.utils.record_manifest import note_written  # noqa: E402
 SKIPPED_FOLDERS = {".locks", "cache", ".checkpoints"}
 CHECKPOINT_LIMIT = 32 * 2**20  # bytes: a fine-tuned base's state (hundreds of MB) stays on its machine
 
@@ -52,6 +54,7 @@ def _copy_if_changed(path: Path, destination: Path) -> bool:
         return False
     destination.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(path, destination)
+    note_written(destination)  # a run record's new hash into the target's RECORDS.sha256
     return True
 
 

@@ -145,10 +145,12 @@ def test_concurrent_writers_each_list_their_record(tmp_path):
     assert record_manifest.verify(tmp_path / "smoke") == ([], [])
 
 
-def test_the_committed_local_records_match_their_manifest():
-    """results/local's manifests list exactly its committed records, with their content's hash."""
-    local = ROOT / "results" / "local"
-    committed = set(git(ROOT, "ls-files", "results/local").splitlines())
+@pytest.mark.parametrize("profile, names", [("local", {"local", "api"}), ("confirm", {"confirm"})])
+def test_the_committed_records_match_their_manifest(profile, names):
+    """results/local's and results/confirm's manifests list exactly their committed records, with
+    their content's hash."""
+    local = ROOT / "results" / profile
+    committed = set(git(ROOT, "ls-files", f"results/{profile}").splitlines())
     for store in record_manifest.stores(local):
         prefix = store.relative_to(ROOT).as_posix() + "/"
         assert f"{prefix}{MANIFEST}" in committed
@@ -156,7 +158,11 @@ def test_the_committed_local_records_match_their_manifest():
             p for p in committed if p.startswith(prefix + "runs/") and record_manifest.is_record(
                 tuple(p[len(prefix):].split("/"))))
         assert record_manifest.verify(store) == ([], []), store
-    assert {s.name for s in record_manifest.stores(local)} == {"local", "api"}
+    assert {s.name for s in record_manifest.stores(local)} == names
+
+
+def test_an_edited_committed_record_is_mended_from_git():
+    local = ROOT / "results" / "local"
     # An edit to one of them is mended from git, whose copy has the listed hash.
     edited = local / "runs" / "e2e" / "smollm2-135m-instruct" / "Plugin-seed0.json"
     assert run_stamp().mend_advice([edited], listed=True) == (
