@@ -158,7 +158,8 @@ fi
 # One run_all.sh per profile: flock on results/<profile>/.run_all.lock, released on exit (a
 # PID-checked lock directory where flock is missing).
 lockdir=""
-mkdir -p "$out"
+made="$(mkdir -p "$out" 2>&1)" && [ -w "$out" ] \
+  || die "cannot write the results folder $shown (${made##*: }): set PLUGIN_RESULTS_DIR to a writable folder; nothing was run."
 if command -v flock >/dev/null 2>&1; then
   exec 9>>"$lock"
   flock -n 9 || refuse "$shown/.run_all.lock"
@@ -194,6 +195,19 @@ trap 'interrupted HUP 129' HUP
 executed="$out/executed"
 mkdir -p "$executed" "$out/logs"
 rm -f "$executed"/.*.running.*.ipynb  # left by a run that was killed outright (we hold the lock)
+# What killed writers left (atomic writes' .tmp, caches' .partial; plugin_lib/utils/io.reap_tree)
+"$py" - "$out" <<'EOF' || exit 2
+import sys
+from plugin_lib.harness.profile import CacheDirError, cache_dir
+from plugin_lib.utils.io import reap_tree
+try:
+    roots = [sys.argv[1], cache_dir()]
+except CacheDirError as err:
+    sys.exit(f"run_all.sh: {err}")
+removed = [path for root in roots for path in reap_tree(root)]
+if removed:
+    print(f"[run_all] removed {len(removed)} temporary file(s) that killed writers left, e.g. {removed[0]}")
+EOF
 mode="$(printf '%o' $((0666 & ~0$(umask))))"  # the user's normal file permissions
 # The stored run records are checked first; run_stamp.py's status is this call's (4, 5, 6 above).
 stamps="$("$py" "$root/scripts/run_stamp.py" --profile "$profile" "${notebooks[@]}")" || exit $?
@@ -214,7 +228,7 @@ done
 if [ ${#to_run[@]} -gt 0 ] && [ "$profile" != paper ] && [ "$profile" != colab ] \
     && [ "${PLUGIN_SKIP_PREFLIGHT:-0}" != 1 ]; then
   "$py" -m plugin_lib.harness.preflight --profile "$profile" --disk-only "${to_run[@]}" \
-    || die "the disk will not hold what the notebooks may write (see above); nothing was run. PLUGIN_SKIP_PREFLIGHT=1 runs anyway."
+    || die "the preflight's disk check stopped the run (its reason is above); nothing was run. PLUGIN_SKIP_PREFLIGHT=1 runs anyway."
 fi
 
 # The units first, on the chosen executor (python -m plugin_lib.harness.grid; docs/scale.md): the

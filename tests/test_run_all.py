@@ -306,6 +306,40 @@ def test_plugin_results_dir_is_honoured(tmp_path):
     assert git(repo, "status", "--porcelain", "--ignored") == ""
 
 
+def test_an_unwritable_results_folder_is_one_line(tmp_path):
+    repo = make_repo(tmp_path, {"00_ok": OK})
+    (tmp_path / "a-file").write_text("")
+    result = run_all(repo, "--profile", "smoke", PLUGIN_RESULTS_DIR=str(tmp_path / "a-file" / "results"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"run_all.sh: cannot write the results folder {tmp_path}/a-file/results/smoke (Not a directory): set "
+        "PLUGIN_RESULTS_DIR to a writable folder; nothing was run.")
+
+
+def test_what_killed_writers_left_is_removed_and_resumable_state_kept(tmp_path):
+    """A kill -9 skips a writer's cleanup: its temporaries (named after it) go at the next call;
+    a BDPL search's resumable .partial (no owner in its name) and a live writer's stay."""
+    from plugin_lib.utils.locks import host_name
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dead = f"{host_name()}~{child.pid}"
+    repo = make_repo(tmp_path, {"00_ok": OK})
+    smoke, cache = repo / "results" / "smoke", tmp_path / "cache"
+    orphans = [smoke / "tables" / f".table1.csv.{dead}.x1.tmp", cache / "outputs" / f".base-ab.npy.{dead}.x2.partial",
+               smoke / "runs" / "e2e" / f".mine.{dead}.partial.tmp" / "reweighter.safetensors"]
+    kept = [smoke / "runs" / "e2e" / "bdpl-prompts" / ".Plugin-seed0.json.partial",
+            smoke / "tables" / f".table2.csv.{host_name()}~{os.getpid()}.x3.tmp"]
+    for path in orphans + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * 64)
+    result = run_all(repo, "--profile", "smoke", PLUGIN_CACHE_DIR=str(cache))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "removed 3 temporary file(s) that killed writers left" in result.stdout
+    assert not any(path.exists() for path in orphans) and not orphans[2].parent.exists()
+    assert all(path.exists() for path in kept)
+
+
 # -- data at the door; the committed local results ----------------------------------------------
 
 def test_without_data_it_stops_fast_and_the_checkout_stays_clean(tmp_path):

@@ -115,3 +115,25 @@ def remove_stale_temporaries(folder: str | os.PathLike, patterns: tuple[str, ...
             except FileNotFoundError:  # another process removed it first
                 pass
     return removed
+
+
+def reap_tree(root: str | os.PathLike) -> list[Path]:
+    """Remove, anywhere under ``root``, the temporaries of writers of this host that have ended
+    (a kill -9 skips their cleanup): atomic writes' and artifacts' ``.<name>.<host~pid>.*.tmp``,
+    base-output caches' ``.<name>.<host~pid>.<random>.partial``. Only a named, ended owner counts:
+    a resumable state without one (a BDPL search's ``.<record>.partial``) is never touched.
+    ``run_all.sh`` calls it on the profile's results and the cache folder once it holds the lock."""
+    removed = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            parts = name.split(".")
+            if name.startswith(".") and parts[-1] in ("tmp", "partial") and len(parts) >= 4 \
+                    and owner_gone(parts[-3]) is True:
+                path = Path(dirpath) / name
+                try:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+                except FileNotFoundError:
+                    continue
+                removed.append(path)
+        dirnames[:] = [d for d in dirnames if Path(dirpath, d) not in removed]
+    return removed
