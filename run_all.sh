@@ -196,7 +196,7 @@ executed="$out/executed"
 mkdir -p "$executed" "$out/logs"
 rm -f "$executed"/.*.running.*.ipynb  # left by a run that was killed outright (we hold the lock)
 # What killed writers left (atomic writes' .tmp, caches' .partial; plugin_lib/utils/io.reap_tree)
-"$py" - "$out" <<'EOF' || exit 2
+"$py" - "$out" <<'EOF' || exit 1
 import sys
 from plugin_lib.harness.profile import CacheDirError, cache_dir
 from plugin_lib.utils.io import reap_tree

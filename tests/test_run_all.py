@@ -316,6 +316,17 @@ def test_an_unwritable_results_folder_is_one_line(tmp_path):
         "PLUGIN_RESULTS_DIR to a writable folder; nothing was run.")
 
 
+def test_an_unusable_cache_folder_is_one_line_naming_plugin_cache_dir(tmp_path):
+    """An unwritable HOME: the cache folder is the cause, and PLUGIN_CACHE_DIR the fix."""
+    repo = make_repo(tmp_path, {"00_ok": OK})
+    (tmp_path / "a-file").write_text("")
+    result = run_all(repo, "--profile", "smoke", HOME=str(tmp_path / "a-file" / "home"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"run_all.sh: the cache folder {tmp_path}/a-file/home/.cache/plugin-repro cannot be created (Not a "
+        "directory): set PLUGIN_CACHE_DIR to a writable folder with room for the base outputs.")
+
+
 def test_what_killed_writers_left_is_removed_and_resumable_state_kept(tmp_path):
     """A kill -9 skips a writer's cleanup: its temporaries (named after it) go at the next call;
     a BDPL search's resumable .partial (no owner in its name) and a live writer's stay."""
