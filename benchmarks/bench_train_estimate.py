@@ -6,10 +6,11 @@ The task is a practitioner's: a Python standard-library function's source, witho
 docstring, to the docstring's first line (pairs made here from this interpreter's stdlib, so
 no data is needed; prompts vary in length as real files do). ``serving.training.train_plugin``
 runs as ``plugin-repro train`` runs it, on SmolLM2-135M-Instruct, with patience set to the epoch
-cap (unless ``--patience`` is given) so that every configuration runs every epoch the estimate counts. It prints, per phase (base
-outputs, grid, refit) and in all, the estimate, the seconds taken and their ratio; the estimate
-of the grid and the refit is also given for the epochs that ran (the cost model alone, apart from
-early stopping). ``--out`` keeps the rows as JSON.
+cap (unless ``--patience`` is given) so that every configuration runs every epoch the estimate
+counts. It prints, per phase (base outputs, grid, refit) and in all, the estimate at most, the
+estimate for the epochs that ran (the cost model alone, apart from early stopping), the seconds
+taken and their ratio, and whether the time taken lies in the range printed first. ``--out``
+keeps the rows as JSON (results/bench/bench_train_estimate_*.json: runs on the 2-core CPU).
 """
 from __future__ import annotations
 
@@ -109,11 +110,15 @@ def main() -> None:
             ("in all", plan["total_s"], plan["base_s"] + plan["epoch_s"] * ran + plan["refit_epoch_s"] * refit_epochs,
              wall)]
     print("\n".join(lines))
-    print(f"\n{args.pairs} stdlib pairs, profile {args.profile}, {args.epochs} epochs (patience {args.epochs}), "
+    print(f"\n{args.pairs} stdlib pairs, profile {args.profile}, {args.epochs} epochs (patience {patience}), "
           f"{len(record['configs'])} configurations ({ran} epochs in all), refit {refit_epochs} epoch(s)\n")
-    print(f"{'phase':<14}{'estimate (s)':>14}{'for epochs run (s)':>20}{'took (s)':>10}{'took / estimate':>17}")
+    print(f"{'phase':<14}{'at most (s)':>13}{'for epochs run (s)':>20}{'took (s)':>10}{'took / for epochs run':>23}")
     for phase, at_most, for_ran, seconds in rows:
-        print(f"{phase:<14}{at_most:>14.1f}{for_ran:>20.1f}{seconds:>10.1f}{seconds / max(for_ran, 1e-9):>17.2f}")
+        print(f"{phase:<14}{at_most:>13.1f}{for_ran:>20.1f}{seconds:>10.1f}{seconds / max(for_ran, 1e-9):>23.2f}")
+    if "least_s" in plan:
+        print(f"\nprinted first: {plan['least_s']:.0f} to {plan['total_s']:.0f} s; took {wall:.0f} s in all "
+              f"({'inside' if plan['least_s'] <= wall <= plan['total_s'] else 'OUTSIDE'} the range; "
+              f"{wall / plan['total_s']:.2f} of its upper end)")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump({"args": vars(args), "estimate_lines": lines, "rows": [dict(zip(

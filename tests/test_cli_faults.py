@@ -211,7 +211,7 @@ def test_the_estimate_comes_before_any_work_and_a_resume_counts_what_is_left(smo
     kept = dict(cache_dir=tmp_path / "outputs", resume_dir=tmp_path / "resume", arch=arch, progress=False,
                 announce=events.append)
     first = train_plugin(smollm2, spec, pairs, load_profile("smoke"), **kept)
-    assert events[0].startswith("estimated at most") and "base outputs" in events[0] and "refit" in events[0]
+    assert events[0].startswith("estimated ") and "base outputs" in events[0] and "refit on every pair" in events[0]
     # One pass of the base over every pair: the grid's two parts and the refit read it.
     assert events[1:] == [f"base outputs of {len(pairs)} pairs"]
     record = first.training
@@ -226,7 +226,9 @@ def test_the_training_record_is_json(tmp_path):
     """What train writes next to the estimate stays plain JSON (numbers, no dataclasses)."""
     from plugin_lib.serving.estimate import Plan
 
-    plan = Plan(base_s=1.0, grid_s=2.0, grid_configs=1, epochs_left=2, epoch_s=1.0, edges_s=0.0, edge_configs=0,
-                refit_epoch_s=0.5, refit_epochs=2)
-    assert json.loads(json.dumps(plan.as_record()))["total_s"] == 4.0
-    assert "estimated at most 4 s" in plan.describe()
+    plan = Plan(base_s=1.0, grid_s=2.0, grid_configs=1, epochs_left=2, least_epochs_left=1, epoch_s=1.0,
+                edges_s=0.0, edge_configs=0, refit_epoch_s=0.5, refit_epochs=2)
+    record = json.loads(json.dumps(plan.as_record()))
+    assert record["total_s"] == 4.0 and record["least_s"] == 2.5
+    assert plan.describe().startswith("estimated 2 s to 4 s, timed here")
+    assert "grid 1 configuration(s), 1-2 epoch(s) left" in plan.describe()

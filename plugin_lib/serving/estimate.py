@@ -39,12 +39,15 @@ class Rates:
 
 @dataclass
 class Plan:
-    """The phases' seconds: base outputs, the grid, the edge extensions at most, the refit."""
+    """The phases' seconds: base outputs, the grid, the edge extensions at most, the refit. At
+    most, every configuration runs every epoch left and the refit all ``max_epochs``; at least,
+    each stops as early as its patience allows and the refit runs one epoch."""
 
     base_s: float
     grid_s: float
     grid_configs: int
     epochs_left: int
+    least_epochs_left: int
     epoch_s: float
     edges_s: float
     edge_configs: int
@@ -59,21 +62,32 @@ class Plan:
     def total_s(self) -> float:
         return self.base_s + self.grid_s + self.refit_s
 
+    @property
+    def least_s(self) -> float:
+        return self.base_s + self.least_epochs_left * self.epoch_s + self.refit_epoch_s * min(1, self.refit_epochs)
+
     def as_record(self) -> dict:
         """The estimate as the training record keeps it, beside the seconds each phase took."""
         return {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(self).items()} | {
-            "total_s": round(self.total_s, 1)}
+            "total_s": round(self.total_s, 1), "least_s": round(self.least_s, 1)}
 
     def describe(self) -> str:
         base = "found stored" if self.base_s == 0 else _duration(self.base_s)
-        grid = (f"{self.grid_configs} configuration(s), {self.epochs_left} epoch(s) left in all, "
-                f"{_duration(self.epoch_s)} an epoch: {_duration(self.grid_s)}") if self.grid_configs else "done"
-        lines = [f"estimated at most {_duration(self.total_s)} (timed here): base outputs {base}; grid {grid}"
-                 + (f"; refit on every pair at most {_duration(self.refit_s)}" if self.refit_s else ""),
-                 "  early stopping ends most configurations sooner"
-                 + (f"; a choice at the grid's edge adds up to {self.edge_configs} configuration(s), "
-                    f"{_duration(self.edges_s)}" if self.edge_configs else "")]
+        grid = (f"{self.grid_configs} configuration(s), {_span(self.least_epochs_left, self.epochs_left)} epoch(s) "
+                f"left in all, {_duration(self.epoch_s)} an epoch") if self.grid_configs else "done"
+        refit = (f"; refit on every pair, {_span(1, self.refit_epochs)} epoch(s) of {_duration(self.refit_epoch_s)}"
+                 if self.refit_epochs else "")
+        total = _span(_duration(self.least_s), _duration(self.total_s), " to ")
+        lines = [f"estimated {total}, timed here (the longer if no configuration stops early): base outputs {base}; "
+                 f"grid {grid}{refit}"]
+        if self.edge_configs:
+            lines.append(f"  a choice at the grid's edge adds up to {self.edge_configs} configuration(s), "
+                         f"{_duration(self.edges_s)}")
         return "\n".join(lines)
+
+
+def _span(least, most, between: str = "-") -> str:
+    return f"{least}" if least == most else f"{least}{between}{most}"
 
 
 def _duration(seconds: float) -> str:
@@ -144,20 +158,21 @@ def _sync(device: torch.device) -> None:
 
 def plan(rates: Rates, train: list[EncodedPair], hyper: list[EncodedPair], profile: Profile, *, configs: int,
          edge_configs: int, epochs_done: list[int], base_stored: bool, refit: bool, seed: int) -> Plan:
-    """The phases' seconds at most: every configuration runs every epoch it has left
-    (``epochs_done``: one entry per configuration, the epochs its checkpoint holds; a finished
-    one counts ``max_epochs``)."""
+    """The phases' seconds (``Plan``); ``epochs_done``: one entry per configuration, the epochs
+    its checkpoint holds (a finished one counts ``max_epochs``)."""
     batch, max_epochs = profile.training.batch_size, profile.training.max_epochs
     everything = list(train) + list(hyper)
     step_tokens = shuffled_tokens(train, batch, seed)
     score_tokens = padded_tokens(hyper, list(range(len(hyper))), HYPER_BATCH)
     epoch = rates.step * step_tokens + rates.score * score_tokens
     left = sum(max(0, max_epochs - done) for done in epochs_done)
+    earliest = min(max_epochs, profile.training.patience + 1)  # best at epoch 1, then patience epochs worse
+    least = sum(max(0, earliest - done) for done in epochs_done)
     base_s = 0.0 if base_stored else rates.base * padded_tokens(everything, list(range(len(everything))), BASE_BATCH)
     refit_epoch = (rates.step * shuffled_tokens(everything, batch, seed)
                    + rates.score * padded_tokens(everything, list(range(len(everything))), HYPER_BATCH))
     return Plan(base_s=base_s, grid_s=left * epoch, grid_configs=sum(d < max_epochs for d in epochs_done),
-                epochs_left=left, epoch_s=epoch, edges_s=edge_configs * max_epochs * epoch,
+                epochs_left=left, least_epochs_left=least, epoch_s=epoch, edges_s=edge_configs * max_epochs * epoch,
                 edge_configs=edge_configs, refit_epoch_s=refit_epoch, refit_epochs=max_epochs if refit else 0)
 
 

@@ -1,0 +1,25 @@
+"""The serving figures that README.md and docs/serving.md quote are those of
+benchmarks/bench_serve.py's latest kept run (results/bench/bench_serve.json), with its machine
+and date named: a new run changes the file, and this test then asks for the docs to follow."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = json.loads((ROOT / "results" / "bench" / "bench_serve.json").read_text())
+
+
+def test_docs_serving_quotes_the_latest_run_with_its_machine():
+    doc = (ROOT / "docs" / "serving.md").read_text()
+    assert RUN["machine"] in doc and RUN["date"] in doc
+    for row in RUN["rows"]:
+        line = (f"| {row['clients']} | {row['tokens_per_s']:.1f} | {row['latency_p50_s']:.1f} / "
+                f"{row['latency_p95_s']:.1f} s | {row['vs_one_client']:.2f} | {'yes' if row['outputs_as_alone'] else 'NO'} |")
+        assert line in doc, line
+    assert f"{RUN['ceiling_tokens_per_s']:.1f} tokens/s" in doc
+
+
+def test_the_readme_quotes_the_same_ratio():
+    most = max(RUN["rows"], key=lambda row: row["clients"])
+    assert f"{most['clients']} clients: {most['vs_one_client']:.1f}x one client's tokens/s" in (ROOT / "README.md").read_text()
