@@ -40,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's plugin_lib
-from plugin_lib.utils.record_manifest import note_written  # noqa: E402
+from plugin_lib.utils.record_manifest import MANIFEST, note_written  # noqa: E402
 SKIPPED_FOLDERS = {".locks", "cache", ".checkpoints"}
 CHECKPOINT_LIMIT = 32 * 2**20  # bytes: a fine-tuned base's state (hundreds of MB) stays on its machine
 
@@ -49,12 +49,15 @@ def finished(path: Path) -> bool:
     return not path.name.endswith("-selection.json") or "grid" in json.loads(path.read_text(encoding="utf-8"))
 
 
-def _copy_if_changed(path: Path, destination: Path) -> bool:
+def _copy_if_changed(path: Path, destination: Path, *, listed: bool = False) -> bool:
+    """Copy ``path`` unless ``destination`` holds the same bytes; ``listed``: a run record's new
+    hash goes into the destination store's RECORDS.sha256 (the results, not a resume folder)."""
     if destination.exists() and destination.read_bytes() == path.read_bytes():
         return False
     destination.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(path, destination)
-    note_written(destination)  # a run record's new hash into the target's RECORDS.sha256
+    if listed:
+        note_written(destination)
     return True
 
 
@@ -89,7 +92,7 @@ def sync(store: Path, target: Path, report: bool = False) -> tuple[int, int]:
                 destination.unlink()
                 removed += 1
             continue
-        copied += _copy_if_changed(path, destination)
+        copied += _copy_if_changed(path, destination, listed=True)
     return copied, removed
 
 
@@ -136,11 +139,12 @@ def restore(target: Path, resume: Path, store: Path) -> int:
     files laid."""
     laid = 0
     for source in (target, resume):
-        for path in [p for p in source.rglob("*") if p.is_file()]:
+        for path in [p for p in source.rglob("*") if p.is_file() and p.name != MANIFEST]:
             destination = store / path.relative_to(source)
             if not destination.exists():
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, destination)
+                note_written(destination)  # the store lists what it was given, as what it writes
                 laid += 1
     return laid
 
