@@ -55,3 +55,48 @@ def temperature_log_probs(logits: torch.Tensor, temperature: torch.Tensor | floa
     while temperature.dim() < logits.dim():
         temperature = temperature.unsqueeze(-1)
     return F.log_softmax(logits.float() / temperature, dim=-1)
+
+
+def nucleus_log_probs(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """log_softmax(logits) with every token outside the top-``top_p`` nucleus at -inf: the smallest
+    set of most likely tokens whose probability reaches ``top_p`` (at least one token), as
+    transformers' ``TopPLogitsWarper`` keeps it; not renormalised (DExperts adds to it)."""
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    log_probs = _log_probs(logits)
+    if top_p == 1.0:
+        return log_probs
+    ordered, order = log_probs.sort(dim=-1, descending=True)
+    before = ordered.exp().cumsum(dim=-1) - ordered.exp()  # probability of the tokens ranked above
+    outside = before >= top_p
+    return log_probs.masked_fill(outside.scatter(-1, order, outside), float("-inf"))
+
+
+def proxy_log_probs(base_logits: torch.Tensor, expert_difference: torch.Tensor, alpha: float,
+                    top_p: float | None = None) -> torch.Tensor:
+    """Proxy-tuning (Liu et al. 2024, alisawuffles/proxy-tuning, modeling/dexperts.py) and DExperts
+    (Liu et al. 2021): softmax(b + alpha * (e - a)), where ``expert_difference`` is the expert's
+    log-probabilities less the anti-expert's (a uniform anti-expert: the expert's logits alone;
+    a per-row constant does not change the result). ``top_p`` (DExperts): the base is first cut
+    to its nucleus. Log-space throughout: softmax(b + alpha * d) = softmax(log_softmax(b) + alpha * d)."""
+    if alpha < 0:
+        raise ValueError(f"alpha must be at least 0, got {alpha}")
+    base = nucleus_log_probs(base_logits, top_p) if top_p is not None else _log_probs(base_logits)
+    return F.log_softmax(base + alpha * expert_difference.float(), dim=-1)
+
+
+def reachable_proxy_log_probs(base_log_probs: torch.Tensor, expert_logits: torch.Tensor, alpha: float,
+                              top_p: float | None = None) -> torch.Tensor:
+    """``proxy_log_probs`` with a uniform anti-expert, for a hyper-validation loss: a target that
+    the combination rules out (outside DExperts' nucleus) reads 0, as ``core.train``'s
+    ``reachable_plugin_log_probs`` does for a top-k view, so every alpha is judged on one set
+    of reachable targets."""
+    combined = proxy_log_probs(base_log_probs, _log_probs(expert_logits), alpha, top_p)
+    return combined.masked_fill(torch.isneginf(combined), 0.0)
+
+
+def proxy_combine(base_logits: torch.Tensor, expert_logits: torch.Tensor, alpha: float,
+                  top_p: float | None = None) -> torch.Tensor:
+    """``proxy_log_probs`` with a uniform anti-expert, as ``PluginLogitsProcessor``'s ``combine``
+    (the processor runs the expert with its own KV cache and passes its logits)."""
+    return proxy_log_probs(base_logits, _log_probs(expert_logits), alpha, top_p)

@@ -19,6 +19,14 @@
 - Plugin: the reweighting model trained through the product b * r.
 - LoRA (``EXTRA_METHODS``, Table 8 only): rank-8 adapters on the query and value projections
   of a private white-box copy of the base, trained on the same data, decoded like a base.
+- ProxyTuning, DExperts (``PROXY_ARMS``, notebook 15): products of experts at decoding time,
+  softmax(b + alpha * (e - a)) (alisawuffles/proxy-tuning, modeling/dexperts.py; DExperts first
+  cuts b to its top-p nucleus). The expert e is NewModel's model, trained alone with NewModel's
+  grid and budget (its selection and first seed's weights are NewModel's own); the anti-expert a
+  is uniform at CPU scale, so ProxyTuning is the base times a separately trained small model.
+  alpha is chosen from the profile's ``proxy.alphas`` by hyper-validation loss, the selection
+  rule of every method. The repetition penalty applies to each model's logits before they are
+  combined, as for every method here (the authors apply it to the sum).
 
 All methods share the prompts, the decoding settings (greedy except TempNet, max new tokens,
 repetition penalty applied to each model's logits) and the metric code. The trained methods train on
@@ -30,11 +38,12 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from .. import data
 from ..core.blackbox import BlackBoxLM
-from ..core.combine import mixture_log_probs
+from ..core.combine import mixture_log_probs, proxy_combine, reachable_proxy_log_probs
 from ..core.decode import generate
 from ..core.reweighter import make_reweighter
 from ..core.train import (
@@ -55,7 +64,7 @@ from ..data import prompts
 from ..utils.locks import StoreLock
 from . import models
 from .lora import add_lora, checkpoint_activations, lora_black_box, lora_objective
-from .profile import Decoding, Profile, TempNetSettings, Training
+from .profile import Decoding, Profile, ProxySettings, TempNetSettings, Training
 from .tempnet import TempNetObjective, make_tempnet, tempnet_generate
 
 METHODS = ("Zeroshot", "ICL-1", "ICL-3", "NewModel", "WeightedComb", "TempNet", "TempNet-greedy", "Plugin")
@@ -65,11 +74,40 @@ UNSEEDED_METHODS = ("Zeroshot", "TempNet-greedy")
 ICL_SHOTS = {"ICL-1": 1, "ICL-3": 3}
 # Trained methods outside the main tables (notebooks 01-04 run METHODS): the white-box reference.
 EXTRA_METHODS = ("LoRA",)
+# Decoding-time products of experts (notebook 15), each over an expert trained as NewModel.
+PROXY_ARMS = ("ProxyTuning", "DExperts")
+EXPERT_METHOD = "NewModel"
 
 
 def check_method(method: str) -> None:
-    if method not in METHODS + EXTRA_METHODS:
-        raise ValueError(f"Unknown method {method!r}. Choose one of: {', '.join(METHODS + EXTRA_METHODS)}.")
+    known = METHODS + EXTRA_METHODS + PROXY_ARMS
+    if method not in known:
+        raise ValueError(f"Unknown method {method!r}. Choose one of: {', '.join(known)}.")
+
+
+def trained_as(method: str) -> str:
+    """The method whose small model ``method`` trains: NewModel's for a proxy arm."""
+    return EXPERT_METHOD if method in PROXY_ARMS else method
+
+
+def proxy_top_p(method: str, settings: ProxySettings) -> float | None:
+    return settings.top_p if method == "DExperts" else None
+
+
+@torch.no_grad()
+def choose_alpha(task: Task, method: str, expert: nn.Module, settings: ProxySettings) -> tuple[float, dict]:
+    """(alpha, hyper-validation loss per alpha): the alpha of ``settings.alphas`` whose
+    combination of the base and ``expert`` has the lowest hyper-validation loss (ties: the
+    smaller alpha), on the base's cached outputs."""
+    top_p = proxy_top_p(method, settings)
+    losses = {}
+    for alpha in settings.alphas:
+        log_probs = functools.partial(reachable_proxy_log_probs, alpha=alpha, top_p=top_p)
+        objective = TokenObjective(task.encoded("hyper"), task.base.tokenizer.pad_token_id, log_probs=log_probs,
+                                   cache=task.base_cache("hyper"))
+        losses[f"{alpha:g}"] = objective.mean_nll(expert)
+    best = min(settings.alphas, key=lambda a: (losses[f"{a:g}"], a))
+    return best, losses
 
 
 @dataclass
@@ -379,6 +417,9 @@ def predict(
         return generate(adapted, test_prompts, None, **settings, **truncate)
     if method == "WeightedComb":
         combine = functools.partial(mixture_log_probs, alpha=hparams["alpha"])
+        return generate(task.base, test_prompts, model, combine=combine, **settings, **truncate)
+    if method in PROXY_ARMS:
+        combine = functools.partial(proxy_combine, alpha=hparams["alpha"], top_p=hparams.get("top_p"))
         return generate(task.base, test_prompts, model, combine=combine, **settings, **truncate)
     # TempNet: sampled at its temperature, seeded.
     sampling = tempnet_settings(task)

@@ -93,6 +93,17 @@ class TempNetSettings:
 
 
 @dataclass(frozen=True)
+class ProxySettings:
+    """Proxy-tuning and DExperts (``harness.methods``, notebook 15): their expert is NewModel's
+    model, the anti-expert uniform at CPU scale. ``alphas``: the strengths chosen from on
+    hyper-validation loss (alisawuffles/proxy-tuning's default is 1; DExperts' toxicity script
+    uses 2). ``top_p``: DExperts' nucleus of the base (its scripts' filter_p 0.9)."""
+
+    alphas: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0)
+    top_p: float = 0.9
+
+
+@dataclass(frozen=True)
 class Tokens:
     max_prompt: int
     max_target: int
@@ -272,6 +283,9 @@ class Profile:
     # final hidden states turned back into them by the base's output layer (exact; a fraction of
     # the disk), or "auto" (compact on a GPU or where the full one would not fit; printed).
     cache_layout: Literal["auto", "full", "compact"] = "auto"
+    # Proxy-tuning and DExperts (notebook 15); a profile without the section (the frozen
+    # ``confirm``) gets these defaults.
+    proxy: ProxySettings = dataclasses.field(default_factory=ProxySettings)
 
     def replace(self, **overrides: Any) -> Profile:
         """A copy with top-level fields replaced, each checked against its declared type."""

@@ -75,6 +75,8 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
         if tempnet["per"] == "input" and tempnet["temperature"] == 1.0:
             del tempnet["per"], tempnet["temperature"]
         relevant["tempnet"] = tempnet
+    if method in methods.PROXY_ARMS:
+        relevant["proxy"] = profile.section("proxy")
     relevant.update(dataset=task.dataset, model=models.output_spec(task.base.name),
                     chat_template=task.use_chat_template)
     if task.prompt_prefix:

@@ -373,20 +373,27 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
     usage_before = task.base.usage.snapshot() if isinstance(task.base, ApiBlackBox) else None
     model, hparams, training, checkpoint = None, None, None, None
     with _nothing_left_on_full_disk(lambda: checkpoint):
-        if method in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
-            selection = selection or select_hparams(task, method, profile, arch=arch, label=label, progress=progress)
+        trains = methods.trained_as(method)  # a proxy arm's expert is NewModel's, its selection and weights too
+        train_label = label if trains == method else trains
+        if trains in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
+            selection = selection or select_hparams(task, trains, profile, arch=arch, label=train_label,
+                                                    progress=progress)
             chosen = selection["configs"][selection["best"]]
             hparams = chosen["hparams"]
             if seed == profile.seeds[0]:
-                model = trained_model(task, method, profile, arch=arch, label=label)
+                model = trained_model(task, trains, profile, arch=arch, label=train_label)
                 training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
             else:
                 # kept until the record is stored: a kill while decoding does not train it again
                 checkpoint = fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
-                model, result = methods.train_method(task, method, arch, hparams, seed, profile.training,
+                model, result = methods.train_method(task, trains, arch, hparams, seed, profile.training,
                                                      progress=progress, checkpoint=checkpoint)
                 training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
                             "epochs_run": result.epochs_run, "history": result.history}
+        if method in methods.PROXY_ARMS:
+            alpha, losses = methods.choose_alpha(task, method, model, profile.proxy)
+            hparams = {**hparams, "alpha": alpha, "top_p": methods.proxy_top_p(method, profile.proxy)}
+            training = {**training, "alpha_hyper_losses": losses}
         if method == "TempNet-greedy":
             # Greedy decoding at any positive temperature picks the base's own tokens (tested), so the
             # outputs and their scores are Zeroshot's: read from its stored run, not decoded or scored again.
