@@ -23,7 +23,7 @@ def source(cell: dict) -> str:
 
 
 def test_every_numbered_notebook_is_found():
-    assert len(NOTEBOOKS) == 15
+    assert len(NOTEBOOKS) == 16
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -57,7 +57,7 @@ def test_stored_without_outputs_for_a_python3_kernel(path):
 @pytest.mark.parametrize("path, call", [
     ("05_table5_bdpl_wrapper", "table5.run_table5("), ("11_table8_lora", "table8.run_table8("),
     ("12_topk_logprobs", "runner.run_table("), ("13_theorem1_convergence", "theorem1."),
-    ("14_api_model", "api.run_study("),
+    ("14_api_model", "api.run_study("), ("15_proxy_tuning", "proxy.run_proxy("),
 ])
 def test_notebook_calls_into_plugin_lib(path, call):
     assert call in "".join(source(c) for c in code_cells(ROOT / "notebooks" / f"{path}.ipynb"))

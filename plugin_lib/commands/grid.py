@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import data
-from ..experiments import ablations, base_quality, confirmation, shift, table5, table8, topk
+from ..experiments import ablations, base_quality, confirmation, proxy, shift, table5, table8, topk
 from ..harness import preflight
 from ..harness import profile as config
 from ..harness.grid import executors, plan as planning, units as grid_units
@@ -41,6 +41,7 @@ SOURCES: dict[str, Callable[[Profile, str], list]] = {
     "10_distribution_shift": shift.units,
     "11_table8_lora": table8.units,
     "12_topk_logprobs": topk.units,
+    "15_proxy_tuning": proxy.units,
 }
 # Notebooks whose work stays in the notebook, and why.
 IN_NOTEBOOK = {

@@ -22,7 +22,7 @@ NOTEBOOKS = (
     "00_dataset_statistics", "01_table1_e2e", "02_table2_webnlg", "03_table3_commongen", "04_table4_adidas",
     "05_table5_bdpl_wrapper", "06_fig2_base_quality", "07_fig3_reweighting_complexity", "08_fig7_architecture",
     "09_adidas_case_study", "10_distribution_shift", "11_table8_lora", "12_topk_logprobs",
-    "13_theorem1_convergence", "14_api_model",
+    "13_theorem1_convergence", "14_api_model", "15_proxy_tuning",
 )
 
 
@@ -274,6 +274,20 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
     requests = c2.target_tokens + methods_run * c2.test_inputs * p.decoding.max_new_tokens
     plan.note = (f"plus at most {requests:,} HTTP requests to {api.model} (a llama.cpp server on the CPU: "
                  "0.1-0.7 s each, docs/api.md)")
+    # Notebook 15: beside the main tables' runs (their caches and NewModel's search), each proxy
+    # arm trains NewModel's expert again for every later seed and decodes with a small model.
+    plan = plans["15_proxy_tuning"]
+    for dataset in data.DATASETS:
+        for model in p.base_models:
+            c2 = count(dataset, model)
+            plan.pairs = max(plan.pairs, c2.pairs)
+            runs = 2 * (seeds - 1)  # the first seed's expert is NewModel's stored one
+            plan.trainings += runs
+            plan.seeds, plan.epochs = seeds, p.training.max_epochs
+            plan.add(model, pair_epochs=runs * p.training.max_epochs * c2.pairs)
+            _decodes(plan, model, c2, p, runs=2 * seeds, plugin_runs=2 * seeds)
+        _peak(plan, inference_peak(model, p, gpu))
+    plan.note = "2 proxy arms over notebooks 01-04's NewModel; alpha chosen on cached hyper-validation outputs"
     return list(plans.values())
 
 

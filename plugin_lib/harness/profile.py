@@ -99,7 +99,7 @@ class ProxySettings:
     hyper-validation loss (alisawuffles/proxy-tuning's default is 1; DExperts' toxicity script
     uses 2). ``top_p``: DExperts' nucleus of the base (its scripts' filter_p 0.9)."""
 
-    alphas: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5, 2.0)
+    alphas: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
     top_p: float = 0.9
 
 

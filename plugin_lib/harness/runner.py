@@ -451,7 +451,7 @@ def check_run_arguments(dataset: str, *, model_names=None, method_names=None) ->
         for name in _name_list(model_names, "model_names", "['smollm2-135m-instruct']"):
             models.model_spec(name)  # ValueError naming the known models
     if method_names is not None:
-        known = methods.METHODS + methods.EXTRA_METHODS
+        known = methods.METHODS + methods.EXTRA_METHODS + methods.PROXY_ARMS
         unknown = [m for m in _name_list(method_names, "method_names", "['Zeroshot', 'Plugin']") if m not in known]
         if unknown:
             raise ValueError(f"Unknown method(s) {unknown}; choose from {list(known)}.")

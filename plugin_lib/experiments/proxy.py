@@ -1,0 +1,119 @@
+"""Notebook 15: the Plugin against proxy-tuning and DExperts (issue 60), exploratory.
+
+The question: does training the small model *through* the base (the Plugin) beat training it
+alone and multiplying it in at decoding time (proxy-tuning)? Every arm shares the task's
+training pairs, splits, prompts, decoding settings and selection rule (``harness.methods``):
+
+- Zeroshot: the base alone;
+- NewModel: the small model trained alone, decoded alone (the expert of the next two);
+- ProxyTuning: softmax(b + alpha * (e - a)) with NewModel's model as the expert e and a uniform
+  anti-expert a (at CPU scale; the paper profiles' pretrained experts are not run yet);
+- DExperts: the same after cutting b to its top-p nucleus (DExperts' filter_p);
+- Plugin: the same small model trained through the product b * r.
+
+``cost_table`` puts their costs side by side: trainable parameters, model forwards per
+generated token, what training asks of the base (the Plugin: its outputs on every training and
+hyper-validation token; the proxy arms: on the hyper-validation tokens only, to choose alpha),
+and decoding seconds per generated token measured here (seeded untrained models of the runs'
+shapes: decoding costs the same).
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import pandas as pd
+import torch
+
+from .. import data
+from ..core.blackbox import BlackBoxLM
+from ..core.combine import proxy_combine
+from ..core.decode import generate
+from ..core.reweighter import make_reweighter
+from ..harness import grid, methods, runner
+from ..harness.profile import Profile
+from ..report import tables, writer
+
+ARMS = ("Zeroshot", "NewModel", "ProxyTuning", "DExperts", "Plugin")
+# Model forwards per generated token: base, small model (an anti-expert other than uniform adds one).
+FORWARDS = {"Zeroshot": (1, 0), "NewModel": (0, 1), "ProxyTuning": (1, 1), "DExperts": (1, 1), "Plugin": (1, 1)}
+
+
+def notebook_datasets(datasets: str | list[str] | None = None) -> list[str]:
+    """The datasets given (one name or a list); by default all four, as the main tables."""
+    return [datasets] if isinstance(datasets, str) else list(datasets or data.DATASETS)
+
+
+def run_proxy(datasets: list[str], profile: Profile, *, model_names: list[str] | None = None) -> list[dict]:
+    """Every arm's runs per dataset; Zeroshot, NewModel and Plugin are the main tables' runs."""
+    for dataset in datasets:  # every argument checked before the first run is written
+        runner.check_run_arguments(dataset, model_names=model_names, method_names=list(ARMS))
+    return [r for d in datasets
+            for r in runner.run_table(d, profile, model_names=model_names, method_names=list(ARMS))]
+
+
+def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None,
+          model_names: list[str] | None = None) -> list[grid.Unit]:
+    """The grid's units of :func:`run_proxy` with the notebook's defaults."""
+    return [u for d in notebook_datasets(datasets)
+            for u in grid.table_units(d, profile, notebook, model_names=model_names, method_names=list(ARMS))]
+
+
+def scores(records: list[dict], profile: Profile) -> dict[str, pd.DataFrame]:
+    """Per dataset, mean ± std over seeds of every arm (saved as ``proxy_<dataset>``)."""
+    shown = {}
+    for dataset in dict.fromkeys(r["dataset"] for r in records):
+        chosen = [r for r in records if r["dataset"] == dataset]
+        summary = tables.summarize(tables.runs_frame(chosen))
+        caption = tables.caption(chosen, f"{dataset}: the Plugin against proxy-tuning and DExperts (uniform "
+                                         "anti-expert; alpha chosen on hyper-validation).")
+        tables.save_results_table(summary, f"proxy_{dataset}", profile, caption)
+        shown[dataset] = tables.format_table(summary)
+    return shown
+
+
+def chosen_alphas(records: list[dict]) -> pd.DataFrame:
+    """The alpha each proxy run chose, with its hyper-validation loss per alpha."""
+    rows = [{"dataset": r["dataset"], "model": r["model"], "method": r["method"], "seed": r["seed"],
+             "alpha": r["hparams"]["alpha"], **{f"loss at {a}": v for a, v in r["training"]["alpha_hyper_losses"].items()}}
+            for r in records if r["method"] in methods.PROXY_ARMS]
+    return pd.DataFrame(rows)
+
+
+def figure(records: list[dict], metric: str = "BLEU"):
+    """``metric`` per arm and dataset, mean over seeds with their standard deviation."""
+    frame = pd.concat([tables.runs_frame([r]).assign(dataset=r["dataset"]) for r in records], ignore_index=True)
+    return writer.metric_bars(frame.assign(model=frame["dataset"] + " / " + frame["model"]), metrics=(metric,),
+                              title=f"{metric}: the Plugin against proxy-tuning and DExperts")
+
+
+@torch.no_grad()
+def cost_table(task: methods.Task, profile: Profile, *, prompts: int = 8, new_tokens: int = 16) -> pd.DataFrame:
+    """Each arm's cost on ``task``: trainable parameters, forwards per generated token, the base's
+    training-time work (pairs and tokens it must score), and decoding seconds per generated token
+    (``prompts`` test prompts, exactly ``new_tokens`` each, batched, on this machine)."""
+    arch = runner.arch_for(task.base.name)
+    small = make_reweighter(vocab_size=task.base.vocab_size, seed=0, **arch).to(task.base.device).eval()
+    parameters = sum(p.numel() for p in small.parameters())
+    texts = [task.prompt(ex) for ex in task.test[:prompts]]
+    settings = dict(batch_size=len(texts), max_new_tokens=new_tokens, min_new_tokens=new_tokens, progress=False,
+                    repetition_penalty=profile.decoding.repetition_penalty, max_prompt_tokens=task.max_prompt_tokens)
+    train, hyper = task.encoded("train"), task.encoded("hyper")
+    rows = []
+    for arm in ARMS:
+        combine = {"ProxyTuning": dict(combine=functools.partial(proxy_combine, alpha=1.0)),
+                   "DExperts": dict(combine=functools.partial(proxy_combine, alpha=1.0, top_p=profile.proxy.top_p))
+                   }.get(arm, {})
+        base = BlackBoxLM(small, task.base.tokenizer, "NewModel") if arm == "NewModel" else task.base
+        generate(base, texts[:1], small if arm in ("ProxyTuning", "DExperts", "Plugin") else None,
+                 **{**settings, "batch_size": 1}, **combine)  # warm-up
+        started = time.perf_counter()
+        generate(base, texts, small if arm in ("ProxyTuning", "DExperts", "Plugin") else None, **settings, **combine)
+        seconds = time.perf_counter() - started
+        scored = {"Plugin": train + hyper, "ProxyTuning": hyper, "DExperts": hyper}.get(arm, [])
+        rows.append({"arm": arm, "trainable parameters": 0 if arm == "Zeroshot" else parameters,
+                     "base forwards / token": FORWARDS[arm][0], "small-model forwards / token": FORWARDS[arm][1],
+                     "base-scored pairs at training": len(scored),
+                     "base-scored tokens at training": sum(len(p.input_ids) for p in scored),
+                     "decoding ms / token (this machine)": 1000 * seconds / (len(texts) * new_tokens)})
+    return pd.DataFrame(rows)
