@@ -68,8 +68,8 @@ def test_the_arms_use_newmodels_expert_and_choose_alpha_on_hyper_validation(task
     for arm in methods.PROXY_ARMS:
         record = runner.run_experiment(task, arm, 0, profile, progress=False)
         losses = record["training"]["alpha_hyper_losses"]
-        assert set(losses) == {f"{a:g}" for a in profile.proxy.alphas}
-        assert losses[f"{record['hparams']['alpha']:g}"] == min(losses.values())
+        assert set(losses) == {"0"} | {f"{a:g}" for a in profile.proxy.alphas}  # 0: the base alone, never chosen
+        assert losses[f"{record['hparams']['alpha']:g}"] == min(v for a, v in losses.items() if a != "0")
         assert record["hparams"]["top_p"] == (0.9 if arm == "DExperts" else None)
         assert {k: record["hparams"][k] for k in ("lr", "weight_decay")} == newmodel["hparams"]
         assert len(record["predictions"]) == len(task.test) and record["method"] == arm

@@ -73,9 +73,11 @@ def scores(records: list[dict], profile: Profile) -> dict[str, pd.DataFrame]:
 
 
 def chosen_alphas(records: list[dict]) -> pd.DataFrame:
-    """The alpha each proxy run chose, with its hyper-validation loss per alpha."""
+    """The alpha each proxy run chose, with its hyper-validation loss per alpha and the base's
+    alone (alpha 0): an expert that lowers no loss below the base's has not helped it."""
     rows = [{"dataset": r["dataset"], "model": r["model"], "method": r["method"], "seed": r["seed"],
-             "alpha": r["hparams"]["alpha"], **{f"loss at {a}": v for a, v in r["training"]["alpha_hyper_losses"].items()}}
+             "alpha": r["hparams"]["alpha"],
+             **{("base alone" if a == "0" else f"loss at {a}"): v for a, v in r["training"]["alpha_hyper_losses"].items()}}
             for r in records if r["method"] in methods.PROXY_ARMS]
     return pd.DataFrame(rows)
 

@@ -98,10 +98,12 @@ def proxy_top_p(method: str, settings: ProxySettings) -> float | None:
 def choose_alpha(task: Task, method: str, expert: nn.Module, settings: ProxySettings) -> tuple[float, dict]:
     """(alpha, hyper-validation loss per alpha): the alpha of ``settings.alphas`` whose
     combination of the base and ``expert`` has the lowest hyper-validation loss (ties: the
-    smaller alpha), on the base's cached outputs."""
+    smaller alpha), on the base's cached outputs. The loss at alpha 0, the base alone (cut to its
+    nucleus for DExperts), is kept beside them and never chosen: whether the expert helps the
+    base at all is the arm's premise."""
     top_p = proxy_top_p(method, settings)
     losses = {}
-    for alpha in settings.alphas:
+    for alpha in (0.0, *settings.alphas):
         log_probs = functools.partial(reachable_proxy_log_probs, alpha=alpha, top_p=top_p)
         objective = TokenObjective(task.encoded("hyper"), task.base.tokenizer.pad_token_id, log_probs=log_probs,
                                    cache=task.base_cache("hyper"))
