@@ -198,6 +198,8 @@ def test_confirmatory_verdicts_lead_the_readme_with_the_exploratory_ones_beside_
     assert "Each confirmatory statistic is on all 200 test inputs and 3 seeds unless it says otherwise." in block
     waiting = next(c for c in preregistered.CLAIMS if c.key == "complexity_e2e_1")
     assert f"| {waiting.claim} |  | *waiting for its runs* | not reproduced |" in block
+    # Issue 60: the row of the pretrained claim names the stand-in that CPU scale tests.
+    assert "| pretrained init (a truncated copy of the base, not GPT2-Small) helps |  | *waiting for its runs* |" in block
     paper = sum(c.scope == "paper" for c in preregistered.CLAIMS)
     assert (f"The paper's claims, confirmatory (1; {paper - 1} waiting): 0 reproduced, 1 direction only, "
             "0 not reproduced, 0 not measurable at this scale. Exploratory (2): 1 reproduced") in block
