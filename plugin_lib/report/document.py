@@ -16,7 +16,7 @@ from ..harness import models
 from ..harness import profile as config
 from ..harness.profile import Profile
 from ..utils.io import atomic_write_text, read_json
-from . import freeze, paper_rows, preregistered, preregistered_wave2
+from . import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2
 from .claim_tables import (PREREGISTERED_LEGEND, SCOPE_TITLES, VERDICT_LEGEND, claims_table, margin_section, scope_of,
                            shown_verdict, statistic_summary, tally)
 from .code_versions import code_versions_section
@@ -248,6 +248,8 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
         lines.append(f"| {ROW_LABELS.get(claim.key, claim.claim)} | {shown} | {verdict} | "
                      f"{old['verdict'] if old else '-'} |")
     lines += [*paper_rows.table_rows(config.results_dir(confirm)), ""]
+    reach = bdpl_reach.line(config.results_dir(confirm))  # beside the "not measurable" Table 5 rows
+    lines += [reach, ""] if reach else []
     for scope in SCOPES:
         now = [c for c in confirmed if scope_of(c) == scope]
         then = [c for c in explored if scope_of(c) == scope]
