@@ -4,6 +4,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from plugin_lib.harness.profile import REPO_ROOT as ROOT
 from plugin_lib.report import claim_tables, claims, document
 
 
@@ -241,6 +242,34 @@ def test_a_verdict_hiding_a_significant_deficit_is_shown_as_mixed():
     assert set(mixed.deficits(comparison)) == {"BLEU"}
     assert mixed.flag({"verdict": "reproduced", "statistic": {"comparisons": [comparison]}}).startswith("mixed: behind X on BLEU")
     assert mixed.flag({"verdict": "not reproduced", "statistic": {"comparisons": [comparison]}}) == ""
+
+
+def test_equivalence_and_non_superiority_claims_show_what_their_verdict_hides():
+    """Issue 60: the mixed flag read only superiority comparisons; the Adidas LoRA claim (an
+    equivalence test, direction only) hid LoRA's significant ROUGE-1 lead. Every test type now
+    keeps it, from the bootstrap draws: B ahead for equivalence, A ahead for non-superiority."""
+    import numpy as np
+
+    from plugin_lib.report import mixed
+    from plugin_lib.utils.io import read_json
+
+    adidas = read_json(ROOT / "results" / "confirm" / "claims" / "wave2_table8_lora_gap_adidas.json")
+    assert adidas["verdict"] == "direction only"
+    assert mixed.flag(adidas).startswith("mixed: behind LoRA on ROUGE-1 (Holm p 0.0")
+    assert "behind LoRA on ROUGE-1" in claim_tables.shown_verdict(adidas)
+    rng = np.random.default_rng(0)
+    draws = {"BLEU": rng.normal(0.02, 0.005, 2000), "ROUGE-1": rng.normal(-0.02, 0.005, 2000),
+             "ROUGE-2": rng.normal(0.0, 0.01, 2000), "NIST": rng.normal(0.0, 0.01, 2000)}
+    compared = [{"draws": draws, "resamples": 2000}]
+    equivalence, non_superiority = [{"verdict": "direction only", "versus": "vs B"}], [{"verdict": "reproduced"}]
+    mixed.note_deficits("equivalence", equivalence, compared)
+    mixed.note_deficits("non-superiority", non_superiority, compared)
+    assert set(equivalence[0]["behind on"]) == {"ROUGE-1"} and set(non_superiority[0]["ahead on"]) == {"BLEU"}
+    assert mixed.flag({"verdict": "direction only", "statistic": {"comparisons": equivalence}}).startswith(
+        "mixed: behind B on ROUGE-1")
+    non_superiority[0]["versus"] = "A-deeper vs A"
+    assert mixed.flag({"verdict": "reproduced", "statistic": {"comparisons": non_superiority}}).startswith(
+        "mixed: A-deeper vs A: ahead on BLEU")
 
 
 def test_a_notebook_claim_with_a_significant_deficit_is_stored_and_shown_as_mixed(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..harness import bdpl, grid
 from ..harness.profile import Profile, ablation_seeds, ablation_settings, load_profile, results_dir
-from ..report import freeze
+from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
@@ -83,7 +83,9 @@ def judge_claim(roles: WaveRoles, c: pre.Claim) -> dict:
     if found is not None and not found["holds"]:
         return {"verdict": pre.NOT_MEASURABLE, "premise": found}
     pairs = comparisons(roles, c)
-    result = wave2.judge_comparisons(c, [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in pairs])
+    compared = [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in pairs]
+    result = wave2.judge_comparisons(c, compared)
+    mixed.note_deficits(c.test, result["comparisons"], compared)  # every test type: shown beside the verdict
     for row, label in zip(result["comparisons"], versus_labels(pairs)):
         row["versus"] = label
     if found is not None:

@@ -29,7 +29,7 @@ from .. import analysis, data
 from ..analysis import judge as shift_judge
 from ..harness import bdpl, finetune, methods, runner
 from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
-from ..report import freeze
+from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report.claims import n_seeds, record_claim
 from ..utils.io import read_json
@@ -227,7 +227,9 @@ def judge_claim(roles: Roles, c: pre.Claim) -> dict:
     result: dict
     if c.test in ("superiority", "non-superiority", "equivalence"):
         pairs = comparisons(roles, c)
-        result = pre.judge_comparisons(c, [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in pairs])
+        compared = [pre.compare(a, b, references(c.dataset, a[0]["test_ids"])) for a, b in pairs]
+        result = pre.judge_comparisons(c, compared)
+        mixed.note_deficits(c.test, result["comparisons"], compared)  # every test type: shown beside the verdict
         for row, label in zip(result["comparisons"], versus_labels(pairs)):
             row["versus"] = label
     elif c.test == "ratio" and c.key.startswith("shift_"):

@@ -12,6 +12,12 @@ is exactly 0 (continuous corpus statistics). Holm adjusts over the claim compari
 the rules do, and a metric counts as a deficit only where the adjusted reverse p is below
 ``ALPHA`` *and* its 95% interval lies below zero, which also bounds the share of tied draws.
 
+An equivalence or non-superiority comparison stores no one-sided p of "A better" (its p is
+TOST's): the judge keeps, beside its result, the metrics on which B is significantly better,
+computed from the comparison's bootstrap draws by the same standard (``behind on``,
+:func:`note_deficits`), and ``flag`` reads them too (issue 60: the Adidas LoRA claim, direction
+only, hid a significant ROUGE-1 deficit).
+
 A notebook's own rule (``experiments.main_tables``) stores per metric the effect against the best
 other method and one bootstrap p per seed: there a metric is a deficit where the effect is
 negative and the reverse p is below ``ALPHA`` in most seeds, the notebook rule's own standard.
@@ -19,7 +25,12 @@ negative and the reverse p is below ``ALPHA`` in most seeds, the notebook rule's
 """
 from __future__ import annotations
 
-from .preregistered import ALPHA, RESAMPLES, holm, most
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .preregistered import ALPHA, BOOTSTRAP_METRICS, RESAMPLES, _p, holm, most
+from .preregistered_wave2 import deficits as draw_deficits
 
 
 def _dicts(statistic):
@@ -36,6 +47,13 @@ def _dicts(statistic):
 def comparisons(statistic) -> list[dict]:
     """Every paired bootstrap comparison in a claim's statistic (per-metric ``p`` and ``ci95``)."""
     return [d for d in _dicts(statistic) if isinstance(d.get("p"), dict) and isinstance(d.get("ci95"), dict)]
+
+
+def _with_deficits(statistic) -> list[dict]:
+    """The comparisons a flag reads: those with their deficits from the draws (``behind on``),
+    and the stored superiority comparisons (``p`` and ``ci95``) of claims judged before that."""
+    return [d for d in _dicts(statistic) if isinstance(d.get("behind on"), dict) or isinstance(d.get("ahead on"), dict)
+            or (isinstance(d.get("p"), dict) and isinstance(d.get("ci95"), dict))]
 
 
 def deficits(comparison: dict) -> dict[str, float]:
@@ -61,16 +79,45 @@ def seed_deficits(statistic) -> list[str]:
     return found
 
 
+def advantages(comparison: Mapping) -> dict[str, float]:
+    """The bootstrap metrics on which A is significantly better than B (one-sided p of "A better",
+    Holm over the four, below ALPHA, and the 95% interval above zero): what contradicts a
+    non-superiority claim's "A does not help"."""
+    draws = comparison["draws"]
+    raw = {m: _p((np.asarray(d) <= 0).sum(), comparison["resamples"]) for m, d in draws.items()}
+    adjusted = holm(raw)
+    lower = {m: float(np.percentile(d, 2.5)) for m, d in draws.items()}
+    return {m: adjusted[m] for m in BOOTSTRAP_METRICS if m in adjusted and adjusted[m] < ALPHA and lower[m] > 0}
+
+
+def note_deficits(test: str, results: Sequence[dict], compared: Sequence[Mapping]) -> None:
+    """Give each judged comparison (``results``, in the order of ``compared``, the bootstrap
+    comparisons they were judged on) what its verdict could hide, for every test type: for
+    superiority and equivalence (A better than, or as good as, B), ``behind on``, the metrics on
+    which B is significantly better; for non-superiority (A does not help), ``ahead on``, those
+    on which A is. A result that has one already (wave 2's superiority) keeps it."""
+    for result, comparison in zip(results, compared):
+        if test == "non-superiority":
+            result.setdefault("ahead on", advantages(comparison))
+        else:
+            result.setdefault("behind on", draw_deficits(comparison))
+
+
 def flag(claim: dict) -> str:
     """"mixed: behind NewModel on BLEU, ROUGE-2 (Holm p 0.002)", or "" where nothing is behind.
     A verdict of "not reproduced" already says so, and gets no flag."""
     if claim.get("verdict") not in ("reproduced", "direction only"):
         return ""
     parts = []
-    for comparison in comparisons(claim.get("statistic")):
-        behind = deficits(comparison)
+    for comparison in _with_deficits(claim.get("statistic")):
+        versus = str(comparison.get("versus") or "the other").removeprefix("vs ")
+        ahead = comparison.get("ahead on")
+        if isinstance(ahead, dict) and ahead:
+            parts.append(f"{versus}: ahead on {', '.join(ahead)} (Holm p {max(ahead.values()):.3f})")
+        if isinstance(ahead, dict):
+            continue
+        behind = comparison["behind on"] if isinstance(comparison.get("behind on"), dict) else deficits(comparison)
         if behind:
-            versus = str(comparison.get("versus") or "the other").removeprefix("vs ")
             parts.append(f"behind {versus} on {', '.join(behind)} (Holm p {max(behind.values()):.3f})")
     parts += seed_deficits(claim.get("statistic"))
     return f"mixed: {'; '.join(parts)}" if parts else ""
