@@ -27,3 +27,11 @@ def test_growth_per_update_and_the_updates_the_premise_needs(tmp_path):
     assert bdpl_reach.line(tmp_path) == (
         "Why Table 5 is not measurable: BDPL's 3 searches made 4 updates (75 calls); top probability x C grew "
         "0.0050 an update from 1.0; the premise asks 2.0: about 200 updates (3,750 calls).")
+
+
+def test_the_would_be_verdicts_are_labelled_as_such(tmp_path):
+    search(tmp_path, "webnlg", 0, [1.005, 1.01, 1.015, 1.02])
+    rows = [{"a": "Plugin", "b": ["BDPL"], "would-be verdict": v} for v in ("reproduced", "reproduced", "direction only")]
+    atomic_write_json(tmp_path / bdpl_reach.WOULD_BE_FILE, {"claims": rows})
+    assert bdpl_reach.line(tmp_path).endswith(
+        "Premise ignored, reproduced (would-be verdicts, not claims): Plugin > BDPL 2/3.")

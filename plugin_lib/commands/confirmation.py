@@ -18,13 +18,18 @@ from ..utils.io import atomic_write_json
 
 
 def command_line(argv: Sequence[str] | None, *, prog: str, description: str, profile_name: str, margins_file: str,
-                 status, judge, margin_sensitivity) -> None:
-    """``status``, ``judge`` or ``margins`` of a wave, with that wave's functions."""
+                 status, judge, margin_sensitivity, extra: dict | None = None) -> None:
+    """``status``, ``judge`` or ``margins`` of a wave, with that wave's functions; ``extra``: a
+    wave's own commands (name: a function whose rows are printed)."""
+    extra = extra or {}
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("command", choices=("status", "judge", "margins"))
+    parser.add_argument("command", choices=("status", "judge", "margins", *extra))
     parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
     args = parser.parse_args(argv)
-    if args.command == "status":
+    if args.command in extra:
+        for row in extra[args.command]():
+            print(row)
+    elif args.command == "status":
         print(status().to_string(index=False))
     elif args.command == "margins":
         profile = load_profile(profile_name)

@@ -26,7 +26,7 @@ from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
-from ..utils.io import read_json
+from ..utils.io import atomic_write_json, read_json
 from ..experiments import ablations, table5, table8
 from ..experiments.confirmation import (PROFILE, Missing, Roles, claim_states, margin_verdicts, references, summary,
                                          versus_labels)
@@ -128,6 +128,27 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> 
     return recorded
 
 
+WOULD_BE_FILE = "exploratory/table5_premise_ignored.json"
+
+
+def premise_ignored(profile: Profile | None = None) -> list[dict]:
+    """Table 5's wave-2 claims judged as if BDPL's premise held: would-be verdicts, never claims
+    (the premise failed, so each claim is not measurable). Kept in ``WOULD_BE_FILE`` for the
+    README's line beside those rows (``report.bdpl_reach``)."""
+    profile = profile or load_profile(PROFILE)
+    roles, rows = WaveRoles(profile), []
+    for c in (c for c in wave2.CLAIMS if wave2.group(c) == "table5"):
+        pairs = comparisons(roles, c)
+        result = wave2.judge_comparisons(c, [pre.compare(a, b, references(c.dataset, a[0]["test_ids"]))
+                                             for a, b in pairs])
+        rows.append({"key": c.key, "dataset": c.dataset, "a": c.a, "b": list(c.b),
+                     "would-be verdict": result["verdict"]})
+    atomic_write_json(results_dir(profile) / WOULD_BE_FILE,
+                      {"note": "would-be verdicts with BDPL's failed premise ignored: exploratory, not claims",
+                       "claims": rows})
+    return rows
+
+
 def margin_sensitivity(profile: Profile | None = None) -> list[dict]:
     """Each judged null claim of the wave at 1x, 0.5x and 0.25x its frozen margins (as wave 1's)."""
     profile = profile or load_profile(PROFILE)
@@ -143,7 +164,8 @@ def margin_sensitivity(profile: Profile | None = None) -> list[dict]:
 def main(argv: Sequence[str] | None = None) -> None:
     command_line(argv, prog="plugin-repro confirmation wave2", profile_name=PROFILE, margins_file=MARGINS_FILE,
                  description="The second preregistered wave: status, judge, margins.",
-                 status=status, judge=judge, margin_sensitivity=margin_sensitivity)
+                 status=status, judge=judge, margin_sensitivity=margin_sensitivity,
+                 extra={"would-be": lambda: premise_ignored()})
 
 
 if __name__ == "__main__":

@@ -32,12 +32,29 @@ def reach(root: Path) -> dict | None:
             "growth per update": rate, "updates needed": needed, "calls needed": needed * per_update}
 
 
+WOULD_BE_FILE = "exploratory/table5_premise_ignored.json"  # commands.confirmation_wave2.premise_ignored
+
+
+def would_be(root: Path) -> str:
+    """Wave 2's Table 5 comparisons judged with the failed premise ignored, as "A > B: k/n"
+    reproduced ("" until ``plugin-repro confirmation wave2 would-be`` has written them)."""
+    path = Path(root) / WOULD_BE_FILE
+    if not path.exists():
+        return ""
+    groups: dict[str, list[str]] = {}
+    for row in read_json(path)["claims"]:
+        groups.setdefault(f"{row['a']} > {'/'.join(row['b'])}", []).append(row["would-be verdict"])
+    return "; ".join(f"{name} {verdicts.count('reproduced')}/{len(verdicts)}" for name, verdicts in groups.items())
+
+
 def line(root: Path) -> str:
     """One sentence for the README beside Table 5's "not measurable" rows ("" without searches)."""
     found = reach(root)
     if found is None:
         return ""
+    ignored = would_be(root)
     return (f"Why Table 5 is not measurable: BDPL's {found['searches']} searches made {found['updates']:.0f} updates "
             f"({found['calls']:.0f} calls); top probability x C grew {found['growth per update']:.4f} an update "
             f"from 1.0; the premise asks {BDPL_MIN_CONCENTRATION:.1f}: about {found['updates needed']:,.0f} "
-            f"updates ({found['calls needed']:,.0f} calls).")
+            f"updates ({found['calls needed']:,.0f} calls)."
+            + (f" Premise ignored, reproduced (would-be verdicts, not claims): {ignored}." if ignored else ""))

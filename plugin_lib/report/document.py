@@ -256,10 +256,8 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
         waiting = sum(c.scope == scope for c in preregistered.CLAIMS) - len(now)
         lines += [f"{SCOPE_TITLES[scope]}, confirmatory ({len(now)}{f'; {waiting} waiting' if waiting else ''}): "
                   f"{tally(now)}. Exploratory ({len(then)}): {tally(then)}.", ""]
-    lines += [paper_rows.count_line(config.results_dir(confirm)), ""]
-    home = f"`results/{confirm.name}/REPORT.md`" if report else f"`results/{confirm.name}/claims/`"
-    return lines + ["Each claim's frozen rule and full statistic, and the checks beyond the paper, are in "
-                    f"{home}; the exploratory ones in `results/{local.name}/REPORT.md`.", ""]
+    # Each claim's frozen rule and full statistic: the two reports the first paragraph links.
+    return lines + [paper_rows.count_line(config.results_dir(confirm)), ""]
 
 
 def readme_block(profile: Profile | str) -> list[str]:
