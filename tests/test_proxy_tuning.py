@@ -75,8 +75,11 @@ def test_the_arms_use_newmodels_expert_and_choose_alpha_on_hyper_validation(task
         assert len(record["predictions"]) == len(task.test) and record["method"] == arm
     assert trained == []  # the first seed's expert is NewModel's stored one: nothing trained again
     second = runner.run_experiment(task, "ProxyTuning", 1, profile, progress=False)
-    assert [seed for _, seed in trained] == [1]  # a later seed trains its expert as NewModel would
-    assert second["hparams"]["lr"] == newmodel["hparams"]["lr"]
+    dexperts = runner.run_experiment(task, "DExperts", 1, profile, progress=False)
+    # A later seed trains its expert as NewModel would, once for both arms.
+    assert [seed for _, seed in trained] == [1]
+    assert second["hparams"]["lr"] == newmodel["hparams"]["lr"] and second["training"] == {
+        **dexperts["training"], "alpha_hyper_losses": second["training"]["alpha_hyper_losses"]}
 
 
 def test_the_arms_runs_are_keyed_on_the_proxy_settings(task, profile):

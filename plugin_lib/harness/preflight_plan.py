@@ -274,14 +274,14 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
     requests = c2.target_tokens + methods_run * c2.test_inputs * p.decoding.max_new_tokens
     plan.note = (f"plus at most {requests:,} HTTP requests to {api.model} (a llama.cpp server on the CPU: "
                  "0.1-0.7 s each, docs/api.md)")
-    # Notebook 15: beside the main tables' runs (their caches and NewModel's search), each proxy
-    # arm trains NewModel's expert again for every later seed and decodes with a small model.
+    # Notebook 15: beside the main tables' runs (their caches and NewModel's search), the proxy
+    # arms' expert is trained again for every later seed (once for both) and each arm decodes.
     plan = plans["15_proxy_tuning"]
     for dataset in data.DATASETS:
         for model in p.base_models:
             c2 = count(dataset, model)
             plan.pairs = max(plan.pairs, c2.pairs)
-            runs = 2 * (seeds - 1)  # the first seed's expert is NewModel's stored one
+            runs = seeds - 1  # the first seed's expert is NewModel's stored one
             plan.trainings += runs
             plan.seeds, plan.epochs = seeds, p.training.max_epochs
             plan.add(model, pair_epochs=runs * p.training.max_epochs * c2.pairs)

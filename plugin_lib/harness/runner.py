@@ -383,6 +383,8 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
             if seed == profile.seeds[0]:
                 model = trained_model(task, trains, profile, arch=arch, label=train_label)
                 training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
+            elif trains != method:  # a proxy arm: one expert per seed, trained once for both arms
+                model, training = _expert(task, trains, arch, hparams, seed, profile, progress)
             else:
                 # kept until the record is stored: a kill while decoding does not train it again
                 checkpoint = fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
@@ -432,6 +434,26 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     return record
+
+
+def _expert(task: methods.Task, method: str, arch: dict, hparams: dict, seed: int, profile: Profile,
+            progress: bool) -> tuple[torch.nn.Module, dict]:
+    """``method``'s model for a later ``seed``, trained once and kept for every proxy arm that
+    needs it (``<method>-expert-seed<s>.pt``: the weights and the training's summary; not
+    committed): seeded, so each arm gets the model it would have trained itself."""
+    folder = runs_dir(profile, task.dataset, task.base.name)
+    kept = folder / f"{method}-expert-seed{seed}.pt"
+    with unit_lock(folder, kept.stem):
+        if kept.exists():
+            stored = torch.load(kept, map_location=task.base.device, weights_only=True)
+            model = methods.build_model(task, method, arch, seed)
+            model.load_state_dict(stored["model"])
+            return model.eval(), stored["training"]
+        model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress)
+        training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
+                    "epochs_run": result.epochs_run, "history": result.history}
+        atomic_write_with(kept, lambda f: torch.save({"model": model.state_dict(), "training": training}, f))
+        return model.eval(), training
 
 
 def _name_list(value, what: str, example: str) -> list[str]:
