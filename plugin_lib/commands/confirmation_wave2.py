@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..harness import bdpl, grid
 from ..harness.profile import Profile, ablation_seeds, ablation_settings, load_profile, results_dir
-from ..report import freeze, mixed
+from ..report import bdpl_reach, freeze, mixed
 from ..report import preregistered as pre
 from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
@@ -128,7 +128,7 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> 
     return recorded
 
 
-WOULD_BE_FILE = "exploratory/table5_premise_ignored.json"
+WOULD_BE_FILE = bdpl_reach.WOULD_BE_FILE
 
 
 def premise_ignored(profile: Profile | None = None) -> list[dict]:

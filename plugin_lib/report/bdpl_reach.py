@@ -32,7 +32,8 @@ def reach(root: Path) -> dict | None:
             "growth per update": rate, "updates needed": needed, "calls needed": needed * per_update}
 
 
-WOULD_BE_FILE = "exploratory/table5_premise_ignored.json"  # commands.confirmation_wave2.premise_ignored
+# commands.confirmation_wave2.premise_ignored writes it; not in exploratory/, whose files are judged rows
+WOULD_BE_FILE = "table5_premise_ignored.json"
 
 
 def would_be(root: Path) -> str:
