@@ -306,25 +306,19 @@ def test_plugin_results_dir_is_honoured(tmp_path):
     assert git(repo, "status", "--porcelain", "--ignored") == ""
 
 
-def test_an_unwritable_results_folder_is_one_line(tmp_path):
+@pytest.mark.parametrize("variable, under, message", [
+    ("PLUGIN_RESULTS_DIR", "results", "cannot write the results folder {}/results/smoke (Not a directory): set "
+                                      "PLUGIN_RESULTS_DIR to a writable folder; nothing was run."),
+    # An unwritable HOME: the cache folder is the cause, and PLUGIN_CACHE_DIR the fix.
+    ("HOME", "home", "the cache folder {}/home/.cache/plugin-repro cannot be created (Not a directory): set "
+                     "PLUGIN_CACHE_DIR to a writable folder with room for the base outputs."),
+])
+def test_an_unwritable_results_or_cache_folder_is_one_line(tmp_path, variable, under, message):
     repo = make_repo(tmp_path, {"00_ok": OK})
     (tmp_path / "a-file").write_text("")
-    result = run_all(repo, "--profile", "smoke", PLUGIN_RESULTS_DIR=str(tmp_path / "a-file" / "results"))
+    result = run_all(repo, "--profile", "smoke", **{variable: str(tmp_path / "a-file" / under)})
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"run_all.sh: cannot write the results folder {tmp_path}/a-file/results/smoke (Not a directory): set "
-        "PLUGIN_RESULTS_DIR to a writable folder; nothing was run.")
-
-
-def test_an_unusable_cache_folder_is_one_line_naming_plugin_cache_dir(tmp_path):
-    """An unwritable HOME: the cache folder is the cause, and PLUGIN_CACHE_DIR the fix."""
-    repo = make_repo(tmp_path, {"00_ok": OK})
-    (tmp_path / "a-file").write_text("")
-    result = run_all(repo, "--profile", "smoke", HOME=str(tmp_path / "a-file" / "home"))
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"run_all.sh: the cache folder {tmp_path}/a-file/home/.cache/plugin-repro cannot be created (Not a "
-        "directory): set PLUGIN_CACHE_DIR to a writable folder with room for the base outputs.")
+    assert result.stderr.strip().splitlines()[-1] == "run_all.sh: " + message.format(tmp_path / "a-file")
 
 
 def test_what_killed_writers_left_is_removed_and_resumable_state_kept(tmp_path):
