@@ -26,7 +26,7 @@ from plugin_lib.harness.api_server import LlamaCppServer, free_port
 from plugin_lib.serving import cli
 from plugin_lib.serving.artifact import ArtifactError, BaseSpec, DecodingSettings, PluginModel, read_config
 from plugin_lib.serving.server import Limits, StopScanner, create_app
-from plugin_lib.serving.training import DataFileError, read_pairs
+from plugin_lib.serving.inputs import DataFileError, read_pairs
 
 PAIRS = Path(__file__).parent / "fixtures" / "pairs.jsonl"
 ROOT = Path(__file__).resolve().parent.parent

@@ -143,22 +143,7 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
             _decodes(plan, model, c, p, runs=1 + 6 * seeds, plugin_runs=2 * seeds)
             _peak(plan, inference_peak(model, p, gpu))
 
-    plan = plans["05_table5_bdpl_wrapper"]
-    # BDPL's training calls (a minibatch each), then its final choice: the argmax prompt after
-    # each update and the empty prompt, each over every hyper-validation pair.
-    budget, bdpl_settings = p.wrapper.bdpl_budget, p.wrapper.bdpl
-    updates = sum(size > 1 for size in bdpl.step_sizes(budget, bdpl_settings.samples_per_step))
-    for model in _paper_models("table5", p):
-        for dataset in wrapper:
-            c = count(dataset, model)
-            plan.pairs += c.pairs
-            calls_tokens = budget * bdpl_settings.batch_size + (updates + 1) * c.hyper_pairs
-            plan.add(model, forward_tokens=seeds * calls_tokens * c.pair_tokens)
-            _cache(plan, model, c, p, gpu, copies=seeds)  # a prefixed task per seed
-            _trainings(plan, model, c, p, ["Plugin"], seeds)
-            _decodes(plan, model, c, p, runs=2 * seeds, plugin_runs=seeds)
-            _peak(plan, inference_peak(model, p, gpu))
-    plan.note = f"BDPL: {p.wrapper.bdpl_budget} calls per seed"
+    _plan_bdpl(plans["05_table5_bdpl_wrapper"], p, gpu, wrapper)
 
     ab = p.ablations
     quality_seeds = len(ab.base_quality_seeds or p.seeds)
@@ -230,22 +215,17 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
     how = f"with rank-{shift_setup.lora_rank} LoRA" if shift_setup.method == "lora" else "in float32"
     plan.note = f"fine-tunes {model} {how} ({p.shift.epochs} epochs)"
 
-    plan = plans["11_table8_lora"]
-    for model in _paper_models("table8", p):
-        for dataset in wrapper:
-            c2 = count(dataset, model)
-            plan.pairs += c2.pairs
-            configs = grid_size(p, "LoRA")
-            runs = configs + seeds - 1
-            plan.configs += configs
-            plan.trainings += runs
-            plan.seeds, plan.epochs = seeds, p.training.max_epochs
-            plan.add(model, lora_tokens=runs * p.training.max_epochs * c2.pairs * c2.pair_tokens)
-            _decodes(plan, model, c2, p, runs=seeds)
-        _peak(plan, training_peak(model, p, gpu, full=False) + inference_peak(model, p, gpu))
-    plan.note = "LoRA trains through a second copy of the base"
+    _plan_lora(plans["11_table8_lora"], p, gpu, wrapper)
 
-    plan = plans["12_topk_logprobs"]
+    _plan_topk(plans["12_topk_logprobs"], p, gpu)
+    _plan_api(plans["14_api_model"], p, gpu)
+    _plan_proxy(plans["15_proxy_tuning"], p, gpu)
+    return list(plans.values())
+
+
+def _plan_topk(plan: Plan, p: Profile, gpu: bool) -> None:
+    """Notebook 12: the Plugin on top-k views of the last base (notebook 01's base run reused)."""
+    seeds, count = len(p.seeds), functools.partial(count_task, profile=p)
     model = p.base_models[-1]
     c2 = count("e2e", model)
     views = 4  # @topall, @top100, @top20, @top5 (the notebook's defaults); the base is notebook 01's
@@ -259,9 +239,10 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
     plan.note = (f"{views} top-k views of {model}, reading notebook 01's stored states" if shared else
                  f"{views} top-k views of {model}, a cache each")
 
-    # Notebook 14 at its own scale: the in-process view's work is timed like the others; the
-    # API's is counted in requests (one per target token, one per generated token at most).
-    plan = plans["14_api_model"]
+
+def _plan_api(plan: Plan, p: Profile, gpu: bool) -> None:
+    """Notebook 14 at its own scale: the in-process view's work is timed like the others; the
+    API's is counted in requests (one per target token, one per generated token at most)."""
     api = p.api
     scale = p.replace(rows=api.rows, seeds=api.seeds)
     c2 = count_task("e2e", api.compare, scale)
@@ -274,9 +255,12 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
     requests = c2.target_tokens + methods_run * c2.test_inputs * p.decoding.max_new_tokens
     plan.note = (f"plus at most {requests:,} HTTP requests to {api.model} (a llama.cpp server on the CPU: "
                  "0.1-0.7 s each, docs/api.md)")
-    # Notebook 15: beside the main tables' runs (their caches and NewModel's search), the proxy
-    # arms' expert is trained again for every later seed (once for both) and each arm decodes.
-    plan = plans["15_proxy_tuning"]
+
+
+def _plan_proxy(plan: Plan, p: Profile, gpu: bool) -> None:
+    """Notebook 15: beside the main tables' runs (their caches and NewModel's search), the proxy
+    arms' expert is trained again for every later seed (once for both) and each arm decodes."""
+    seeds, count = len(p.seeds), functools.partial(count_task, profile=p)
     for dataset in data.DATASETS:
         for model in p.base_models:
             c2 = count(dataset, model)
@@ -288,7 +272,44 @@ def plan_notebooks(profile: Profile, gpu: bool) -> list[Plan]:
             _decodes(plan, model, c2, p, runs=2 * seeds, plugin_runs=2 * seeds)
         _peak(plan, inference_peak(model, p, gpu))
     plan.note = "2 proxy arms over notebooks 01-04's NewModel; alpha chosen on cached hyper-validation outputs"
-    return list(plans.values())
+
+
+def _plan_bdpl(plan: Plan, p: Profile, gpu: bool, wrapper: list[str]) -> None:
+    """Notebook 05: BDPL's searches, then the Plugin on each seed's prefixed task."""
+    seeds, count = len(p.seeds), functools.partial(count_task, profile=p)
+    # BDPL's training calls (a minibatch each), then its final choice: the argmax prompt after
+    # each update and the empty prompt, each over every hyper-validation pair.
+    budget, bdpl_settings = p.wrapper.bdpl_budget, p.wrapper.bdpl
+    updates = sum(size > 1 for size in bdpl.step_sizes(budget, bdpl_settings.samples_per_step))
+    for model in _paper_models("table5", p):
+        for dataset in wrapper:
+            c = count(dataset, model)
+            plan.pairs += c.pairs
+            calls_tokens = budget * bdpl_settings.batch_size + (updates + 1) * c.hyper_pairs
+            plan.add(model, forward_tokens=seeds * calls_tokens * c.pair_tokens)
+            _cache(plan, model, c, p, gpu, copies=seeds)  # a prefixed task per seed
+            _trainings(plan, model, c, p, ["Plugin"], seeds)
+            _decodes(plan, model, c, p, runs=2 * seeds, plugin_runs=seeds)
+            _peak(plan, inference_peak(model, p, gpu))
+    plan.note = f"BDPL: {p.wrapper.bdpl_budget} calls per seed"
+
+
+def _plan_lora(plan: Plan, p: Profile, gpu: bool, wrapper: list[str]) -> None:
+    """Notebook 11: LoRA's grid and seeds, through a second copy of the base."""
+    seeds, count = len(p.seeds), functools.partial(count_task, profile=p)
+    for model in _paper_models("table8", p):
+        for dataset in wrapper:
+            c2 = count(dataset, model)
+            plan.pairs += c2.pairs
+            configs = grid_size(p, "LoRA")
+            runs = configs + seeds - 1
+            plan.configs += configs
+            plan.trainings += runs
+            plan.seeds, plan.epochs = seeds, p.training.max_epochs
+            plan.add(model, lora_tokens=runs * p.training.max_epochs * c2.pairs * c2.pair_tokens)
+            _decodes(plan, model, c2, p, runs=seeds)
+        _peak(plan, training_peak(model, p, gpu, full=False) + inference_peak(model, p, gpu))
+    plan.note = "LoRA trains through a second copy of the base"
 
 
 def _pool_pairs(dataset: str, profile: Profile, max_pairs: int | None, plan: Plan) -> int:

@@ -439,11 +439,13 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
 def _expert(task: methods.Task, method: str, arch: dict, hparams: dict, seed: int, profile: Profile,
             progress: bool) -> tuple[torch.nn.Module, dict]:
     """``method``'s model for a later ``seed``, trained once and kept for every proxy arm that
-    needs it (``<method>-expert-seed<s>.pt``: the weights and the training's summary; not
-    committed): seeded, so each arm gets the model it would have trained itself."""
+    needs it (the weights and the training's summary, in ``.checkpoints/`` under a name keyed on
+    the hyperparameters, settings and data, ``fit_checkpoint``; not committed): seeded, so each
+    arm gets the model it would have trained itself."""
     folder = runs_dir(profile, task.dataset, task.base.name)
-    kept = folder / f"{method}-expert-seed{seed}.pt"
-    with unit_lock(folder, kept.stem):
+    name = f"{method}-expert-seed{seed}-{config_tag(hparams)}"
+    kept = fit_checkpoint(folder, name, settings_fingerprint(task, profile, None, method), inputs_fingerprint(task))
+    with unit_lock(folder, name):
         if kept.exists():
             stored = torch.load(kept, map_location=task.base.device, weights_only=True)
             model = methods.build_model(task, method, arch, seed)

@@ -22,7 +22,7 @@ import typer
 
 from ..harness import profile as config
 from ..harness.profile import load_profile, profile_names
-from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, read_pairs, read_prompts
+from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, data_sha256, read_pairs, read_prompts
 
 # torch, transformers and the models load inside each command, after its input is checked: --help
 # and refused input answer in well under a second (tests/test_cli_startup.py).
@@ -96,7 +96,7 @@ def _train(base, data, out, pairs, chosen, profile, refit, top_k, chat, seed, mo
     """``train``'s work once its input is checked and ``out`` is ours; an interrupt (Ctrl-C,
     SIGTERM) ends it with one line saying that the same command resumes."""
     from .artifact import BaseSpec
-    from .training import data_sha256, reweighter_arch, train_plugin
+    from .training import reweighter_arch, train_plugin
 
     spec = BaseSpec.parse(base, top_k=top_k, model=model, api_key_env=api_key_env)
     arch = reweighter_arch(spec, layers, width)

@@ -32,7 +32,7 @@ from ..harness import models, runner
 from ..harness.profile import Profile
 from . import estimate
 from .artifact import BaseSpec, DecodingSettings, PluginModel, package_version
-from .inputs import DataFileError, Pair, data_sha256, read_pairs  # noqa: F401 - the names users import from here
+from .inputs import Pair, data_sha256
 
 def as_examples(pairs: list[Pair]) -> list[Example]:
     """One ``Example`` per unique prompt, its completions as references (first-seen order)."""
