@@ -218,8 +218,10 @@ def test_the_fresh_test_inputs_are_the_frozen_ones_and_were_never_decoded(datase
 def test_test_inputs_other_than_the_frozen_ones_are_refused_before_any_run():
     real_data.require("e2e")
     confirmation.check_test_inputs("e2e", load_profile("confirm"))  # the frozen ones: no error
-    with pytest.raises(ValueError, match="differ from the frozen ones"):
-        confirmation.check_test_inputs("e2e", load_profile("local"))  # the exploratory inputs
+    with pytest.raises(ValueError, match="differ from the frozen ones"):  # the exploratory inputs, as confirm's
+        confirmation.check_test_inputs("e2e", dataclasses.replace(load_profile("confirm"), test_inputs=None))
+    with pytest.raises(ValueError, match="has no frozen test inputs"):
+        confirmation.check_test_inputs("e2e", load_profile("local"))
 
 
 def test_a_claim_of_several_comparisons_is_summed_up_by_its_weakest_named_one(store):
@@ -472,3 +474,13 @@ def test_a_configuration_trained_ahead_is_the_grids_own_unit_of_it():
         hparams = {k: getattr(profile.grid, k)[0] for k in runner.grid_keys(selection.method)}
         (own,) = [u for u in units if u.kind == "config" and u.key in selection.needs]
         assert script.config_unit(selection, hparams) == dataclasses.replace(own, needs=())
+
+
+def test_fresh_from_takes_one_profile_or_several_and_refuses_anything_else():
+    from plugin_lib.harness.profile import TestInputs, _convert
+
+    spec = {"seed": 1, "fill_from_validation": True, "dedupe_references": True}
+    assert _convert({**spec, "fresh_from": "local"}, TestInputs, "t").profiles == ("local",)
+    assert _convert({**spec, "fresh_from": ["local", "confirm"]}, TestInputs, "t").profiles == ("local", "confirm")
+    with pytest.raises(TypeError, match="fresh_from"):
+        _convert({**spec, "fresh_from": 3}, TestInputs, "t")

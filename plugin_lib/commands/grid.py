@@ -205,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_csv(plan, args.csv)
         return 0
 
-    if profile.name == confirmation.PROFILE:  # the preregistered runs decode the frozen test inputs, or none
+    if profile.name in confirmation.FROZEN_INPUT_FILES:  # the preregistered runs decode the frozen test inputs, or none
         try:
             for dataset in sorted({u.task.dataset for u in units}):
                 confirmation.check_test_inputs(dataset, profile)

@@ -32,30 +32,60 @@ from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
 from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report.claims import n_seeds, record_claim
-from ..utils.io import read_json
+from ..utils.io import atomic_write_json, read_json
 
 PROFILE = freeze.FROZEN_PROFILE
 FROZEN_INPUTS = REPO_ROOT / "plugin_lib" / "report" / "preregistered_inputs.json"
+# Each preregistered profile's test inputs, frozen with its rules (waves 1 and 2: confirm; 3: wave3).
+FROZEN_INPUT_FILES = {PROFILE: FROZEN_INPUTS,
+                      "wave3": REPO_ROOT / "plugin_lib" / "report" / "preregistered_wave3_inputs.json"}
 
 
 class Missing(LookupError):
     """A run, prompt or table that a claim needs is not stored yet."""
 
 
-@functools.lru_cache(maxsize=1)
-def frozen_inputs() -> dict:
-    return json.loads(FROZEN_INPUTS.read_text(encoding="utf-8"))["datasets"]
+def _inputs_file(profile_name: str):
+    if profile_name not in FROZEN_INPUT_FILES:
+        raise ValueError(f"Profile {profile_name!r} has no frozen test inputs; the preregistered profiles: "
+                         f"{', '.join(FROZEN_INPUT_FILES)}.")
+    return FROZEN_INPUT_FILES[profile_name]
+
+
+@functools.lru_cache(maxsize=4)
+def frozen_inputs(profile_name: str = PROFILE) -> dict:
+    return json.loads(_inputs_file(profile_name).read_text(encoding="utf-8"))["datasets"]
+
+
+def _digest(test: Sequence[data.Example]) -> str:
+    payload = json.dumps([[e.id, e.source, list(e.references)] for e in test], ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def check_test_inputs(dataset: str, profile: Profile) -> None:
     """Refuse, before anything runs, a machine whose ``dataset`` gives ``profile`` other test
     inputs than the frozen ones (ids, sources and references, by their SHA-256)."""
-    test = methods.task_splits(dataset, profile)[2]
-    payload = json.dumps([[e.id, e.source, list(e.references)] for e in test], ensure_ascii=False)
-    if hashlib.sha256(payload.encode()).hexdigest() != frozen_inputs()[dataset]["sha256"]:
+    if _digest(methods.task_splits(dataset, profile)[2]) != frozen_inputs(profile.name)[dataset]["sha256"]:
         raise ValueError(f"{dataset}: the test inputs of profile {profile.name!r} differ from the frozen ones "
-                         f"({FROZEN_INPUTS}); check the data: python -m plugin_lib.data.check --profile "
+                         f"({_inputs_file(profile.name)}); check the data: python -m plugin_lib.data.check --profile "
                          f"{profile.name}.")
+
+
+def freeze_test_inputs(profile: Profile) -> dict:
+    """Write ``profile``'s test inputs per dataset (ids, and the SHA-256 that
+    :func:`check_test_inputs` compares) to its file of ``FROZEN_INPUT_FILES``: done once, in the
+    commit that freezes its rules."""
+    datasets = {}
+    for dataset in data.DATASETS:
+        test = methods.task_splits(dataset, profile)[2]
+        datasets[dataset] = {"n": len(test), "sha256": _digest(test), "ids": [e.id for e in test]}
+    frozen = {"about": f"The test inputs of the {profile.name} profile, frozen with its rules: "
+                       "harness.methods.task_splits under that profile (test_inputs in profiles.yaml) on the data of "
+                       "shared/data/SHA256SUMS.txt. experiments.confirmation refuses runs on any other inputs. "
+                       "sha256: of the JSON list of [id, source, references] in this order.",
+              "datasets": datasets}
+    atomic_write_json(_inputs_file(profile.name), frozen)
+    return frozen
 
 
 @functools.lru_cache(maxsize=8)
@@ -76,7 +106,7 @@ def stored_runs(profile: Profile, dataset: str, model: str, label: str, check_in
     if not runs:
         raise Missing(f"{dataset}/{model}: no {label} run")
     if check_inputs:
-        frozen = frozen_inputs()[dataset]["ids"]
+        frozen = frozen_inputs(profile.name)[dataset]["ids"]
         for run in runs:
             if list(run["test_ids"]) != frozen:
                 raise ValueError(f"{folder}/{label}-seed{run['seed']}.json is not on the frozen test inputs of {dataset}.")

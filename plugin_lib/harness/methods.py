@@ -194,21 +194,19 @@ def task_splits(dataset: str, profile: Profile, seed: int = 0
 
 
 def fresh_test_inputs(dataset: str, profile: Profile, training: list[data.Example]) -> list[data.Example]:
-    """``rows.test`` test inputs that profile ``test_inputs.fresh_from`` never decodes, drawn
+    """``rows.test`` test inputs that no profile of ``test_inputs.fresh_from`` decodes, drawn
     with ``test_inputs.seed`` (``profile.TestInputs``): first from the rest of the test split,
-    then, where that is too small and the profile allows it, from validation inputs that
-    neither profile trains on. A candidate whose reference is also a reference of
-    ``training`` (exact text) is left out when ``dedupe_references`` is set."""
-    from .profile import load_profile  # the other profile's scale, read from profiles.yaml
+    then, where that is too small and the profile allows it, from validation inputs that no
+    profile named decodes or trains on, nor this one. A candidate whose reference is also a
+    reference of ``training`` (exact text) is left out when ``dedupe_references`` is set."""
+    from .profile import load_profile  # the other profiles' scale, read from profiles.yaml
 
     spec, wanted = profile.test_inputs, profile.rows.test
-    other = load_profile(spec.fresh_from)
-    if other.test_inputs is not None:
-        raise ValueError(f"test_inputs.fresh_from must name a profile with the default test inputs, not "
-                         f"{spec.fresh_from!r}.")
-    decoded = {ex.id for ex in data.load_dataset(dataset, "test", rows=other.rows.test)}
-    trained = ({ex.id for ex in data.load_dataset(dataset, "validation", rows=other.rows.validation)}
-               | {ex.id for ex in training})
+    decoded, trained = set(), {ex.id for ex in training}
+    for name in spec.profiles:
+        other = load_profile(name)
+        decoded |= {ex.id for ex in task_splits(dataset, other)[2]}  # its own fresh inputs, where it has them
+        trained |= {ex.id for ex in data.load_dataset(dataset, "validation", rows=other.rows.validation)}
     seen = {" ".join(ref.split()) for ex in training for ref in ex.references} if spec.dedupe_references else set()
 
     def fresh(examples: list[data.Example], excluded: set[str]) -> list[data.Example]:
@@ -217,7 +215,8 @@ def fresh_test_inputs(dataset: str, profile: Profile, training: list[data.Exampl
 
     chosen = data.subset(fresh(data.load_dataset(dataset, "test"), decoded), wanted, spec.seed)
     if spec.fill_from_validation and wanted is not None and len(chosen) < wanted:
-        chosen += data.subset(fresh(data.load_dataset(dataset, "validation"), trained), wanted - len(chosen), spec.seed)
+        chosen += data.subset(fresh(data.load_dataset(dataset, "validation"), trained | decoded),
+                              wanted - len(chosen), spec.seed)
     return chosen
 
 

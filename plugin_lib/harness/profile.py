@@ -99,7 +99,7 @@ class ProxySettings:
     hyper-validation loss (alisawuffles/proxy-tuning's default is 1; DExperts' toxicity script
     uses 2). ``top_p``: DExperts' nucleus of the base (its scripts' filter_p 0.9)."""
 
-    alphas: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
+    alphas: tuple[float, ...] = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
     top_p: float = 0.9
 
 
@@ -140,15 +140,20 @@ class Wrapper:
 @dataclass(frozen=True)
 class TestInputs:
     """Fresh test inputs (``harness.methods.task_splits``): the test split less the inputs that
-    profile ``fresh_from`` decodes, then ``rows.test`` of them drawn with ``seed``. Where the
-    split has too few, ``fill_from_validation`` adds validation inputs that neither profile
-    trains on. ``dedupe_references``: a candidate whose reference equals a training or
-    hyper-validation reference is left out."""
+    the profile (or profiles) ``fresh_from`` decode, then ``rows.test`` of them drawn with
+    ``seed``. Where the split has too few, ``fill_from_validation`` adds validation inputs that
+    no profile named decodes or trains on. ``dedupe_references``: a candidate whose reference
+    equals a training or hyper-validation reference is left out."""
 
-    fresh_from: str
+    fresh_from: str | tuple[str, ...]
     seed: int
     fill_from_validation: bool
     dedupe_references: bool
+
+    @property
+    def profiles(self) -> tuple[str, ...]:
+        """The profiles whose inputs these avoid."""
+        return (self.fresh_from,) if isinstance(self.fresh_from, str) else self.fresh_from
 
 
 @dataclass(frozen=True)
@@ -340,8 +345,13 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(value, inner, where)
+        inner = [a for a in args if a is not type(None)]
+        for kind in inner[:-1]:  # a union of several types: the first that takes the value
+            try:
+                return _convert(value, kind, where)
+            except (TypeError, ValueError):
+                continue
+        return _convert(value, inner[-1], where)
     if dataclasses.is_dataclass(hint):
         if isinstance(value, hint):
             return value
