@@ -21,9 +21,12 @@ from ..harness import preflight
 from ..harness import profile as config
 from ..harness.grid import executors, plan as planning, units as grid_units
 from ..harness.profile import Profile
-from . import confirmation_wave2
+from . import confirmation_wave2, confirmation_wave3
 
 GIB = 2**30
+# Each preregistered wave with runs of its own: its profile, its units, the notebooks they come from.
+WAVES = {2: (confirmation.PROFILE, confirmation_wave2.units, ("05", "07", "11")),
+         3: ("wave3", confirmation_wave3.units, ("01", "02", "03", "04", "15"))}
 MAIN_TABLES = dict(zip(preflight.NOTEBOOKS[1:5], data.DATASETS))
 
 
@@ -166,8 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="only the units whose keys match these patterns (fnmatch), with what they need")
         p.add_argument("--skip", nargs="+", default=[], metavar="KEY",
                        help="leave out the units whose keys match these patterns, and those that need them")
-        p.add_argument("--wave", type=int, choices=(2,),
-                       help="the confirm profile's second preregistered wave (docs/preregistration.md) instead of notebooks")
+        p.add_argument("--wave", type=int, choices=tuple(WAVES),
+                       help="a preregistered wave's runs instead of notebooks: 2 (profile confirm), 3 (profile wave3); "
+                            "docs/preregistration.md")
     plan_parser = sub.choices["plan"]
     plan_parser.add_argument("--summary", action="store_true", help="totals only, not one line per unit")
     plan_parser.add_argument("--csv", type=Path, help="also write the units to this CSV file")
@@ -190,16 +194,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = config.load_profile(args.profile)
     problems: dict[str, str] = {}
     try:
-        if args.wave and profile.name != confirmation.PROFILE:
-            raise ValueError(f"--wave {args.wave} belongs to the {confirmation.PROFILE!r} profile")
-        units = (confirmation_wave2.units(profile) if args.wave else
+        if args.wave and profile.name != WAVES[args.wave][0]:
+            raise ValueError(f"--wave {args.wave} belongs to the {WAVES[args.wave][0]!r} profile")
+        units = (WAVES[args.wave][1](profile) if args.wave else
                  notebook_units(profile, args.only, problems if args.command == "plan" else None))
         units = select_units(units, args.units, args.skip)
     except (ValueError, data.MissingDataError) as err:
         parser.error(str(err))
     if args.command == "plan":
         plan = planning.make_plan(units, measure=not args.no_measure)
-        only = ("05", "07", "11") if args.wave else args.only  # the wave's units come from these notebooks
+        only = WAVES[args.wave][2] if args.wave else args.only  # the wave's units come from these notebooks
         print_plan(plan, profile, only, show_units=not args.summary, problems=problems)
         if args.csv:
             write_csv(plan, args.csv)

@@ -16,7 +16,11 @@ file differs from that commit, or one of its results (``WAVE2_RESULTS``: its cla
 runs of BDPL, LoRA and the deeper models on WebNLG, CommonGen and Adidas) entered git in that
 commit or in one that does not descend from it.
 
-``tests/test_preregistration.py`` runs both on the repository; the report quotes the commits.
+The third wave (``report.preregistered_wave3``, issue 60) has a profile of its own, ``wave3``,
+frozen with its rules and inputs in ``WAVE3_FROZEN_AT``; :func:`check_wave3` lists the
+contradictions of its history, and every file under ``results/wave3`` is one of its results.
+
+``tests/test_preregistration*.py`` run the checks on the repository; the report quotes the commits.
 """
 from __future__ import annotations
 
@@ -43,6 +47,11 @@ WAVE2_RESULTS = (
       for dataset in ("webnlg", "commongen", "adidas")
       for name in ("BDPL*", "LoRA*", "Plugin-*L-*", "bdpl-prompts/*")),
 )
+
+WAVE3_FILES = ("plugin_lib/report/preregistered_wave3.py", "plugin_lib/report/preregistered_wave3_inputs.json")
+WAVE3_FROZEN_AT = "901843a2cc662a66eb8d1449428d265ce430aae4"  # the commit "Wave 3 preregistered (issue 60): ..."
+WAVE3_PROFILE = "wave3"
+WAVE3_RESULTS = "results/wave3"  # everything under it
 
 
 class HistoryUnavailable(RuntimeError):
@@ -120,12 +129,35 @@ def check_wave2(repo: Path = REPO_ROOT, frozen_at: str = WAVE2_FROZEN_AT, files:
                 patterns: Sequence[str] = WAVE2_RESULTS, results: str = CONFIRM_RESULTS) -> list[str]:
     """Every contradiction between the history of ``repo`` and the second wave's freeze (empty:
     none). Wave 1's own check (:func:`check`) covers the ``confirm`` profile and the tests it reuses."""
+    return _check_wave(repo, "wave-2", frozen_at, files, patterns, results)
+
+
+def check_wave3(repo: Path = REPO_ROOT, frozen_at: str = WAVE3_FROZEN_AT, files: Sequence[str] = WAVE3_FILES,
+                results: str = WAVE3_RESULTS, profile: str = WAVE3_PROFILE, profiles: str | None = None) -> list[str]:
+    """Every contradiction between the history of ``repo`` and the third wave's freeze (empty:
+    none): its rules or frozen inputs differ from that commit, its profile (with the models and
+    architectures it uses) does, or any file under ``results`` entered git in that commit or in
+    one that does not descend from it."""
+    problems = _check_wave(repo, "wave-3", frozen_at, files, ("*",), results)
+    profiles_path = profiles or str(PROFILES_FILE.relative_to(REPO_ROOT))
+    then = _git(Path(repo), "show", f"{frozen_at}:{profiles_path}", check=False)
+    now_path = Path(repo) / profiles_path
+    now = now_path.read_text(encoding="utf-8") if now_path.exists() else ""
+    if then.returncode != 0 or not frozen_settings(now, profile) or \
+            frozen_settings(then.stdout, profile) != frozen_settings(now, profile):
+        problems.append(f"the {profile!r} profile (or a model or architecture it uses) in {profiles_path} differs "
+                        f"from the wave-3 freezing commit {frozen_at[:10]}")
+    return problems
+
+
+def _check_wave(repo: Path, wave: str, frozen_at: str, files: Sequence[str], patterns: Sequence[str],
+                results: str) -> list[str]:
     repo = Path(repo)
     if _git(repo, "rev-parse", "--git-dir", check=False).returncode != 0:
         raise HistoryUnavailable(f"{repo} is not a git checkout")
     if _git(repo, "cat-file", "-e", f"{frozen_at}^{{commit}}", check=False).returncode != 0:
-        raise HistoryUnavailable(f"the wave-2 freezing commit {frozen_at} is not in this clone's history")
-    problems = [f"{f} differs from the wave-2 freezing commit {frozen_at[:10]}" for f in files
+        raise HistoryUnavailable(f"the {wave} freezing commit {frozen_at} is not in this clone's history")
+    problems = [f"{f} differs from the {wave} freezing commit {frozen_at[:10]}" for f in files
                 if _git(repo, "diff", "--quiet", frozen_at, "--", f, check=False).returncode != 0]
     tracked = {line for line in _git(repo, "ls-files", "--", results).stdout.splitlines()
                if any(fnmatch.fnmatchcase(line, p) for p in patterns)}

@@ -1,0 +1,169 @@
+"""The third preregistered wave, run and judged: the units its claims need, and the stored runs
+of the ``wave3`` profile under the rules frozen in ``report.preregistered_wave3``.
+
+Like wave 2's module it lives with the commands (it collects units from notebooks 01-04 and 15)
+and finds the runs that play each claim's roles; it changes no rule. The runs are the
+``wave3`` profile's own, on its frozen inputs: Zeroshot, NewModel, the Plugin, WeightedComb,
+proxy-tuning and DExperts on the four datasets.
+
+    plugin-repro grid plan --profile wave3 --wave 3     # what is stored, what is left
+    plugin-repro grid run --profile wave3 --wave 3      # compute it (resumes)
+    plugin-repro confirmation wave3 status|judge        # python -m plugin_lib.commands.confirmation_wave3
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import pandas as pd
+
+from .. import data
+from ..experiments import proxy
+from ..experiments.confirmation import Missing, Roles, claim_states, references, summary
+from ..harness import flops, grid, preflight
+from ..harness.profile import Profile, load_profile
+from ..report import freeze, mixed
+from ..report import preregistered as pre
+from ..report import preregistered_wave3 as wave3
+from ..report.claims import record_claim
+
+MAIN_NOTEBOOKS = dict(zip(data.DATASETS, preflight.NOTEBOOKS[1:5]))
+
+
+def units(profile: Profile) -> list[grid.Unit]:
+    """The wave's units (done ones included: the plan marks them): notebook 15's arms, and
+    WeightedComb of the main tables."""
+    found = proxy.units(profile, "15_proxy_tuning", datasets=list(wave3.DATASETS))
+    for dataset in wave3.DATASETS:
+        found += grid.table_units(dataset, profile, MAIN_NOTEBOOKS[dataset], method_names=["WeightedComb"])
+    return grid.merge(found)
+
+
+def _compare(roles: Roles, dataset: str, b: str) -> dict:
+    a_runs, b_runs = roles.runs(dataset, "Plugin"), roles.runs(dataset, b)
+    return pre.compare(a_runs, b_runs, references(dataset, a_runs[0]["test_ids"]))
+
+
+def premise(roles: Roles, c: pre.Claim, dataset: str | None = None) -> dict | None:
+    """The claim's premise on its (or ``dataset``'s) stored records; None when it has none."""
+    dataset = dataset or c.dataset
+    if c.premise in ("proxy-tuning learned", "dexperts learned"):
+        return wave3.improves_on_base([wave3.alpha_search_losses(r) for r in roles.runs(dataset, c.b[0])])
+    if c.premise == "weightedcomb learned":
+        base_alone = {r["seed"]: wave3.alpha_search_losses(r)[1] for r in roles.runs(dataset, "ProxyTuning")}
+        return wave3.improves_on_base([(r["training"]["val_loss"], base_alone[r["seed"]])
+                                       for r in roles.runs(dataset, "WeightedComb")])
+    if c.premise is None:
+        return None
+    raise ValueError(f"Unknown wave-3 premise {c.premise!r}")
+
+
+def flops_counts() -> dict[tuple[str, int], tuple[int, int]]:
+    """The FLOPs claim's exact counts (minutes on a CPU: models on the meta device)."""
+    counts = {}
+    for shape in wave3.FLOPS_SHAPES:
+        for length in wave3.FLOPS_PROMPT_LENGTHS:
+            found = flops.shape_comparison(shape, prompt_length=length, new_tokens=wave3.FLOPS_NEW_TOKENS,
+                                           lora_rank=wave3.FLOPS_LORA_RANK)
+            counts[shape, length] = (found["plugin_flops"], found["lora_flops"])
+    return counts
+
+
+def judge_claim(roles: Roles, c: pre.Claim) -> dict:
+    if c.test == "flops gap":
+        return wave3.judge_flops(flops_counts())
+    if c.test == "nist":
+        return wave3.judge_newmodel_nist({d: _compare(roles, d, "NewModel") for d in wave3.DATASETS})
+    if c.test == "weightedcomb":
+        learned = {d: premise(roles, c, d) for d in wave3.DATASETS}
+        return wave3.judge_weightedcomb({d: _compare(roles, d, "WeightedComb") for d in wave3.DATASETS}, learned)
+    found = premise(roles, c)
+    if not found["holds"]:
+        return {"verdict": pre.NOT_MEASURABLE, "premise": found}
+    compared = [_compare(roles, c.dataset, b) for b in c.b]
+    result = wave3.judge_superiority(compared)
+    mixed.note_deficits(c.test, result["comparisons"], compared)
+    for row, b in zip(result["comparisons"], c.b):
+        row["versus"] = f"vs {b}"
+    return {**result, "premise": found}
+
+
+def claim_summary(c: pre.Claim, result: dict) -> str:
+    """One line per claim: the superiority claims as waves 1 and 2 word them, the others their own."""
+    if c.test == "superiority":
+        return summary(c, result)
+    if c.test == "flops gap":
+        return "Plugin/LoRA " + "; ".join(
+            f"{n}-token prompt: " + ", ".join(f"{s} {r:.4f}" for s, r in v["Plugin/LoRA"].items())
+            for n, v in result["per prompt length"].items()) + " (exact counts)"
+    if c.test == "nist":
+        effects = [v["Plugin - NewModel NIST"] for v in result["per dataset"].values()]
+        return (f"NIST higher on {len(result['higher on'])}/{len(effects)} datasets "
+                f"({len(result['significantly higher on'])} significantly); Plugin - NewModel "
+                f"{min(effects):+.2f} to {max(effects):+.2f}")
+    per = result["per dataset"]
+    judged = [d for d, v in per.items() if v != pre.NOT_MEASURABLE]
+    return (f"the Plugin beats it: reproduced on {sum(per[d] == pre.REPRODUCED for d in judged)}/{len(judged)} "
+            f"datasets where it learned" + "".join(f"; {d} {v}" for d, v in per.items() if v != pre.REPRODUCED))
+
+
+def gather(roles: Roles, c: pre.Claim) -> None:
+    """Raise Missing when a run the claim reads is not stored."""
+    if c.test == "flops gap":
+        return
+    datasets = wave3.DATASETS if c.dataset == "all" else (c.dataset,)
+    needs = {"nist": ("Plugin", "NewModel"), "weightedcomb": ("Plugin", "WeightedComb", "ProxyTuning")}
+    for dataset in datasets:
+        for label in needs.get(c.test, ("Plugin", *c.b)):
+            roles.runs(dataset, label)
+
+
+def status(profile: Profile | None = None) -> pd.DataFrame:
+    """Per wave-3 claim: ready to judge, or what is missing."""
+    roles = Roles(profile or load_profile(wave3.PROFILE))
+    return claim_states(wave3.CLAIMS, lambda c: gather(roles, c))
+
+
+def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> list[dict]:
+    """Record the verdict of every wave-3 claim whose runs are stored (or of ``keys``)."""
+    profile = profile or load_profile(wave3.PROFILE)
+    roles, recorded = Roles(profile), []
+    for c in wave3.CLAIMS:
+        if keys and c.key not in keys:
+            continue
+        try:
+            gather(roles, c)
+            result = judge_claim(roles, c)
+        except Missing as why:
+            print(f"{c.key}: waiting ({why})")
+            continue
+        line = claim_summary(c, result)
+        seen = c.key in wave3.SEEN_BEFORE_FREEZE
+        n = ({"inputs": None, "seeds": None} if c.test == "flops gap" else
+             {"inputs": profile.rows.test, "seeds": len(profile.seeds)})
+        recorded.append(record_claim(
+            profile, c.key, f"{c.claim} (notebook {c.notebook}; wave 3)", "", line, result["verdict"],
+            rule=wave3.rule_text(c), scope=c.scope, preregistered=True,
+            statistic={"summary": line, "n": n, "result": result, "wave": wave3.WAVE,
+                       "frozen_at": freeze.WAVE3_FROZEN_AT, "group": wave3.group(c),
+                       "confirmatory": not seen,
+                       "test inputs": f"{profile.rows.test} per dataset, fresh (frozen with the rules)"}))
+    return recorded
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="plugin-repro confirmation wave3",
+                                     description="The third preregistered wave: status, or judge its claims.")
+    parser.add_argument("command", choices=("status", "judge"))
+    parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        print(status().to_string(index=False))
+    else:
+        for claim in judge(keys=args.claims):
+            print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
