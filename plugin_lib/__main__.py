@@ -9,7 +9,7 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro preflight --profile paper ...  plugin_lib.harness.preflight
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
     plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
-    plugin-repro confirmation [wave2] status|judge|margins   plugin_lib.commands.confirmation, commands.confirmation_wave2
+    plugin-repro confirmation [wave2|wave3] status|judge     plugin_lib.commands.confirmation, commands.confirmation_wave2, _wave3
     plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
     plugin-repro gpu-check [--only NB] [--deadline-s S]    plugin_lib.commands.gpu_check (a checkout)
     plugin-repro train|generate|evaluate|serve  plugin_lib.serving.cli (a Plugin on your own data)
@@ -118,10 +118,11 @@ def report(ctx: typer.Context) -> None:
 
 @app.command("confirmation", **PASS_ON)
 def confirmation(ctx: typer.Context) -> None:
-    """The preregistered confirmation: status, judge, margins; `confirmation wave2 ...` the second wave
-    (python -m plugin_lib.commands.confirmation, plugin_lib.commands.confirmation_wave2)."""
-    if ctx.args[:1] == ["wave2"]:
-        _hand_over("plugin_lib.commands.confirmation_wave2", ctx.args[1:])
+    """The preregistered confirmation: status, judge, margins; `confirmation wave2|wave3 ...` the later
+    waves (python -m plugin_lib.commands.confirmation, plugin_lib.commands.confirmation_wave2, plugin_lib.commands.confirmation_wave3)."""
+    waves = {"wave2": "plugin_lib.commands.confirmation_wave2", "wave3": "plugin_lib.commands.confirmation_wave3"}
+    if ctx.args[:1] and ctx.args[0] in waves:
+        _hand_over(waves[ctx.args[0]], ctx.args[1:])
     _hand_over("plugin_lib.commands.confirmation", ctx.args)
 
 

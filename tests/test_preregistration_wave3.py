@@ -1,5 +1,7 @@
 """The third preregistered wave (issue 60): its frozen rules on constructed comparisons and
 records, and the check that git history shows those rules before every wave-3 result."""
+import json
+
 import numpy as np
 import pytest
 
@@ -150,3 +152,71 @@ def test_wave3s_units_are_the_proxy_arms_the_main_methods_they_need_and_weighted
     assert len(runs) == 4 * sum(methods.values())
     assert {u.method for u in runs} == set(methods)
     assert {u.task.dataset for u in runs} == set(wave3.DATASETS)
+
+
+@pytest.fixture
+def wave3_store(tmp_path, monkeypatch):
+    """The wave3 profile with its results in tmp_path, its frozen test ids answered by made-up
+    references, and a helper that stores a method's runs on every dataset (``good``: inputs
+    answered with their reference; ``losses``: a proxy arm's alpha search, or WeightedComb's)."""
+    from plugin_lib.commands import confirmation_wave3
+    from plugin_lib.experiments import confirmation
+    from plugin_lib.harness import runner
+    from plugin_lib.harness.profile import load_profile
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    frozen = {d: confirmation.frozen_inputs(wave3.PROFILE)[d]["ids"] for d in wave3.DATASETS}
+    refs = {i: [f"the {k % 7} blue {k} cats sat on mat {k // 3} near river {k % 11}"] for ids in frozen.values()
+            for k, i in enumerate(ids)}
+    monkeypatch.setattr(confirmation_wave3, "references", lambda dataset, ids: [refs[i] for i in ids])
+    monkeypatch.setattr(confirmation_wave3, "flops_counts", lambda: {
+        (s, n): (103 if s == wave3.FLOPS_REFERENCE else 101, 100) for s in wave3.FLOPS_SHAPES
+        for n in wave3.FLOPS_PROMPT_LENGTHS})
+    profile = load_profile(wave3.PROFILE)
+
+    def put(label, good, training=None, alpha=None):
+        for dataset, ids in frozen.items():
+            folder = runner.runs_dir(profile, dataset, profile.base_models[0])
+            folder.mkdir(parents=True, exist_ok=True)
+            predictions = [refs[i][0] if n < good else "completely unrelated words here" for n, i in enumerate(ids)]
+            for seed in profile.seeds:
+                record = {"dataset": dataset, "model": profile.base_models[0], "method": label, "seed": seed,
+                          "test_ids": ids, "predictions": predictions,
+                          "metrics": dict.fromkeys(METRIC_NAMES, good / len(ids)),
+                          "training": training or {}, "hparams": {"alpha": alpha} if alpha else {}}
+                (folder / f"{label}-seed{seed}.json").write_text(json.dumps(record))
+
+    return profile, put
+
+
+def test_wave3_waits_for_its_runs_then_judges_every_claim_under_the_frozen_rules(wave3_store):
+    import real_data
+    from plugin_lib.commands import confirmation_wave3
+    from plugin_lib.report import wave3_rows
+
+    real_data.require()
+    profile, put = wave3_store
+    put("Plugin", 150)
+    state = confirmation_wave3.status(profile).set_index("claim")["state"]
+    assert state["wave3_proxy_tuning_e2e"].startswith("waiting") and state["wave3_flops_configurations"] == "ready"
+    put("ProxyTuning", 60, {"alpha_hyper_losses": {"0": 2.5, "0.25": 2.3, "1": 2.9}}, alpha=0.25)
+    put("DExperts", 60, {"alpha_hyper_losses": {"0": 2.5, "0.25": 2.495, "1": 2.9}}, alpha=0.25)  # helps too little
+    put("NewModel", 40)
+    put("WeightedComb", 80, {"val_loss": 2.4})
+    verdicts = {c["key"]: c for c in confirmation_wave3.judge(profile)}
+    assert len(verdicts) == len(wave3.CLAIMS)
+    assert verdicts["wave3_proxy_tuning_adidas"]["verdict"] == pre.REPRODUCED
+    assert verdicts["wave3_dexperts_e2e"]["verdict"] == pre.NOT_MEASURABLE
+    assert verdicts["wave3_dexperts_e2e"]["statistic"]["summary"].startswith("premise fails")
+    assert verdicts["wave3_newmodel_nist"]["verdict"] == pre.NOT_REPRODUCED
+    assert verdicts["wave3_weightedcomb_poor"]["verdict"] == pre.REPRODUCED
+    flops = verdicts["wave3_flops_configurations"]
+    assert flops["verdict"] == pre.REPRODUCED and flops["statistic"]["confirmatory"] is False
+    assert flops["statistic"]["summary"].startswith("Plugin/LoRA at 32 / 128-token prompts: gpt2-medium 1.010/1.010")
+    assert all(c["statistic"]["frozen_at"] == freeze.WAVE3_FROZEN_AT for c in verdicts.values())
+    # The README's rows: a group's weakest measurable verdict once all its claims are judged.
+    assert wave3_rows.row("proxy_tuning") == (pre.REPRODUCED, "4/4 datasets judged: 4 reproduced")
+    assert wave3_rows.row("dexperts")[0] == pre.NOT_MEASURABLE
+    line = wave3_rows.count_line()
+    assert f"{len(wave3.CLAIMS)} claims, frozen at {freeze.WAVE3_FROZEN_AT[:7]}" in line
+    assert line.endswith(": 11 judged (6 reproduced, 4 not measurable at this scale, 1 not reproduced).")

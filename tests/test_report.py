@@ -28,10 +28,8 @@ def test_claims_and_sections_end_up_in_the_report(tmp_path, monkeypatch):
     text = document.write_report("local").read_text()
     assert f"| Claim x | 81% | 70% | {STATISTIC['summary']} | **reproduced** |" in text
     # Tallied apart: the paper's claims and the checks beyond the paper.
-    assert ("The paper's claims, in all (2): 1 reproduced, 1 direction only, 0 not reproduced, "
-            "0 not measurable at this scale.") in text
-    assert ("Checks beyond the paper, in all (1): 0 reproduced, 0 direction only, 1 not reproduced, "
-            "0 not measurable at this scale.") in text
+    assert "The paper's claims, in all (2): 1 reproduced, 1 direction only." in text  # no zero counts
+    assert "Checks beyond the paper, in all (1): 1 not reproduced." in text
     # Every claim's rule, statistic (with its details) and verdict.
     assert text.count(f"- rule: {RULE}") == 3 and text.count(f"- statistic: {STATISTIC['summary']}") == 3
     assert "  - n: inputs 100, seeds 3" in text and "  - p_per_seed: BLEU [0.01, 0.02, 0.3]" in text
@@ -82,8 +80,8 @@ def test_old_claim_records_still_render(tmp_path, monkeypatch):
     assert f"| old main_e2e | p | o | not recorded: rerun the notebook | {shown} |" in text
     assert text.count("- rule: rule not recorded: rerun the notebook") == 3
     # Not tallied as verdicts: top-k and Theorem 1 are beyond the paper.
-    assert "The paper's claims, in all (1): 0 reproduced" in text and "1 not re-checked yet" in text
-    assert "Checks beyond the paper, in all (2): 0 reproduced" in text and "2 not re-checked yet" in text
+    assert "The paper's claims, in all (1): none; 1 not re-checked yet" in text
+    assert "Checks beyond the paper, in all (2): none; 2 not re-checked yet" in text
     block = "\n".join(document.readme_block("local"))
     assert f"| old main_e2e | not recorded: rerun the notebook | {shown} |" in block
     assert "old theorem1" not in block
@@ -103,8 +101,8 @@ def test_readme_block_is_replaced_in_place_and_idempotent(tmp_path, monkeypatch)
     # One table of the paper's claims (short statistic, verdict); the tally of each scope.
     assert "old text" not in first and f"| Claim x | {STATISTIC['summary']} | **reproduced** |" in first
     assert "Claim beyond" not in first
-    assert "The paper's claims (1): 1 reproduced, 0 direction only" in first
-    assert "Checks beyond the paper (1): 0 reproduced, 0 direction only, 1 not reproduced" in first
+    assert "The paper's claims (1): 1 reproduced." in first
+    assert "Checks beyond the paper (1): 1 not reproduced." in first
     # The README block is the verdicts and a link to REPORT.md; the tables are in REPORT.md only.
     assert "| 1 | 2 |" not in first and "| not | shown |" not in first
     assert "[`results/local/REPORT.md`](results/local/REPORT.md)" in first
@@ -131,7 +129,7 @@ def test_a_claim_recorded_before_its_rule_is_shown_as_not_rechecked_and_not_tall
     checked = {"key": "main_e2e", "claim": "c1", "paper": "p", "ours": "o", "verdict": "reproduced",
                "rule": "a rule", "statistic": {"summary": "s", "n": {}}, "scope": "paper"}
     old = {"key": "shift_webnlg", "claim": "c2", "paper": "p", "ours": "o", "verdict": "reproduced"}
-    assert claim_tables.tally([checked, old]).startswith("1 reproduced, 0 direction only")
+    assert claim_tables.tally([checked, old]).startswith("1 reproduced; 1 not re-checked")  # no zero counts
     assert "1 not re-checked yet" in claim_tables.tally([checked, old])
     table = "\n".join(claim_tables.claims_table([checked, old]))
     assert claim_tables.NOT_RECHECKED in table and "| **reproduced** |" in table
@@ -202,10 +200,10 @@ def test_confirmatory_verdicts_lead_the_readme_with_the_exploratory_ones_beside_
     # Issue 60: the row of the pretrained claim names the stand-in that CPU scale tests.
     assert "| pretrained init (a truncated copy of the base, not GPT2-Small) helps |  | *waiting for its runs* |" in block
     paper = sum(c.scope == "paper" for c in preregistered.CLAIMS)
-    assert (f"The paper's claims, confirmatory (1; {paper - 1} waiting): 0 reproduced, 1 direction only, "
-            "0 not reproduced, 0 not measurable at this scale. Exploratory (2): 1 reproduced") in block
+    assert (f"The paper's claims, confirmatory (1; {paper - 1} waiting): 1 direction only. "
+            "Exploratory (2): 1 reproduced") in block
     beyond = sum(c.scope == "beyond" for c in preregistered.CLAIMS)  # tallied, listed in REPORT.md only
-    assert f"Checks beyond the paper, confirmatory (0; {beyond} waiting): 0 reproduced" in block
+    assert f"Checks beyond the paper, confirmatory (0; {beyond} waiting): none." in block
     assert "under way, judged as its runs complete" in block and "results/confirm/REPORT.md" not in block
     report = document.write_report("confirm").read_text()
     assert claim_tables.PREREGISTERED_LEGEND in report and claim_tables.VERDICT_LEGEND not in report
@@ -386,7 +384,10 @@ def test_every_claim_of_the_paper_has_a_row_labelled_with_its_kind(tmp_path):
     rows = paper_rows.table_rows(root)
     assert len(rows) == len(paper_rows.ROWS)
     confirmatory = [r.split(" | ")[2] for r in rows]  # the column that says what kind of row it is
-    assert sum("*exploratory only*" in c for c in confirmatory) == 3
+    exploratory = [c for row, c in zip(paper_rows.ROWS, confirmatory) if row.kind == paper_rows.EXPLORATORY]
+    assert len(exploratory) == 3 and all(c in ("*exploratory only*", "*wave 3 under way*") or c.endswith("(wave 3)")
+                                         for c in exploratory)
+    assert sum(c == "*wave 3*" or c.endswith("** (wave 3)") for c in confirmatory) == 2
     assert sum(c == "*wave 2*" or c.endswith("** (wave 2)") for c in confirmatory) == 3
     readme = (REPO_ROOT / "README.md").read_text()
     assert all(row.claim in readme for row in paper_rows.ROWS)

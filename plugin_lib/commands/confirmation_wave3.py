@@ -94,9 +94,10 @@ def claim_summary(c: pre.Claim, result: dict) -> str:
     if c.test == "superiority":
         return summary(c, result)
     if c.test == "flops gap":
-        return "Plugin/LoRA " + "; ".join(
-            f"{n}-token prompt: " + ", ".join(f"{s} {r:.4f}" for s, r in v["Plugin/LoRA"].items())
-            for n, v in result["per prompt length"].items()) + " (exact counts)"
+        lengths = result["per prompt length"]
+        return (f"Plugin/LoRA at {' / '.join(map(str, lengths))}-token prompts: " + ", ".join(
+            f"{s} " + "/".join(f"{v['Plugin/LoRA'][s]:.3f}" for v in lengths.values()) for s in wave3.FLOPS_SHAPES)
+            + " (exact)")
     if c.test == "nist":
         effects = [v["Plugin - NewModel NIST"] for v in result["per dataset"].values()]
         return (f"NIST higher on {len(result['higher on'])}/{len(effects)} datasets "

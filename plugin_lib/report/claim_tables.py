@@ -162,7 +162,7 @@ def shown_verdict(claim: dict) -> str:
 
 def tally(claims: list[dict]) -> str:
     counts = {v: sum(c["verdict"] == v for c in claims if checked(c)) for v in VERDICTS}
-    text = ", ".join(f"{n} {v}" for v, n in counts.items())
+    text = ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "none"  # a verdict none got is left out
     stale = sum(not checked(c) for c in claims)
     return text + (f"; {stale} not re-checked yet (recorded before the rules; their notebooks must run again)"
                    if stale else "")

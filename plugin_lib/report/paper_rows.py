@@ -25,11 +25,12 @@ from pathlib import Path
 
 from ..harness import profile as config
 from ..utils.io import atomic_write_json, read_json
-from . import freeze, mixed
+from . import freeze, mixed, wave3_rows
 from . import preregistered_wave2 as wave2
+from . import preregistered_wave3 as wave3
 from .verdicts import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 
-EXPLORATORY, WAVE_2, PAPER_ONLY = "exploratory", "wave 2", "paper profile only"
+EXPLORATORY, WAVE_2, WAVE_3, PAPER_ONLY = "exploratory", "wave 2", "wave 3", "paper profile only"
 FOLDER = "exploratory"
 RULES_WRITTEN = "2026-11-27, after the confirmation's numbers were visible: exploratory"
 DATASETS = ("e2e", "webnlg", "commongen", "adidas")
@@ -65,13 +66,19 @@ class PaperRow:
     kind: str
     why: str = ""
     group: str = ""  # a wave-2 row: its group of claims (``preregistered_wave2.GROUPS``)
+    wave3: str = ""  # the group of wave 3 that judges it (``preregistered_wave3.GROUPS``)
 
 
 ROWS = (
-    PaperRow("newmodel_nist", "NewModel occasionally achieves a higher NIST than the Plugin", EXPLORATORY),
-    PaperRow("weightedcomb_poor", "WeightedComb does not perform well", EXPLORATORY),
+    PaperRow("newmodel_nist", "NewModel occasionally achieves a higher NIST than the Plugin", EXPLORATORY,
+             wave3="newmodel_nist"),
+    PaperRow("weightedcomb_poor", "WeightedComb does not perform well", EXPLORATORY, wave3="weightedcomb_poor"),
     PaperRow("flops_configurations", "the FLOPs gap to LoRA narrows or inverts with the model configuration",
-             EXPLORATORY),
+             EXPLORATORY, wave3="flops_configurations"),
+    PaperRow("proxy_tuning", "beyond the paper: the Plugin beats proxy-tuning with the same small model (4 datasets)",
+             WAVE_3, wave3="proxy_tuning"),
+    PaperRow("dexperts", "beyond the paper: the Plugin beats DExperts with the same small model (4 datasets)", WAVE_3,
+             wave3="dexperts"),
     PaperRow("table5_other_three", f"Table 5 on {OTHER_THREE}: BDPL + Plugin beats BDPL and the Plugin, the Plugin "
              "beats BDPL", WAVE_2, group="table5"),
     PaperRow("table8_lora_other_three", f"Table 8's LoRA rows on {OTHER_THREE}: the Plugin is as good as LoRA", WAVE_2,
@@ -199,11 +206,19 @@ def table_rows(root: Path) -> list[str]:
         if row.kind == EXPLORATORY:
             found = judged.get(row.key)
             statistic = found["statistic"]["summary"] if found else ""
-            lines.append(f"| {row.claim} | {statistic} | *exploratory only* | "
-                         f"{found['verdict'] if found else '*not yet judged*'} |")
-        elif row.kind == WAVE_2:
-            verdict, statistic = wave2_row(root, row)
-            lines.append(f"| {row.claim} | {statistic} | {f'**{verdict}** (wave 2)' if verdict else '*wave 2*'} | - |")
+            explored = found["verdict"] if found else "*not yet judged*"
+            again, again_statistic = wave3_rows.row(row.wave3)
+            if not again:
+                confirmatory = "*wave 3 under way*"
+            elif wave3_rows.seen_before_freeze(row.wave3):  # judged by wave 3's rule, but not confirmatory
+                confirmatory, explored, statistic = "*exploratory only*", f"{explored}; wave 3: {again}", again_statistic
+            else:
+                confirmatory, statistic = f"**{again}** (wave 3)", again_statistic
+            lines.append(f"| {row.claim} | {statistic} | {confirmatory} | {explored} |")
+        elif row.kind in (WAVE_2, WAVE_3):
+            verdict, statistic = wave2_row(root, row) if row.kind == WAVE_2 else wave3_rows.row(row.wave3)
+            lines.append(f"| {row.claim} | {statistic} | {f'**{verdict}** ({row.kind})' if verdict else f'*{row.kind}*'} "
+                         "| - |")
         else:
             lines.append(f"| {row.claim} | {row.why} | *`paper` profile only* | - |")
     return lines
@@ -219,7 +234,7 @@ def count_line(root: Path) -> str:
             f"numbers); {len(waves)} rows in wave 2 ({len(wave2.CLAIMS)} claims, rules frozen "
             f"at {freeze.WAVE2_FROZEN_AT[:7]} before its runs): {len(claims)} claims judged"
             f"{f' ({verdicts})' if claims else ''}, {sum(bool(v) for v in waves)} of {len(waves)} rows complete; "
-            f"{kinds.count(PAPER_ONLY)} not run at CPU scale (`paper` only).")
+            f"{kinds.count(PAPER_ONLY)} not run at CPU scale (`paper` only). {wave3_rows.count_line()}")
 
 
 def main() -> None:
@@ -235,21 +250,28 @@ def report_section(root: Path) -> list[str]:
     judged = load(root)
     lines = ["## The paper's other claims", "",
              "Rows for the paper's claims that have no preregistered rule. *Exploratory*: judged on this profile's "
-             f"runs by rules written on {RULES_WRITTEN}. *Wave 2*: rules frozen before their runs "
-             "(docs/preregistration.md). *Paper profile only*: not run at CPU scale.", "",
+             f"runs by rules written on {RULES_WRITTEN}. *Wave 2*, *wave 3*: rules frozen before their runs "
+             "(docs/preregistration.md); wave 3 judges the three exploratory claims again, on fresh inputs, and the "
+             "Plugin against proxy-tuning and DExperts (`results/wave3/claims`). *Paper profile only*: not run at "
+             "CPU scale.", "",
              "| claim | kind | verdict | statistic |", "| --- | --- | --- | --- |"]
     for row in ROWS:
         found = judged.get(row.key)
         verdict = found["verdict"] if found else ("-" if row.kind != EXPLORATORY else "not yet judged")
         statistic = found["statistic"]["summary"] if found else row.why
-        if row.kind == WAVE_2:
-            verdict, statistic = wave2_row(root, row)
+        if row.kind in (WAVE_2, WAVE_3):
+            verdict, statistic = wave2_row(root, row) if row.kind == WAVE_2 else wave3_rows.row(row.wave3)
             verdict = verdict or "-"
         lines.append(f"| {row.claim} | {row.kind} | {verdict} | {statistic} |")
     lines.append("")
     for row in ROWS:
         if row.key in RULES:
             lines.append(f"- **{row.claim}** ({EXPLORATORY}): {RULES[row.key]}")
+    for group, claim in wave3.GROUPS.items():  # each group's rule, as frozen (the datasets' claims share one)
+        first = next(c for c in wave3.CLAIMS if wave3.group(c) == group)
+        lines.append(f"- **{claim}** (wave 3, frozen at {freeze.WAVE3_FROZEN_AT[:7]}"
+                     f"{'; seen before the freeze: exploratory' if first.key in wave3.SEEN_BEFORE_FREEZE else ''}): "
+                     f"{wave3.rule_text(first)}")
     return lines + [""]
 
 

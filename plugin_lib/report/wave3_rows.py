@@ -1,0 +1,58 @@
+"""Wave 3's rows (``report.preregistered_wave3``): one per group of its claims, from the ``wave3``
+profile's judged claims (``plugin-repro confirmation wave3 judge``), for the README and REPORT.md.
+
+A group of one claim shows that claim's statistic and verdict; a group of several (a claim per
+dataset) shows the count of its judged verdicts and, once all are judged, the weakest measurable
+one (wave 2's ``row_verdict``). A claim of ``SEEN_BEFORE_FREEZE`` is labelled exploratory.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..harness import profile as config
+from ..utils.io import read_json
+from . import freeze, mixed
+from . import preregistered_wave3 as wave3
+
+
+def root() -> Path:
+    """The wave3 profile's results folder (not created: a checkout without its runs has none)."""
+    return config.results_root() / wave3.PROFILE
+
+
+def judged(folder: Path | None = None, group: str | None = None) -> dict[str, dict]:
+    """The stored records of wave 3's judged claims (of one ``group``, or all)."""
+    folder = root() if folder is None else folder
+    keys = [c.key for c in wave3.CLAIMS if group is None or wave3.group(c) == group]
+    return {k: read_json(path) for k in keys if (path := folder / "claims" / f"{k}.json").exists()}
+
+
+def _counts(verdicts: list[str]) -> str:
+    return ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+
+
+def row(group: str, folder: Path | None = None) -> tuple[str, str]:
+    """(verdict, statistic) of a group; ("", what is left) before any of its claims is judged.
+    The verdict is "" until every claim of the group is judged."""
+    keys = [c.key for c in wave3.CLAIMS if wave3.group(c) == group]
+    found = judged(folder, group)
+    if not found:
+        return "", f"rules frozen at {freeze.WAVE3_FROZEN_AT[:7]}; runs under way"
+    verdicts = [c["verdict"] for c in found.values()]
+    if len(keys) == 1:
+        return verdicts[0], next(iter(found.values()))["statistic"]["summary"]
+    flags = [f for f in (mixed.flag(c) for c in found.values()) if f]
+    statistic = (f"{len(found)}/{len(keys)} datasets judged: {_counts(verdicts)}" + (f"; {len(flags)} mixed" if flags else "")
+                 + (f"; {len(keys) - len(found)} waiting" if len(found) < len(keys) else ""))
+    return (wave3.row_verdict(verdicts) if len(found) == len(keys) else ""), statistic
+
+
+def seen_before_freeze(group: str) -> bool:
+    return any(c.key in wave3.SEEN_BEFORE_FREEZE for c in wave3.CLAIMS if wave3.group(c) == group)
+
+
+def count_line(folder: Path | None = None) -> str:
+    found = judged(folder)
+    verdicts = [c["verdict"] for c in found.values()]
+    return (f"Wave 3: {len(wave3.CLAIMS)} claims, frozen at {freeze.WAVE3_FROZEN_AT[:7]} before its runs: "
+            f"{len(found)} judged" + (f" ({_counts(verdicts)})" if verdicts else "") + ".")
