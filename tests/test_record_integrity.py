@@ -145,9 +145,9 @@ def test_concurrent_writers_each_list_their_record(tmp_path):
     assert record_manifest.verify(tmp_path / "smoke") == ([], [])
 
 
-@pytest.mark.parametrize("profile, names", [("local", {"local", "api"}), ("confirm", {"confirm"})])
+@pytest.mark.parametrize("profile, names", [("local", {"local", "api"}), ("confirm", {"confirm"}), ("wave3", {"wave3"})])
 def test_the_committed_records_match_their_manifest(profile, names):
-    """results/local's and results/confirm's manifests list exactly their committed records, with
+    """results/local's, results/confirm's and results/wave3's manifests list exactly their committed records, with
     their content's hash."""
     local = ROOT / "results" / profile
     committed = set(git(ROOT, "ls-files", f"results/{profile}").splitlines())
