@@ -53,6 +53,53 @@ class ContextFreeReweighter(nn.Module):
         return CausalLMOutputWithPast(logits=self.lm_head(self.trunk(input_ids)))
 
 
+class PairCache:
+    """The KV caches of an :class:`ExpertDifference`'s two models, reordered together (beam search)."""
+
+    def __init__(self, expert, anti_expert):
+        self.caches = (expert, anti_expert)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        for cache in self.caches:
+            cache.reorder_cache(beam_idx)
+
+
+class ExpertDifference(nn.Module):
+    """Proxy-tuning's expert and anti-expert as one small model (alisawuffles/proxy-tuning,
+    modeling/dexperts.py): its "logits" are log_softmax(expert) - log_softmax(anti-expert), which
+    ``core.combine.proxy_combine`` adds to the base at strength alpha. ``proxy_combine`` normalises
+    what it is given, which shifts a row by a constant and leaves softmax(b + alpha * d)
+    unchanged, so the pair drops in wherever one expert with a uniform anti-expert did: decoding
+    (each model keeps its own KV cache) and the hyper-validation loss that chooses alpha. The
+    anti-expert is frozen: it is the expert's model before tuning."""
+
+    def __init__(self, expert: nn.Module, anti_expert: nn.Module):
+        super().__init__()
+        self.expert, self.anti_expert = expert, anti_expert.requires_grad_(False)
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.expert.get_output_embeddings()
+
+    @staticmethod
+    def difference(expert_logits: torch.Tensor, anti_logits: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(expert_logits.float(), dim=-1) - F.log_softmax(anti_logits.float(), dim=-1)
+
+    def forward(self, input_ids: torch.Tensor, past_key_values: PairCache | None = None, use_cache: bool = False,
+                **kwargs) -> CausalLMOutputWithPast:
+        caches = past_key_values.caches if past_key_values is not None else (None, None)
+        out = [model(input_ids=input_ids, past_key_values=cache, use_cache=use_cache, **kwargs)
+               for model, cache in zip((self.expert, self.anti_expert), caches)]
+        return CausalLMOutputWithPast(
+            logits=self.difference(out[0].logits, out[1].logits),
+            past_key_values=PairCache(out[0].past_key_values, out[1].past_key_values) if use_cache else None)
+
+    def pair_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
+        """:func:`reweighter_logits` of the pair: each model's, then their difference."""
+        return self.difference(reweighter_logits(self.expert, input_ids, attention_mask, positions),
+                               reweighter_logits(self.anti_expert, input_ids, attention_mask, positions))
+
+
 def make_reweighter(
     arch: str,
     vocab_size: int,
@@ -141,6 +188,8 @@ def reweighter_logits(
     The output head is the bulk of a small model's cost (256 x 49k for SmolLM2's vocabulary),
     so training computes it only where the loss needs it.
     """
+    if isinstance(model, ExpertDifference):
+        return model.pair_logits(input_ids, attention_mask, positions)
     if getattr(model, "is_context_free", False):
         hidden = model.trunk(input_ids)
     else:

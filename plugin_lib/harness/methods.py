@@ -23,7 +23,9 @@
   softmax(b + alpha * (e - a)) (alisawuffles/proxy-tuning, modeling/dexperts.py; DExperts first
   cuts b to its top-p nucleus). The expert e is NewModel's model, trained alone with NewModel's
   grid and budget (its selection and first seed's weights are NewModel's own); the anti-expert a
-  is uniform at CPU scale, so ProxyTuning is the base times a separately trained small model.
+  is uniform for a small model trained from scratch, so ProxyTuning is then the base times a
+  separately trained small model. A ``-pretrained`` arm's expert is a pretrained small model
+  tuned alone (NewModel-pretrained) and its anti-expert the same model untuned (``proxy_expert``).
   alpha is chosen from the profile's ``proxy.alphas`` by hyper-validation loss, the selection
   rule of every method. The repetition penalty applies to each model's logits before they are
   combined, as for every method here (the authors apply it to the sum).
@@ -45,7 +47,7 @@ from .. import data
 from ..core.blackbox import BlackBoxLM
 from ..core.combine import mixture_log_probs, proxy_combine, reachable_proxy_log_probs
 from ..core.decode import generate
-from ..core.reweighter import make_reweighter
+from ..core.reweighter import ExpertDifference, make_reweighter
 from ..core.train import (
     BaseOutputCache,
     EncodedPair,
@@ -88,6 +90,15 @@ def check_method(method: str) -> None:
 def trained_as(method: str) -> str:
     """The method whose small model ``method`` trains: NewModel's for a proxy arm."""
     return EXPERT_METHOD if method in PROXY_ARMS else method
+
+
+def proxy_expert(task: Task, expert: nn.Module, arch: dict, seed: int) -> nn.Module:
+    """What a proxy arm adds to the base: a pretrained expert (``arch["arch"] == "pretrained"``)
+    less its anti-expert, the same pretrained model untuned (proxy-tuning's own pairing); any other
+    expert alone, its anti-expert uniform (a small model with no untuned state worth subtracting)."""
+    if arch.get("arch") != "pretrained":
+        return expert
+    return ExpertDifference(expert, build_model(task, EXPERT_METHOD, arch, seed).eval())
 
 
 def proxy_top_p(method: str, settings: ProxySettings) -> float | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig
 
 from .. import data
 from ..core.reweighter import count_parameters, make_reweighter
@@ -144,6 +144,29 @@ def reweighter_params(model: str, arch_items: tuple = ()) -> int:
     arch = dict(arch_items) or models.arch_for(model)
     with torch.device("meta"):
         return count_parameters(make_reweighter(vocab_size=base_shape(model)["vocab"], **arch))
+
+
+# The public shapes of proxy-tuning's pretrained experts (harness.variants.PROXY_EXPERTS), to
+# count their parameters without the Hub: GPT2-Small is GPT2Config's default; LLaMA-3.2-1B's config.json.
+EXPERT_CONFIGS = {
+    "gpt2": GPT2Config(),
+    "meta-llama/Llama-3.2-1B": LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                                           num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                                           tie_word_embeddings=True),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def pretrained_params(model: str, source: str, n_layers: int | None) -> int:
+    """Parameters of the pretrained small model ``source`` (an ``EXPERT_CONFIGS`` name), or of
+    ``model`` cut to its first ``n_layers`` blocks (``harness.variants.truncated_pretrained``)."""
+    if source in EXPERT_CONFIGS:
+        cfg = EXPERT_CONFIGS[source]
+    else:
+        cfg = models.model_config(shape_model(model))
+        cfg.num_hidden_layers = n_layers
+    with torch.device("meta"):
+        return count_parameters(AutoModelForCausalLM.from_config(cfg))
 
 
 def load_dtype(model: str, profile: Profile, gpu: bool | GpuClass) -> torch.dtype:

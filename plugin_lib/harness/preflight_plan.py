@@ -14,8 +14,10 @@ from .. import paper as published
 from . import bdpl, models, runner
 from .gpus import GpuClass
 from .preflight_counts import (TaskCounts, base_shape, cache_bytes, cache_layout, count_task, inference_peak,
-                               lora_adapter_params, reweighter_params, trainable_share, training_peak)
+                               lora_adapter_params, pretrained_params, reweighter_params, trainable_share,
+                               training_peak)
 from .profile import Profile
+from .variants import PROXY_EXPERTS
 
 TRAINED = ("NewModel", "WeightedComb", "TempNet", "Plugin")
 NOTEBOOKS = (
@@ -270,8 +272,32 @@ def _plan_proxy(plan: Plan, p: Profile, gpu: bool) -> None:
             plan.seeds, plan.epochs = seeds, p.training.max_epochs
             plan.add(model, pair_epochs=runs * p.training.max_epochs * c2.pairs)
             _decodes(plan, model, c2, p, runs=2 * seeds, plugin_runs=2 * seeds)
+            if p.proxy.pretrained:
+                _plan_pretrained_arms(plan, model, c2, p)
         _peak(plan, inference_peak(model, p, gpu))
     plan.note = "2 proxy arms over notebooks 01-04's NewModel; alpha chosen on cached hyper-validation outputs"
+    if p.proxy.pretrained:
+        plan.note += "; with a pretrained expert, its anti-expert and the Plugin from it (at their parameter count)"
+
+
+def _plan_pretrained_arms(plan: Plan, model: str, counts: TaskCounts, p: Profile) -> None:
+    """Notebook 15's ``-pretrained`` arms on one task: NewModel-pretrained (the expert) and
+    Plugin-pretrained trained (a search each, or one configuration with the 1-layer choice), the
+    expert again per later seed for the two proxy arms, and four decodings per seed, the proxy
+    arms' with two small models; trainings priced at the pretrained model's parameter count."""
+    setup = p.ablations
+    if model not in PROXY_EXPERTS and setup.pretrained_layers is None:
+        plan.warnings.append(f"{plan.notebook}: no pretrained expert is known for {model}: set "
+                             "ablations.pretrained_layers or proxy.pretrained: false.")
+        return
+    source = PROXY_EXPERTS.get(model, model)  # else the base itself, cut to pretrained_layers blocks
+    scale = pretrained_params(model, source, setup.pretrained_layers) / reweighter_params(model)
+    _trainings(plan, model, counts, p, ["NewModel", "Plugin"], len(p.seeds),
+               grid=p.proxy.pretrained_hparams == "own", scale=scale)
+    runs = len(p.seeds) - 1
+    plan.trainings += runs
+    plan.add(model, pair_epochs=runs * p.training.max_epochs * counts.pairs * scale)
+    _decodes(plan, model, counts, p, runs=4 * len(p.seeds), plugin_runs=3 * len(p.seeds))
 
 
 def _plan_bdpl(plan: Plan, p: Profile, gpu: bool, wrapper: list[str]) -> None:

@@ -97,10 +97,19 @@ class ProxySettings:
     """Proxy-tuning and DExperts (``harness.methods``, notebook 15): their expert is NewModel's
     model, the anti-expert uniform at CPU scale. ``alphas``: the strengths chosen from on
     hyper-validation loss (alisawuffles/proxy-tuning's default is 1; DExperts' toxicity script
-    uses 2). ``top_p``: DExperts' nucleus of the base (its scripts' filter_p 0.9)."""
+    uses 2). ``top_p``: DExperts' nucleus of the base (its scripts' filter_p 0.9).
+    ``pretrained``: also run both arms with a pretrained expert tuned alone and the same model
+    untuned as the anti-expert (proxy-tuning's own pairing), beside the Plugin trained from that
+    pretrained model (``harness.variants.expert_variant``: GPT2-Small for GPT-2 bases,
+    LLaMA-3.2-1B for LLaMA-3.1-8B, otherwise the base cut to ``ablations.pretrained_layers``).
+    ``pretrained_hparams``: ``one-layer``, every pretrained arm trains on the 1-layer Plugin's
+    chosen hyperparameters (one rule for all; a search each of a 1B-parameter expert would cost
+    more than the rest of the notebook), or ``own``, each searches the grid."""
 
     alphas: tuple[float, ...] = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
     top_p: float = 0.9
+    pretrained: bool = False
+    pretrained_hparams: Literal["own", "one-layer"] = "one-layer"
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,8 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
             del tempnet["per"], tempnet["temperature"]
         relevant["tempnet"] = tempnet
     if method in methods.PROXY_ARMS:
-        relevant["proxy"] = profile.section("proxy")
+        # what shapes a proxy run; which arms the notebook runs (``proxy.pretrained``) does not
+        relevant["proxy"] = {k: v for k, v in profile.section("proxy").items() if k in ("alphas", "top_p")}
     relevant.update(dataset=task.dataset, model=models.output_spec(task.base.name),
                     chat_template=task.use_chat_template)
     if task.prompt_prefix:

@@ -374,7 +374,8 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
     model, hparams, training, checkpoint = None, None, None, None
     with _nothing_left_on_full_disk(lambda: checkpoint):
         trains = methods.trained_as(method)  # a proxy arm's expert is NewModel's, its selection and weights too
-        train_label = label if trains == method else trains
+        # ... under the arm's suffix: ProxyTuning-pretrained's expert is NewModel-pretrained
+        train_label = label if trains == method else trains + label.removeprefix(method)
         if trains in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
             selection = selection or select_hparams(task, trains, profile, arch=arch, label=train_label,
                                                     progress=progress)
@@ -384,7 +385,7 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
                 model = trained_model(task, trains, profile, arch=arch, label=train_label)
                 training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
             elif trains != method:  # a proxy arm: one expert per seed, trained once for both arms
-                model, training = _expert(task, trains, arch, hparams, seed, profile, progress)
+                model, training = _expert(task, trains, train_label, arch, hparams, seed, profile, progress)
             else:
                 # kept until the record is stored: a kill while decoding does not train it again
                 checkpoint = fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
@@ -393,6 +394,7 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
                 training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
                             "epochs_run": result.epochs_run, "history": result.history}
         if method in methods.PROXY_ARMS:
+            model = methods.proxy_expert(task, model, arch, seed)
             alpha, losses = methods.choose_alpha(task, method, model, profile.proxy)
             hparams = {**hparams, "alpha": alpha, "top_p": methods.proxy_top_p(method, profile.proxy)}
             training = {**training, "alpha_hyper_losses": losses}
@@ -436,15 +438,17 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
     return record
 
 
-def _expert(task: methods.Task, method: str, arch: dict, hparams: dict, seed: int, profile: Profile,
+def _expert(task: methods.Task, method: str, label: str, arch: dict, hparams: dict, seed: int, profile: Profile,
             progress: bool) -> tuple[torch.nn.Module, dict]:
-    """``method``'s model for a later ``seed``, trained once and kept for every proxy arm that
-    needs it (the weights and the training's summary, in ``.checkpoints/`` under a name keyed on
-    the hyperparameters, settings and data, ``fit_checkpoint``; not committed): seeded, so each
-    arm gets the model it would have trained itself."""
+    """``method``'s model (stored as ``label``) for a later ``seed``, trained once and kept for
+    every proxy arm that needs it (the weights and the training's summary, in ``.checkpoints/``
+    under a name keyed on the hyperparameters, settings and data, ``fit_checkpoint``; not
+    committed): seeded, so each arm gets the model it would have trained itself. A labelled
+    variant (a pretrained expert) is keyed on its architecture too."""
     folder = runs_dir(profile, task.dataset, task.base.name)
-    name = f"{method}-expert-seed{seed}-{config_tag(hparams)}"
-    kept = fit_checkpoint(folder, name, settings_fingerprint(task, profile, None, method), inputs_fingerprint(task))
+    name = f"{label}-expert-seed{seed}-{config_tag(hparams)}"
+    fingerprint = settings_fingerprint(task, profile, None if label == method else arch, method)
+    kept = fit_checkpoint(folder, name, fingerprint, inputs_fingerprint(task))
     with unit_lock(folder, name):
         if kept.exists():
             stored = torch.load(kept, map_location=task.base.device, weights_only=True)

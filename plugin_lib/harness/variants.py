@@ -23,6 +23,10 @@ from .profile import Profile, cache_dir
 # GPT2-Small shares GPT-2's tokenizer: the paper's pretrained reweighting model.
 PAPER_PRETRAINED = {"gpt2-medium": "gpt2", "gpt2-xl": "gpt2"}
 ONE_LAYER = "Plugin"  # label of the family's default (1-layer) reweighting model
+# Proxy-tuning's pretrained experts (issue 60): GPT2-Small for the GPT-2 bases, as above, and
+# LLaMA-3.2-1B, which shares LLaMA-3.1's tokenizer, for LLaMA-3.1-8B.
+PROXY_EXPERTS = {**PAPER_PRETRAINED, "llama-3.1-8b": "meta-llama/Llama-3.2-1B"}
+EXPERT_NAMES = {"gpt2": "GPT2-Small", "meta-llama/Llama-3.2-1B": "LLaMA-3.2-1B"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,19 @@ def pretrained_variant(model_name: str, n_layers: int | None) -> Variant:
     blocks = "block" if n_layers == 1 else "blocks"
     return Variant("Plugin-pretrained", {"arch": "pretrained", "pretrained": str(path)},
                    f"pretrained: {display}, first {n_layers} {blocks}")
+
+
+def expert_variant(model_name: str, n_layers: int | None) -> Variant:
+    """The pretrained small model of notebook 15's ``-pretrained`` arms: proxy-tuning's expert
+    (tuned alone) and anti-expert (untuned), and the Plugin's starting point. ``PROXY_EXPERTS``
+    for the paper's bases; otherwise :func:`pretrained_variant`'s (the base cut to ``n_layers``
+    blocks: a weaker stand-in, labelled so)."""
+    if model_name in PROXY_EXPERTS:
+        source = PROXY_EXPERTS[model_name]
+        return Variant("pretrained", {"arch": "pretrained", "pretrained": source},
+                       f"pretrained: {EXPERT_NAMES[source]}")
+    variant = pretrained_variant(model_name, n_layers)
+    return Variant("pretrained", variant.arch, f"{variant.name} (a stand-in for a pretrained small model)")
 
 
 def complexity_variants(model_name: str, layers: Sequence[int], pretrained_layers: int | None,

@@ -127,9 +127,10 @@ def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: 
             # A narrowed variant searches a grid of one configuration inside its run, once the
             # task's Plugin has chosen; the others train on their own search's choice.
             needs.append(selection("Plugin", "Plugin", None).key if narrow else selection(method, label, arch).key)
-        elif method in methods.PROXY_ARMS:  # its expert is NewModel's: that search's choice
+        elif method in methods.PROXY_ARMS:  # its expert is NewModel's (with the arm's suffix): that search's choice
             expert = methods.trained_as(method)
-            needs.append(selection(expert, expert, arch).key)
+            needs.append(selection("Plugin", "Plugin", None).key if narrow
+                         else selection(expert, expert + label.removeprefix(method), arch).key)
         if method == "TempNet-greedy":  # reads the stored Zeroshot run of the same seed
             needs.append(f"{folder}/Zeroshot-seed{seed}")
         unit = Unit("run", f"{folder}/{label}-seed{seed}", ref, profile, method=method, label=label, seed=seed,
