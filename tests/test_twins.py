@@ -18,6 +18,7 @@ from plugin_lib.core.train import (GIB, BaseOutputCache, TokenObjective, cache_d
 from plugin_lib.core.loss import target_positions
 from plugin_lib.experiments import table5, table8
 from plugin_lib.harness import methods, models, preflight
+from plugin_lib.harness.preflight_counts import pretrained_params
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.report import claims, comparison
 
@@ -351,3 +352,21 @@ def test_a_base_that_cannot_be_loaded_here_leaves_only_its_own_rates_out(paper_d
             "'smollm2-135m-instruct' from /nowhere.); its hours are left out.") in out.getvalue()
     saved = preflight.load_rates(tmp_path / "rates.json", measured + ["smollm2-135m-instruct"])
     assert saved[measured[-1]].train_pairs_per_s == 100.0 and saved["smollm2-135m-instruct"] is None
+
+
+def test_the_preflight_prices_notebook_15s_pretrained_arms(paper_data):
+    """colab's GPT-2 bases with GPT2-Small: per dataset and base, NewModel-pretrained and
+    Plugin-pretrained train one configuration (the 1-layer choice) and every later seed, the proxy
+    arms' expert once more per later seed, at GPT2-Small's parameter count."""
+    on = load_profile("colab")
+    off = on.replace(proxy={**on.section("proxy"), "pretrained": False})
+    with_arms, without = (next(p for p in preflight.plan_notebooks(profile, gpu=True) if p.notebook == "15_proxy_tuning")
+                          for profile in (on, off))
+    seeds, tasks = len(on.seeds), 4 * len(on.base_models)
+    assert with_arms.trainings - without.trainings == tasks * (2 * seeds + (seeds - 1))
+    assert with_arms.configs - without.configs == tasks * 2
+    gpt2_small = pretrained_params("gpt2-medium", "gpt2", None)
+    assert 124e6 < gpt2_small < 125e6  # GPT2-Small's published 124M
+    added = with_arms.weights_bytes - without.weights_bytes  # two chosen float32 models per task
+    assert added == pytest.approx(tasks * 2 * 4 * gpt2_small, rel=1e-6)
+    assert "pretrained expert" in with_arms.note and "pretrained" not in without.note
