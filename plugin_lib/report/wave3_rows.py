@@ -52,7 +52,10 @@ def seen_before_freeze(group: str) -> bool:
 
 
 def count_line(folder: Path | None = None) -> str:
+    """The wave's tally; a claim of ``SEEN_BEFORE_FREEZE`` is counted apart, as exploratory."""
     found = judged(folder)
-    verdicts = [c["verdict"] for c in found.values()]
+    verdicts = [c["verdict"] for k, c in found.items() if k not in wave3.SEEN_BEFORE_FREEZE]
+    seen = [c["verdict"] for k, c in found.items() if k in wave3.SEEN_BEFORE_FREEZE]
     return (f"Wave 3: {len(wave3.CLAIMS)} claims, frozen at {freeze.WAVE3_FROZEN_AT[:7]} before its runs: "
-            f"{len(found)} judged" + (f" ({_counts(verdicts)})" if verdicts else "") + ".")
+            f"{len(verdicts)} judged" + (f" ({_counts(verdicts)})" if verdicts else "")
+            + (f", and {len(seen)} exploratory (numbers seen before the freeze): {_counts(seen)}" if seen else "") + ".")
