@@ -1,4 +1,5 @@
 """Ablations: the fine-tuning pool, the reweighting-model variants, and the claim checks."""
+import json
 import math
 
 import pandas as pd
@@ -11,6 +12,7 @@ from plugin_lib.experiments import ablations, base_quality
 from plugin_lib.harness import finetune, methods, models, runner
 from plugin_lib.harness import variants as reweighting_variants
 from plugin_lib.harness.models import load_causal_lm
+from plugin_lib.harness.variants import expert_variant
 from plugin_lib.harness.profile import ablation_seeds, ablation_settings, load_profile
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import claim_checks, tables
@@ -65,6 +67,22 @@ def test_truncated_pretrained_reweighter_has_base_vocabulary_and_k_layers(smollm
     assert ablations.truncated_pretrained("smollm2-135m-instruct", 2) == path
 
 
+def test_a_twins_stand_in_is_built_at_its_depth_without_the_full_twin(monkeypatch, tmp_path):
+    monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path))
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the full twin was built to be cut (LLaMA-3.1-8B's would take 32 GB)")
+
+    monkeypatch.setattr(models, "load_causal_lm", must_not_load)
+    path = ablations.truncated_pretrained("llama-3.1-8b-twin-small", 1)
+    reweighter = make_reweighter("pretrained", models.model_config("llama-3.1-8b-twin-small").vocab_size,
+                                 pretrained=str(path))
+    assert reweighter.config.num_hidden_layers == 1
+    assert json.loads((path / "truncated.json").read_text())["layers_of_source"] == \
+        models.model_config("llama-3.1-8b-twin-small").num_hidden_layers
+    assert ablations.truncated_pretrained("llama-3.1-8b-twin-small", 1) == path  # saved once
+
+
 def test_complexity_variants(monkeypatch):
     monkeypatch.setattr(reweighting_variants, "truncated_pretrained", lambda model, k: f"/cache/{model}-first{k}layers")
     variants = ablations.complexity_variants("smollm2-135m-instruct", [1, 2, 12], 4)
@@ -74,6 +92,10 @@ def test_complexity_variants(monkeypatch):
     assert variants[3].arch == {"arch": "pretrained", "pretrained": "/cache/smollm2-135m-instruct-first4layers"}
     gpt2 = ablations.complexity_variants("gpt2-medium", [1], None)
     assert gpt2[-1].arch == {"arch": "pretrained", "pretrained": "gpt2"}  # the paper's GPT2-Small
+    # One Plugin-pretrained run per base: notebook 15's pretrained model is notebook 07's.
+    for model, layers in (("gpt2-medium", None), ("llama-3.1-8b", None), ("smollm2-135m-instruct", 4)):
+        assert ablations.complexity_variants(model, [1], layers)[-1].arch == expert_variant(model, layers).arch
+    assert expert_variant("llama-3.1-8b", None).arch["pretrained"] == "meta-llama/Llama-3.2-1B"
     with pytest.raises(ValueError, match="pretrained_layers"):
         ablations.complexity_variants("smollm2-135m-instruct", [1], None)
 

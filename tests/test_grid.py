@@ -506,3 +506,20 @@ def test_fine_tuned_bases_and_bdpl_prompts_are_units_their_runs_need(tmp_path, m
     (prompt,) = by_kind["bdpl"]  # one seed, no learning budgets in smoke
     assert prompt.key.endswith("bdpl-prompts/seed0") and prompt.done() is False
     assert not grid.is_done(prompt)
+
+
+@pytest.mark.parametrize("name", ["paper", "colab", "local", "confirm", "wave3", "smoke", "paper-twin"])
+def test_no_two_notebooks_write_one_record_two_ways_in_any_profile(name, tmp_path, monkeypatch):
+    """Every notebook's units at once, as run_all.sh's grid plans them: a record that two notebooks
+    share (E2E's Plugin-pretrained: notebooks 07 and 15) must be one unit, with one set of needs.
+    paper-twin-gpu is paper-twin on the full-size twins (its stand-in alone is 4 GB to build)."""
+    real_data.require("e2e", "webnlg", "commongen", "adidas")
+    _store(tmp_path, monkeypatch)
+    profile = load_profile(name)
+    problems = {}  # a notebook whose data this machine lacks (paper's 06, offline) is left out
+    units = notebook_units(profile, problems=problems)  # raises on two different units of one key
+    assert len({u.key for u in units}) == len(units) and not set(problems) - {"06_fig2_base_quality"}
+    if profile.proxy.pretrained:
+        shared = [u for u in units if u.key.endswith("/Plugin-pretrained-seed0") and "/e2e/" in u.key
+                  and profile.ablations.model in u.key]
+        assert [set(u.notebooks) for u in shared] == [{"07_fig3_reweighting_complexity", "15_proxy_tuning"}]

@@ -17,8 +17,9 @@ With the profile's ``proxy.pretrained`` the same comparison runs again from a pr
 model (``harness.variants.expert_variant``; at CPU scale the base cut to a few blocks, a weaker
 stand-in): NewModel-pretrained tunes it alone; ProxyTuning-pretrained and DExperts-pretrained add
 its difference from itself untuned (proxy-tuning's own expert and anti-expert); Plugin-pretrained
-trains it through the base. One rule sets their hyperparameters (``proxy.pretrained_hparams``):
-a search each, or the 1-layer Plugin's choice for all four alike.
+trains it through the base. Their hyperparameters follow notebook 07's rule for its pretrained
+model (``ablations.complexity_hparams``): a search each, or the 1-layer Plugin's choice for all
+four alike. Plugin-pretrained is then one run, shared by both notebooks.
 
 ``cost_table`` puts their costs side by side: trainable parameters, model forwards per
 generated token, what training asks of the base (the Plugin: its outputs on every training and
@@ -64,7 +65,7 @@ def pretrained_jobs(model_name: str, profile: Profile) -> list[tuple]:
         return []
     setup = ablation_settings(profile)
     arch = expert_variant(model_name, setup.pretrained_layers).arch
-    narrow = profile.proxy.pretrained_hparams == "one-layer"
+    narrow = setup.complexity_hparams == "one-layer"  # notebook 07's rule: one Plugin-pretrained run
     return [(method, seed, method + PRETRAINED, arch, narrow) for method in PRETRAINED_ARMS for seed in profile.seeds]
 
 

@@ -219,14 +219,25 @@ def _twin_special_ids() -> tuple[int, int, int, int]:
     return _special_ids(twin_tokenizer())
 
 
-def _build_twin(spec: dict[str, Any], torch_dtype: torch.dtype, device: torch.device
+def build_twin_blocks(name: str, n_layers: int) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Twin ``name`` with only its first ``n_layers`` blocks, in float32 on the CPU, built at that
+    depth from the twin's seed: cutting the built twin would first take LLaMA-3.1-8B's 32 GB."""
+    return _build_twin(model_spec(name), torch.float32, torch.device("cpu"), n_layers=n_layers)
+
+
+def _build_twin(spec: dict[str, Any], torch_dtype: torch.dtype, device: torch.device, n_layers: int | None = None
                 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A twin with seeded random weights, built directly on ``device`` in ``torch_dtype``.
+    """A twin with seeded random weights, built directly on ``device`` in ``torch_dtype``
+    (``n_layers``: its first blocks only).
 
     The seed fixes the weights on a given device type: every load of the twin is the same model.
     """
     tokenizer = twin_tokenizer()
     config = twin_config(spec, tokenizer)
+    if n_layers is not None:
+        if not 1 <= n_layers < config.num_hidden_layers:
+            raise ValueError(f"n_layers must be in 1..{config.num_hidden_layers - 1} for {spec['name']}, got {n_layers}.")
+        config.num_hidden_layers = n_layers
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices, device_type="cuda" if devices else "cpu"):
         torch.manual_seed(int(spec.get("seed", DEFAULT_TWIN_SEED)))

@@ -293,7 +293,7 @@ def _plan_pretrained_arms(plan: Plan, model: str, counts: TaskCounts, p: Profile
     source = PROXY_EXPERTS.get(model, model)  # else the base itself, cut to pretrained_layers blocks
     scale = pretrained_params(model, source, setup.pretrained_layers) / reweighter_params(model)
     _trainings(plan, model, counts, p, ["NewModel", "Plugin"], len(p.seeds),
-               grid=p.proxy.pretrained_hparams == "own", scale=scale)
+               grid=setup.complexity_hparams == "own", scale=scale)
     runs = len(p.seeds) - 1
     plan.trainings += runs
     plan.add(model, pair_epochs=runs * p.training.max_epochs * counts.pairs * scale)

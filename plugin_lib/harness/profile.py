@@ -102,14 +102,12 @@ class ProxySettings:
     untuned as the anti-expert (proxy-tuning's own pairing), beside the Plugin trained from that
     pretrained model (``harness.variants.expert_variant``: GPT2-Small for GPT-2 bases,
     LLaMA-3.2-1B for LLaMA-3.1-8B, otherwise the base cut to ``ablations.pretrained_layers``).
-    ``pretrained_hparams``: ``one-layer``, every pretrained arm trains on the 1-layer Plugin's
-    chosen hyperparameters (one rule for all; a search each of a 1B-parameter expert would cost
-    more than the rest of the notebook), or ``own``, each searches the grid."""
+    Their hyperparameters follow notebook 07's rule for its pretrained model,
+    ``ablations.complexity_hparams``, so Plugin-pretrained is one run in both notebooks."""
 
     alphas: tuple[float, ...] = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
     top_p: float = 0.9
     pretrained: bool = False
-    pretrained_hparams: Literal["own", "one-layer"] = "one-layer"
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,20 @@ class Variant:
 
 def truncated_pretrained(model_name: str, n_layers: int) -> Path:
     """``model_name``'s public checkpoint cut to its first ``n_layers`` blocks, with its own
-    embeddings, final norm and output head; saved once under the cache directory."""
+    embeddings, final norm and output head (a twin: built with ``n_layers`` blocks); saved once
+    under the cache directory."""
     safe = model_name.replace("/", "--")
-    target = cache_dir() / "models" / f"{safe}-first{n_layers}layers"
+    twin = models.is_twin(model_name)
+    # A twin's stand-in is built at that depth from the twin's seed (random weights either way),
+    # not cut: other weights than the cut twin's, hence another name.
+    target = cache_dir() / "models" / (f"{safe}-{n_layers}layers" if twin else f"{safe}-first{n_layers}layers")
     if (target / "config.json").exists():
         return target
+    if twin:
+        origin = {"source": model_name, "layers_kept": n_layers,
+                  "layers_of_source": models.model_config(model_name).num_hidden_layers}
+        model, tokenizer = models.build_twin_blocks(model_name, n_layers)
+        return save_model_dir(target, model, tokenizer, {"truncated.json": origin})
     model, tokenizer = models.load_causal_lm(model_name, dtype=torch.float32, device="cpu")
     layers = decoder_layers(model)
     origin = {"source": model_name, "layers_kept": n_layers, "layers_of_source": len(layers)}
@@ -56,10 +65,13 @@ def truncated_pretrained(model_name: str, n_layers: int) -> Path:
 
 
 def pretrained_variant(model_name: str, n_layers: int | None) -> Variant:
-    """GPT2-Small for GPT-2 bases (the paper); otherwise the base's own checkpoint, truncated."""
-    if model_name in PAPER_PRETRAINED:
-        return Variant("Plugin-pretrained", {"arch": "pretrained", "pretrained": PAPER_PRETRAINED[model_name]},
-                       "pretrained: GPT2-Small")
+    """The pretrained reweighting model of notebooks 07 and 15 (one run, Plugin-pretrained):
+    ``PROXY_EXPERTS``' model for the paper's bases (GPT2-Small for GPT-2, as the paper);
+    otherwise the base's own checkpoint, truncated."""
+    if model_name in PROXY_EXPERTS:
+        source = PROXY_EXPERTS[model_name]
+        return Variant("Plugin-pretrained", {"arch": "pretrained", "pretrained": source},
+                       f"pretrained: {EXPERT_NAMES[source]}")
     if n_layers is None:
         raise ValueError(f"No pretrained reweighting model is known for {model_name}: set pretrained_layers.")
     path = truncated_pretrained(model_name, n_layers)
@@ -73,13 +85,10 @@ def expert_variant(model_name: str, n_layers: int | None) -> Variant:
     """The pretrained small model of notebook 15's ``-pretrained`` arms: proxy-tuning's expert
     (tuned alone) and anti-expert (untuned), and the Plugin's starting point. ``PROXY_EXPERTS``
     for the paper's bases; otherwise :func:`pretrained_variant`'s (the base cut to ``n_layers``
-    blocks: a weaker stand-in, labelled so)."""
-    if model_name in PROXY_EXPERTS:
-        source = PROXY_EXPERTS[model_name]
-        return Variant("pretrained", {"arch": "pretrained", "pretrained": source},
-                       f"pretrained: {EXPERT_NAMES[source]}")
+    blocks: a weaker stand-in, labelled so). The same model as notebook 07's Plugin-pretrained."""
     variant = pretrained_variant(model_name, n_layers)
-    return Variant("pretrained", variant.arch, f"{variant.name} (a stand-in for a pretrained small model)")
+    stand_in = "" if model_name in PROXY_EXPERTS else " (a stand-in for a pretrained small model)"
+    return Variant("pretrained", variant.arch, variant.name + stand_in)
 
 
 def complexity_variants(model_name: str, layers: Sequence[int], pretrained_layers: int | None,
