@@ -5,6 +5,7 @@ Twins have random weights: twin: says nothing about the paper's numbers.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
@@ -16,8 +17,9 @@ from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.core.train import (GIB, BaseOutputCache, TokenObjective, cache_dtype, choose_placement, collate,
                                    encode_pairs, gpu_headroom)
 from plugin_lib.core.loss import target_positions
+from plugin_lib.core.pairs import EncodedPair
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import methods, models, preflight
+from plugin_lib.harness import methods, models, preflight, preflight_rates
 from plugin_lib.harness.preflight_counts import pretrained_params
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.report import claims, comparison
@@ -370,3 +372,35 @@ def test_the_preflight_prices_notebook_15s_pretrained_arms(paper_data):
     added = with_arms.weights_bytes - without.weights_bytes  # two chosen float32 models per task
     assert added == pytest.approx(tasks * 2 * 4 * gpt2_small, rel=1e-6)
     assert "pretrained expert" in with_arms.note and "pretrained" not in without.note
+
+
+def test_a_search_is_priced_at_the_grid_rate_where_one_was_measured(paper_data):
+    """A search's configurations are priced apart (grid_pair_epochs): at the rate of
+    configurations trained together where one was measured, else one by one, and the preflight
+    says which. Rates saved before the grid rate existed still load."""
+    measured = REPO_ROOT / "results" / "gpu" / "h200_2026-11-27" / "paper_rates.json"
+    old = preflight.load_rates(measured, ["gpt2-xl"])["gpt2-xl"]
+    assert old.grid_train_pairs_per_s is None
+    work = {"model": "gpt2-xl", "grid_pair_epochs": 1e6, "pair_epochs": 2e5}
+    assert old.seconds(work) == pytest.approx(1.2e6 / old.train_pairs_per_s)
+    faster = dataclasses.replace(old, grid_train_pairs_per_s=4 * old.train_pairs_per_s)
+    assert faster.seconds(work) == pytest.approx(0.25e6 / old.train_pairs_per_s + 2e5 / old.train_pairs_per_s)
+    assert preflight.expected_share(work, 0.5)["grid_pair_epochs"] == 5e5  # early stopping shortens it too
+    out = io.StringIO()
+    preflight.run("paper", plan_only=True, rates_file=str(measured), out=out)
+    assert "a search's configurations priced one by one" in out.getvalue()
+    # The plan: every configuration of notebook 01's searches, at the cap, is grid work; later seeds are not.
+    profile = load_profile("paper")
+    e2e = {p.notebook: p for p in preflight.plan_notebooks(profile, gpu=True)}["01_table1_e2e"]
+    searched = sum(w.get("grid_pair_epochs", 0.0) for w in e2e.work)
+    assert searched == pytest.approx(e2e.configs * profile.training.max_epochs * e2e.pairs)
+    assert sum(w.get("pair_epochs", 0.0) for w in e2e.work) == pytest.approx(
+        3 * 4 * (len(profile.seeds) - 1) * profile.training.max_epochs * e2e.pairs)  # 4 trained methods, 3 bases
+
+
+def test_the_grid_rate_is_measured_on_configurations_sharing_each_batch(tiny_base):
+    pairs = [EncodedPair(tuple(range(3, 15)), 8) for _ in range(4)]
+    rows = torch.randn(4 * 4, tiny_base.vocab_size).log_softmax(-1)
+    objective = TokenObjective(pairs, 0, cache=BaseOutputCache(rows, np.arange(5) * 4))
+    arch = {"arch": "llama", "n_layer": 1, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2}
+    assert preflight_rates._grid_step_s(objective, arch, tiny_base.vocab_size, torch.device("cpu"), 2) > 0

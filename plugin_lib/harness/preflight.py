@@ -118,6 +118,15 @@ def disk_check(profile_name: str, notebooks: Sequence[str], *, disk_free_gb: flo
     return 0
 
 
+def _grid_basis(r: Rates) -> str:
+    """How a search's configurations are priced: the measured rate of configurations trained
+    together, or one by one (no such rate: the rates predate it, or a grid does not pay there)."""
+    if r.grid_train_pairs_per_s:
+        return (f"a search's configurations trained together at {r.grid_train_pairs_per_s:,.1f} pairs/s each "
+                f"(x{r.grid_train_pairs_per_s / r.train_pairs_per_s:.2f}, measured with {r.measured_with})")
+    return "a search's configurations priced one by one (no rate of configurations trained together here)"
+
+
 def _describe(profile: config.Profile, card, plans, gpu: bool, out) -> dict[str, str]:
     """The plan's first lines (bases, grid, GPU class, twins, token counts, cache layouts); the
     layout of every base the notebooks use."""
@@ -246,7 +255,7 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
               f"{r.forward_tokens_per_s:,.0f} tokens/s, training {r.train_pairs_per_s:,.1f} pairs/s, "
               f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
               f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
-              f"{profile.decoding.batch_size}.", file=out)
+              f"{profile.decoding.batch_size}; {_grid_basis(r)}.", file=out)
     if any(rates.values()):
         label = " (estimates)" if card is not None else ""
         left = f"; notebook(s) {', '.join(untimed)} not timed (no rate for a base)" if untimed else ""

@@ -94,15 +94,18 @@ def _trainings(plan: Plan, model: str, counts: TaskCounts, profile: Profile, met
                seeds: int, *, grid: bool = True, scale: float = 1.0) -> None:
     """Grid search with the first seed (unless ``grid`` is False: one configuration), then one
     training per later seed, of each method; ``scale``: cost relative to the family's
-    reweighting model."""
+    reweighting model. A search's configurations are priced apart (``grid_pair_epochs``): the
+    runner trains them together where that pays (``core.train.fit_grid``)."""
     configs = sum(grid_size(profile, m) if grid else 1 for m in methods)
-    runs = configs + len(methods) * (seeds - 1)
+    later = len(methods) * (seeds - 1)
     plan.configs += configs
-    plan.trainings += runs
+    plan.trainings += configs + later
     plan.seeds = max(plan.seeds, seeds)
     plan.epochs = profile.training.max_epochs
     plan.weights_bytes += len(methods) * int(4 * reweighter_params(model) * scale)
-    plan.add(model, pair_epochs=runs * profile.training.max_epochs * counts.pairs * scale)
+    epoch_pairs = profile.training.max_epochs * counts.pairs * scale
+    plan.add(model, **{"grid_pair_epochs" if grid else "pair_epochs": configs * epoch_pairs})
+    plan.add(model, pair_epochs=later * epoch_pairs)
 
 
 def _decodes(plan: Plan, model: str, counts: TaskCounts, profile: Profile, runs: int, plugin_runs: int = 0) -> None:

@@ -16,7 +16,9 @@ import torch
 
 from ..core.decode import PluginLogitsProcessor
 from ..core.reweighter import make_reweighter
-from ..core.train import BaseOutputCache, EncodedPair, TokenObjective, cache_dtype, choose_placement, host_available_bytes
+from ..core.cache import BaseOutputCache, cache_dtype, choose_placement, host_available_bytes
+from ..core.pairs import EncodedPair
+from ..core.train import TokenObjective, configs_that_fit, grid_pays
 from . import gpus, models
 from .gpus import GpuClass
 from .preflight_counts import TaskCounts, base_shape, cache_layout, count_task, dtype_bytes, load_dtype, shape_model
@@ -24,6 +26,10 @@ from .profile import Profile
 
 if TYPE_CHECKING:
     from .preflight_plan import Plan
+
+
+GRID_CONFIGS = 12  # configurations trained together when the grid rate is measured (as benchmarks/bench_fused.py)
+TRAINING_WORK = ("pair_epochs", "grid_pair_epochs", "lora_tokens")  # what early stopping shortens
 
 
 @dataclass(frozen=True)
@@ -36,10 +42,15 @@ class Rates:
     decode_step_s: float  # one greedy step of the base at the profile's decoding batch
     plugin_step_s: float  # the same with the Plugin's logits processor
     device: str
+    # Each of GRID_CONFIGS reweighting models trained together from one cache (core.train.fit_grid:
+    # each batch read once for all), per model; None where a grid does not pay (the runner then
+    # trains one by one) or the rates predate it (a file saved before 2026-11-29).
+    grid_train_pairs_per_s: float | None = None
 
     def seconds(self, work: dict, pair_tokens_fallback: float = 0.0) -> float:
         s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
         s += work.get("pair_epochs", 0.0) / self.train_pairs_per_s
+        s += work.get("grid_pair_epochs", 0.0) / (self.grid_train_pairs_per_s or self.train_pairs_per_s)
         s += work.get("decode_steps", 0) * self.decode_step_s + work.get("plugin_steps", 0) * self.plugin_step_s
         # Training through the base: forward + backward, about 3 forward passes per token (4 for
         # LoRA on a GPU, which recomputes activations); full fine-tuning runs in float32 (about
@@ -109,12 +120,41 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
         optimizer.step()
 
     train = _timed(train_step)  # one warm-up step, one timed
+    grid = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch) \
+        if grid_pays(base.device, objective.cache) else None
     rates = Rates(runner_model, batch * length / forward, train_batch / train, alone / steps, plugin / steps,
-                  base.device.type)
+                  base.device.type, train_batch / grid if grid else None)
     del base, reweighter, objective, optimizer
     if gpu:
         torch.cuda.empty_cache()
     return rates
+
+
+def _grid_step_s(objective: TokenObjective, arch: dict, vocab_size: int, device: torch.device, batch_size: int
+                 ) -> float:
+    """Seconds per model of one training step of ``GRID_CONFIGS`` reweighting models (as many as
+    fit, ``configs_that_fit``, as the runner does) that share each batch, as
+    ``core.train.fit_grid`` trains a search's configurations (one warm-up step)."""
+    first = make_reweighter(vocab_size=vocab_size, seed=0, **arch).to(device)
+    grid = [first] + [make_reweighter(vocab_size=vocab_size, seed=i, **arch).to(device)
+                      for i in range(1, configs_that_fit(first, GRID_CONFIGS))]
+    for model in grid:
+        model.train()
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in grid]
+    starts = iter(range(0, len(objective), batch_size))
+
+    def step():
+        start = next(starts)
+        shared = objective.batch(range(start, start + batch_size), device)
+        for model, optimizer in zip(grid, optimizers):
+            loss, n = objective.batch_nll(model, shared)
+            optimizer.zero_grad(set_to_none=True)
+            (loss / n).backward()
+            optimizer.step()
+
+    seconds = _timed(step) / len(grid)
+    del grid, optimizers
+    return seconds
 
 
 def save_rates(rates: dict[str, Rates | None], path: str | Path) -> None:
@@ -164,7 +204,7 @@ def estimated_rates(model: str, profile: Profile, card: GpuClass, counts: TaskCo
 
 def expected_share(work: dict, factor: float) -> dict:
     """``work`` with its trainings at the expected epochs (``factor`` of the cap)."""
-    return {k: v * factor if k in ("pair_epochs", "lora_tokens") else v for k, v in work.items()}
+    return {k: v * factor if k in TRAINING_WORK else v for k, v in work.items()}
 
 
 def reference_estimate(plans: list[Plan], profile: Profile) -> str:
@@ -177,7 +217,7 @@ def reference_estimate(plans: list[Plan], profile: Profile) -> str:
                 continue
             pair_tokens = count_task("e2e", work["model"], profile).pair_tokens
             build += work.get("forward_tokens", 0.0) / pair_tokens / ref["cache"]
-            train += work.get("pair_epochs", 0.0) / ref["train"]
+            train += (work.get("pair_epochs", 0.0) + work.get("grid_pair_epochs", 0.0)) / ref["train"]
     return (f"For scale only, at H100 rates from an earlier probe of the paper's shapes (GPT2-M at GPT2-XL's): "
             f"building the caches {build / 3600:,.1f} h and training at most {train / 3600:,.0f} h "
             f"({train / 3600 / profile.training.max_epochs:,.1f} h per epoch of every training); "
