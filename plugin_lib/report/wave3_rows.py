@@ -42,9 +42,22 @@ def row(group: str, folder: Path | None = None) -> tuple[str, str]:
     if len(keys) == 1:
         return verdicts[0], next(iter(found.values()))["statistic"]["summary"]
     flags = [f for f in (mixed.flag(c) for c in found.values()) if f]
+    same = [c.dataset for c in wave3.CLAIMS if c.key in found and group == "dexperts"
+            and _same_outputs(root() if folder is None else folder, c.dataset, "DExperts", "ProxyTuning")]
     statistic = (f"{len(found)}/{len(keys)} datasets judged: {_counts(verdicts)}" + (f"; {len(flags)} mixed" if flags else "")
-                 + (f"; {len(keys) - len(found)} waiting" if len(found) < len(keys) else ""))
+                 + (f"; {len(keys) - len(found)} waiting" if len(found) < len(keys) else "")
+                 + (f"; same outputs as proxy-tuning on {len(same)}" if same else ""))
     return (wave3.row_verdict(verdicts) if len(found) == len(keys) else ""), statistic
+
+
+def _same_outputs(folder: Path, dataset: str, arm: str, other: str) -> bool:
+    """Whether ``arm`` decoded exactly ``other``'s outputs in every stored seed on ``dataset``
+    (DExperts at proxy-tuning's alpha, when the base's nucleus never cuts the chosen token): its
+    verdict then repeats the other's, and is not separate evidence."""
+    runs = sorted((folder / "runs" / dataset).glob(f"*/{arm}-seed*.json"))
+    pairs = [(run, run.with_name(run.name.replace(arm, other, 1))) for run in runs]
+    return bool(pairs) and all(twin.exists() and read_json(run)["predictions"] == read_json(twin)["predictions"]
+                               for run, twin in pairs)
 
 
 def seen_before_freeze(group: str) -> bool:
