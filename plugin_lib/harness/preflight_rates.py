@@ -108,23 +108,12 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     where = choose_placement(cache.nbytes, device_type=base.device.type, has_directory=False, gpu_free=free,
                              gpu_total=total, host_available=host_available_bytes())
     objective = TokenObjective(pairs, base.tokenizer.pad_token_id, cache=cache.placed(where, base.device))
-    optimizer = torch.optim.AdamW(reweighter.parameters(), lr=1e-4)
-    reweighter.train()
-    steps_done = iter(range(0, len(pairs), train_batch))
-
-    def train_step():
-        start = next(steps_done)
-        loss, n = objective.nll(reweighter, range(start, start + train_batch))
-        optimizer.zero_grad(set_to_none=True)
-        (loss / n).backward()
-        optimizer.step()
-
-    train = _timed(train_step)  # one warm-up step, one timed
+    train = _step_s(objective, [reweighter], train_batch)
     grid = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch) \
         if grid_pays(base.device, objective.cache) else None
     rates = Rates(runner_model, batch * length / forward, train_batch / train, alone / steps, plugin / steps,
                   base.device.type, train_batch / grid if grid else None)
-    del base, reweighter, objective, optimizer
+    del base, reweighter, objective
     if gpu:
         torch.cuda.empty_cache()
     return rates
@@ -138,6 +127,13 @@ def _grid_step_s(objective: TokenObjective, arch: dict, vocab_size: int, device:
     first = make_reweighter(vocab_size=vocab_size, seed=0, **arch).to(device)
     grid = [first] + [make_reweighter(vocab_size=vocab_size, seed=i, **arch).to(device)
                       for i in range(1, configs_that_fit(first, GRID_CONFIGS))]
+    return _step_s(objective, grid, batch_size)
+
+
+def _step_s(objective: TokenObjective, grid: list[torch.nn.Module], batch_size: int) -> float:
+    """Seconds per model of one AdamW training step of every model in ``grid`` on one shared batch
+    of ``objective`` (one warm-up step first: the objective holds two batches)."""
+    device = next(grid[0].parameters()).device
     for model in grid:
         model.train()
     optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in grid]
@@ -152,9 +148,7 @@ def _grid_step_s(objective: TokenObjective, arch: dict, vocab_size: int, device:
             (loss / n).backward()
             optimizer.step()
 
-    seconds = _timed(step) / len(grid)
-    del grid, optimizers
-    return seconds
+    return _timed(step) / len(grid)
 
 
 def save_rates(rates: dict[str, Rates | None], path: str | Path) -> None:

@@ -43,7 +43,7 @@ def row(group: str, folder: Path | None = None) -> tuple[str, str]:
         return verdicts[0], next(iter(found.values()))["statistic"]["summary"]
     flags = [f for f in (mixed.flag(c) for c in found.values()) if f]
     same = [c.dataset for c in wave3.CLAIMS if c.key in found and group == "dexperts"
-            and _same_outputs(root() if folder is None else folder, c.dataset, "DExperts", "ProxyTuning")]
+            and _same_outputs(folder or root(), c.dataset, "DExperts", "ProxyTuning")]
     statistic = (f"{len(found)}/{len(keys)} datasets judged: {_counts(verdicts)}" + (f"; {len(flags)} mixed" if flags else "")
                  + (f"; {len(keys) - len(found)} waiting" if len(found) < len(keys) else "")
                  + (f"; same outputs as proxy-tuning on {len(same)}" if same else ""))
