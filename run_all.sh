@@ -146,11 +146,11 @@ if ! "$py" -m plugin_lib.data.check --profile "$profile"; then
 fi
 
 # The paper and colab profiles' plan before GPU-days are spent: work, cache and disk, peak GPU memory and
-# the estimated total (python -m plugin_lib.harness.preflight). It stops the call when memory or
+# the estimated total (python -m plugin_lib.commands.preflight). It stops the call when memory or
 # disk will not do; PLUGIN_SKIP_PREFLIGHT=1 skips it (e.g. a resumed run that already saw it).
 if { [ "$profile" = paper ] || [ "$profile" = colab ]; } && [ "${PLUGIN_SKIP_PREFLIGHT:-0}" != 1 ]; then
   echo "[run_all] preflight of profile '$profile' (PLUGIN_SKIP_PREFLIGHT=1 skips it)"
-  if ! "$py" -m plugin_lib.harness.preflight --profile "$profile" ${only:+--only "$only"}; then
+  if ! "$py" -m plugin_lib.commands.preflight --profile "$profile" ${only:+--only "$only"}; then
     die "the preflight says profile '$profile' will not fit on this machine (see WILL NOT FIT above); nothing was run or written."
   fi
 fi
@@ -227,7 +227,7 @@ for nb in "${notebooks[@]}"; do
 done
 if [ ${#to_run[@]} -gt 0 ] && [ "$profile" != paper ] && [ "$profile" != colab ] \
     && [ "${PLUGIN_SKIP_PREFLIGHT:-0}" != 1 ]; then
-  "$py" -m plugin_lib.harness.preflight --profile "$profile" --disk-only "${to_run[@]}" \
+  "$py" -m plugin_lib.commands.preflight --profile "$profile" --disk-only "${to_run[@]}" \
     || die "the preflight's disk check stopped the run (its reason is above); nothing was run. PLUGIN_SKIP_PREFLIGHT=1 runs anyway."
 fi
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from plugin_lib.harness import grid, load_profile
-from plugin_lib.commands.grid import notebook_units
+from plugin_lib.commands import studies
 
 
 def _records(store: Path) -> dict:
@@ -50,7 +50,7 @@ def _timed_run(units, store: Path, executor: str, workers: int) -> float:
 
 def serial_against_ray(only: list[str], workers: int) -> None:
     smoke = load_profile("smoke")
-    units = notebook_units(smoke, only)
+    units = studies.units(smoke, only)
     with tempfile.TemporaryDirectory() as serial, tempfile.TemporaryDirectory() as parallel:
         local_s = _timed_run(units, Path(serial), "local", workers)
         ray_s = _timed_run(units, Path(parallel), "ray", workers)
@@ -64,7 +64,7 @@ def paper_projection() -> None:
     paper = load_profile("paper")
     started = time.perf_counter()
     problems: dict[str, str] = {}
-    plan = grid.make_plan(notebook_units(paper, problems=problems), measure=True)
+    plan = grid.make_plan(studies.units(paper, problems=problems), measure=True)
     for notebook, problem in problems.items():
         print(f"  {notebook}: {problem}")
     pending = plan.pending()

@@ -6,7 +6,7 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
 
     plugin-repro run --profile local            bash run_all.sh (a checkout): data, notebooks, report
     plugin-repro data fetch|check ...           plugin_lib.data.fetch, plugin_lib.data.check
-    plugin-repro preflight --profile paper ...  plugin_lib.harness.preflight
+    plugin-repro preflight --profile paper ...  plugin_lib.commands.preflight
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
     plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
     plugin-repro confirmation [wave2|wave3] status|judge     plugin_lib.commands.confirmation, commands.confirmation_wave2, _wave3
@@ -87,8 +87,8 @@ def data_check(ctx: typer.Context) -> None:
 
 @app.command("preflight", **PASS_ON)
 def preflight(ctx: typer.Context) -> None:
-    """A run's plan: work, memory, disk and hours per notebook (python -m plugin_lib.harness.preflight)."""
-    _hand_over("plugin_lib.harness.preflight", ctx.args)
+    """A run's plan: work, memory, disk and hours per notebook (python -m plugin_lib.commands.preflight)."""
+    _hand_over("plugin_lib.commands.preflight", ctx.args)
 
 
 @grid_app.command("plan", **PASS_ON)

@@ -25,7 +25,7 @@ import dataclasses
 import sys
 
 from plugin_lib.commands import confirmation_wave2
-from plugin_lib.commands.grid import notebook_units
+from plugin_lib.commands import studies
 from plugin_lib.harness import runner
 from plugin_lib.harness.grid import units as grid_units
 from plugin_lib.harness.profile import load_profile
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"The {profile.name!r} profile searches the full grid: each configuration is a unit of "
                          "its own already (`grid run --units '*-lr=*'`).")
     wanted = parse_settings(args.set)
-    units = confirmation_wave2.units(profile) if args.wave else notebook_units(profile, args.only)
+    units = confirmation_wave2.units(profile) if args.wave else studies.units(profile, args.only)
     found = [u for u in units if u.key == args.selection and u.kind == "selection"]
     if not found:
         names = sorted(u.key for u in units if u.kind == "selection")

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 import real_data
+from plugin_lib.commands import preflight as preflight_command
 from plugin_lib.harness import preflight
 from plugin_lib.harness.profile import load_profile, results_dir
 
@@ -20,14 +21,15 @@ from plugin_lib.harness.profile import load_profile, results_dir
 @functools.lru_cache(maxsize=1)
 def smoke_plans():
     """The smoke profile's plan, counted once (about 10 s): the checks below only filter it."""
-    return preflight.plan_notebooks(load_profile("smoke"), gpu=False)
+    return preflight_command.plans(load_profile("smoke"))
 
 
 @pytest.fixture
 def planned(monkeypatch, tmp_path):
     real_data.require("e2e", "webnlg", "commongen", "adidas")
     plans = smoke_plans()
-    monkeypatch.setattr(preflight, "plan_notebooks", lambda profile, gpu: plans)
+    monkeypatch.setattr(preflight_command, "plans",
+                        lambda profile, only=(), gpu_name=None: [p for p in plans if p.notebook in only])
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
     return {plan.notebook: plan.cache_bytes + plan.model_bytes + plan.weights_bytes for plan in plans}
@@ -37,7 +39,7 @@ def test_the_shortfall_is_named_and_what_is_stored_counts(planned):
     e2e = planned["01_table1_e2e"]
     assert e2e > 0
     out = io.StringIO()
-    assert preflight.disk_check("smoke", ["01_table1_e2e"], disk_free_gb=0.01, out=out) == 1
+    assert preflight_command.disk_check("smoke", ["01_table1_e2e"], disk_free_gb=0.01, out=out) == 1
     text = out.getvalue()
     short = (e2e - 0.01 * preflight.GIB) / preflight.GIB
     assert text.startswith(f"NOT ENOUGH DISK: {short:,.1f} GiB of disk short") and "PLUGIN_RESULTS_DIR" in text
@@ -49,12 +51,12 @@ def test_the_shortfall_is_named_and_what_is_stored_counts(planned):
         f.truncate(e2e)
     assert preflight.stored_bytes(load_profile("smoke")) == e2e
     out = io.StringIO()
-    assert preflight.disk_check("smoke", ["01_table1_e2e"], disk_free_gb=0.01, out=out) == 0
+    assert preflight_command.disk_check("smoke", ["01_table1_e2e"], disk_free_gb=0.01, out=out) == 0
     assert out.getvalue().startswith("Disk: the notebooks to run may write up to")
 
     # Notebooks that write nothing need nothing.
     stored.unlink()
-    assert preflight.disk_check("smoke", ["00_dataset_statistics", "13_theorem1_convergence"], disk_free_gb=0,
+    assert preflight_command.disk_check("smoke", ["00_dataset_statistics", "13_theorem1_convergence"], disk_free_gb=0,
                                 out=io.StringIO()) == 0
 
 
@@ -68,8 +70,8 @@ def test_the_disk_is_read_where_results_and_caches_go(planned, tmp_path, monkeyp
     try:
         monkeypatch.setenv("PLUGIN_CACHE_DIR", str(small / "cache"))
         out = io.StringIO()
-        assert preflight.disk_check("smoke", ["01_table1_e2e"], out=out) == 1
+        assert preflight_command.disk_check("smoke", ["01_table1_e2e"], out=out) == 1
         assert "0.0 GiB are free" in out.getvalue() and str(small / "cache") in out.getvalue()
-        assert preflight.main(["--profile", "smoke", "--disk-only", "00_dataset_statistics"]) == 0
+        assert preflight_command.main(["--profile", "smoke", "--disk-only", "00_dataset_statistics"]) == 0
     finally:
         subprocess.run(["umount", str(small)], check=False)

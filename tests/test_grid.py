@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from plugin_lib.harness import grid, preflight, runner
+from plugin_lib.harness import costs, grid, runner
+from plugin_lib.harness.preflight_counts import TaskCounts
 from plugin_lib.harness.grid import executors, plan as planning
-from plugin_lib.commands.grid import SOURCES, notebook_units, print_plan
+from plugin_lib.commands import studies
+from plugin_lib.commands.grid import print_plan
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils import malloc
 
@@ -116,7 +118,7 @@ def test_the_table_units_are_the_notebooks_runs_and_their_needs():
 def test_notebooks_share_units_and_the_plan_orders_them(tmp_path, monkeypatch):
     _store(tmp_path, monkeypatch)
     profile = load_profile("smoke")
-    units = notebook_units(profile, ["01", "07", "11"])
+    units = studies.units(profile, ["01", "07", "11"])
     keys = [u.key for u in units]
     assert len(keys) == len(set(keys))
     shared = {u.key: u.notebooks for u in units}["runs/e2e/smollm2-135m-instruct/Zeroshot-seed0"]
@@ -125,8 +127,8 @@ def test_notebooks_share_units_and_the_plan_orders_them(tmp_path, monkeypatch):
     order = [u.key for u in planning.topological(units)]
     assert all(order.index(n) < order.index(u.key) for u in units for n in u.needs)
     with pytest.raises(ValueError, match="matches no notebook"):
-        notebook_units(profile, ["99"])
-    assert set(SOURCES) >= {"01_table1_e2e", "12_topk_logprobs"}
+        studies.units(profile, ["99"])
+    assert {s.notebook for s in studies.STUDIES if s.units} >= {"01_table1_e2e", "12_topk_logprobs"}
 
 
 def _unit(key, needs=()):
@@ -183,15 +185,16 @@ def test_stored_selections_calibrate_a_likely_estimate_below_the_upper_bound(tmp
         (folder / f"{name}-selection.json").write_text(json.dumps({"configs": configs}))
     calibrated = planning.calibration(profile)
     assert calibrated == planning.Calibration(epochs=108 / 9, configs=3.0, selections=3)
-    counts = preflight.TaskCounts(train_pairs=600, hyper_pairs=120, target_tokens=0, pair_tokens=90.0,
-                                  test_inputs=200, prompt_tokens=60.0)
+    likely = {"epochs": calibrated.epochs, "configs": calibrated.configs}
+    counts = TaskCounts(train_pairs=600, hyper_pairs=120, target_tokens=0, pair_tokens=90.0, test_inputs=200,
+                        prompt_tokens=60.0)
     ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
     selection = grid.Unit("selection", "s", ref, profile, method="Plugin")
-    at_most = planning._work(selection, counts)["pair_epochs"]
-    assert at_most == preflight.grid_size(profile, "Plugin") * 40 * 720  # every configuration, every epoch
-    assert planning._work(selection, counts, calibrated)["pair_epochs"] == pytest.approx(3.0 * 108 / 9 * 720)
+    at_most = costs.work(selection, False, counts)["pair_epochs"]
+    assert at_most == costs.grid_size(profile, "Plugin") * 40 * 720  # every configuration, every epoch
+    assert costs.work(selection, False, counts, **likely)["pair_epochs"] == pytest.approx(3.0 * 108 / 9 * 720)
     seed_run = grid.Unit("run", "r", ref, profile, method="Plugin", seed=1)
-    assert planning._work(seed_run, counts, calibrated)["pair_epochs"] == pytest.approx(108 / 9 * 720)
+    assert costs.work(seed_run, False, counts, **likely)["pair_epochs"] == pytest.approx(108 / 9 * 720)
 
 
 def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seconds(tmp_path, monkeypatch):
@@ -248,15 +251,16 @@ def test_a_selection_under_way_is_estimated_by_the_configurations_it_has_left(tm
     assert planning.configs_stored(unit) == 2
     assert planning.configs_stored(grid.Unit("selection", unit.key, ref, load_profile("local"), method="LoRA")) == 0
 
-    counts = preflight.TaskCounts(train_pairs=600, hyper_pairs=120, target_tokens=0, pair_tokens=90.0,
-                                  test_inputs=200, prompt_tokens=60.0)
-    calibrated = planning.Calibration(epochs=10.0, configs=3.0, selections=3)
+    counts = TaskCounts(train_pairs=600, hyper_pairs=120, target_tokens=0, pair_tokens=90.0, test_inputs=200,
+                        prompt_tokens=60.0)
+    likely = {"epochs": 10.0, "configs": 3.0}
     one = 10.0 * 720 * 90.0  # the LoRA tokens of one training at the calibrated epochs
-    assert planning._work(unit, counts, calibrated)["lora_tokens"] == pytest.approx(3 * one)
-    assert planning._work(unit, counts, calibrated, under_way=2)["lora_tokens"] == pytest.approx(one)
-    assert planning._work(unit, counts, calibrated, under_way=5)["lora_tokens"] == pytest.approx(one)  # one more, at least
-    most = preflight.grid_size(profile, "LoRA")
-    assert planning._work(unit, counts, under_way=2)["lora_tokens"] == pytest.approx((most - 2) * 40 * 720 * 90.0)
+    assert costs.work(unit, False, counts, **likely)["lora_tokens"] == pytest.approx(3 * one)
+    assert costs.work(unit, False, counts, **likely, under_way=2)["lora_tokens"] == pytest.approx(one)
+    # one more, at least
+    assert costs.work(unit, False, counts, **likely, under_way=5)["lora_tokens"] == pytest.approx(one)
+    most = costs.grid_size(profile, "LoRA")
+    assert costs.work(unit, False, counts, under_way=2)["lora_tokens"] == pytest.approx((most - 2) * 40 * 720 * 90.0)
 
 
 def test_a_missing_engine_says_what_to_install(monkeypatch):
@@ -493,7 +497,7 @@ def test_notebook_12s_units_take_its_parameters_defaults():
 def test_fine_tuned_bases_and_bdpl_prompts_are_units_their_runs_need(tmp_path, monkeypatch):
     real_data.require("e2e")  # its units (or the workers it starts) read E2E
     _store(tmp_path, monkeypatch)
-    units = notebook_units(load_profile("smoke"), ["05", "06", "10"])
+    units = studies.units(load_profile("smoke"), ["05", "06", "10"])
     by_kind = {}
     for unit in units:
         by_kind.setdefault(unit.kind, []).append(unit)
@@ -517,7 +521,7 @@ def test_no_two_notebooks_write_one_record_two_ways_in_any_profile(name, tmp_pat
     _store(tmp_path, monkeypatch)
     profile = load_profile(name)
     problems = {}  # a notebook whose data this machine lacks (paper's 06, offline) is left out
-    units = notebook_units(profile, problems=problems)  # raises on two different units of one key
+    units = studies.units(profile, problems=problems)  # raises on two different units of one key
     assert len({u.key for u in units}) == len(units) and not set(problems) - {"06_fig2_base_quality"}
     if profile.proxy.pretrained:
         shared = [u for u in units if u.key.endswith("/Plugin-pretrained-seed0") and "/e2e/" in u.key

@@ -108,7 +108,7 @@ def make_repo(tmp: Path, notebooks: dict[str, str], real_check: bool = False) ->
         (repo / "notebooks" / f"{name}.ipynb").write_text(notebook(body))
     if not real_check:
         (repo / "plugin_lib" / "data" / "check.py").write_text(FAKE_CHECK)
-        (repo / "plugin_lib" / "harness" / "preflight.py").write_text(FAKE_PREFLIGHT)
+        (repo / "plugin_lib" / "commands" / "preflight.py").write_text(FAKE_PREFLIGHT)
     local = repo / "results" / "local"
     (local / "executed").mkdir(parents=True)
     (local / "REPORT.md").write_text("# the committed local report\n")

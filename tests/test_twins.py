@@ -18,8 +18,10 @@ from plugin_lib.core.train import (GIB, BaseOutputCache, TokenObjective, cache_d
                                    encode_pairs, gpu_headroom)
 from plugin_lib.core.loss import target_positions
 from plugin_lib.core.pairs import EncodedPair
+from plugin_lib.commands import preflight as preflight_command
+from plugin_lib.commands import studies
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import methods, models, preflight, preflight_rates
+from plugin_lib.harness import methods, models, preflight, preflight_counts, preflight_rates
 from plugin_lib.harness.preflight_counts import pretrained_params
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.report import claims, comparison
@@ -202,7 +204,7 @@ def paper_data():
 
 def test_preflight_counts_what_the_runner_encodes(smollm2, paper_data):
     profile = load_profile("smoke")
-    counts = preflight.count_task("e2e", "smollm2-135m-instruct", profile)
+    counts = preflight_counts.count_task("e2e", "smollm2-135m-instruct", profile)
     task = methods.make_task(smollm2, "e2e", profile)
     pairs = task.encoded("train") + task.encoded("hyper")
     assert (counts.train_pairs, counts.hyper_pairs) == (len(task.encoded("train")), len(task.encoded("hyper")))
@@ -215,14 +217,14 @@ def test_preflight_plans_the_paper_profile_on_a_cpu(paper_data):
     if torch.cuda.is_available():
         pytest.skip("checks the plan of a machine without a GPU")
     out = io.StringIO()
-    assert preflight.run("paper", measure=False, plan_only=True, out=out) == 0  # the plan, stopping nothing
+    assert preflight_command.run("paper", measure=False, plan_only=True, out=out) == 0  # the plan, stopping nothing
     text = out.getvalue()
-    for notebook in preflight.NOTEBOOKS:
+    for notebook in studies.NOTEBOOKS:
         assert notebook in text
     assert "needs GPU" in text and "the hours need the GPU" in text and "earlier probe" in text
     assert "WARNING: profile 'paper' needs a CUDA GPU" in text and "issue" not in text
     assert "more than one 80 GiB GPU" not in text  # LLaMA-3.1-8B is fine-tuned with LoRA (notebook 10)
-    plans = {p.notebook: p for p in preflight.plan_notebooks(load_profile("paper"), gpu=True)}
+    plans = {p.notebook: p for p in preflight_command.plans(load_profile("paper"))}
     e2e = plans["01_table1_e2e"]
     assert e2e.pairs == 4299 and e2e.seeds == 5 and e2e.epochs == 80
     # Three bases: NewModel, TempNet, Plugin (3 + 2) x (4 + 2) each and WeightedComb x (3 + 2) more, at
@@ -235,7 +237,7 @@ def test_preflight_plans_the_paper_profile_on_a_cpu(paper_data):
     assert sum(p.cache_bytes + p.model_bytes + p.weights_bytes for p in plans.values()) <= 80 * GIB
     assert plans["12_topk_logprobs"].cache_bytes == 0  # the views read notebook 01's stored states
     # Each trained method's chosen weights stay on disk (<label>-best.pt, float32): four per base.
-    one_each = sum(4 * preflight.reweighter_params(m) for m in load_profile("paper").base_models)
+    one_each = sum(4 * preflight_counts.reweighter_params(m) for m in load_profile("paper").base_models)
     assert e2e.weights_bytes == 4 * one_each and "reweighting weights" in text
 
 
@@ -243,29 +245,28 @@ def test_rates_measured_on_a_gpu_plan_the_paper_profile_elsewhere(paper_data, tm
     """--rates: the hours from rates a GPU machine saved (--save-rates); here the committed H200's."""
     measured = REPO_ROOT / "results" / "gpu" / "h200_2026-11-27" / "paper_rates.json"
     out = io.StringIO()
-    assert preflight.run("paper", plan_only=True, rates_file=str(measured), out=out) == 0
+    assert preflight_command.run("paper", plan_only=True, rates_file=str(measured), out=out) == 0
     text = out.getvalue()
-    assert "measured with llama-3.1-8b-twin on NVIDIA H200" in text and "needs GPU  needs GPU" in text  # 14 only
+    assert "measured with llama-3.1-8b-twin on NVIDIA H200" in text and "needs GPU" not in text
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line[:2].isdigit()}
     assert float(rows["01_table1_e2e"][13]) < float(rows["01_table1_e2e"][12])  # expected epochs < the cap
     # A round trip keeps every rate; a file that is not one says how to make one.
-    rates = preflight.load_rates(measured, ["gpt2-xl", "smollm2-135m-instruct"])
-    preflight.save_rates(rates, tmp_path / "again.json")
-    again = preflight.load_rates(tmp_path / "again.json", ["gpt2-xl"])
+    rates = preflight_rates.load_rates(measured, ["gpt2-xl", "smollm2-135m-instruct"])
+    preflight_rates.save_rates(rates, tmp_path / "again.json")
+    again = preflight_rates.load_rates(tmp_path / "again.json", ["gpt2-xl"])
     assert again["gpt2-xl"].train_pairs_per_s == rates["gpt2-xl"].train_pairs_per_s and rates["smollm2-135m-instruct"] is None
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SystemExit, match="--save-rates"):
-        preflight.load_rates(tmp_path / "bad.json", ["gpt2-xl"])
+        preflight_rates.load_rates(tmp_path / "bad.json", ["gpt2-xl"])
 
 
 def test_the_colab_profile_fits_a_t4_session_per_gpt2_notebook(paper_data):
     out = io.StringIO()
-    assert preflight.run("colab", measure=False, plan_only=True, gpu_name="t4", out=out) == 0
+    assert preflight_command.run("colab", measure=False, plan_only=True, gpu_name="t4", out=out) == 0
     text = out.getvalue()
     assert "Planned for one NVIDIA T4" in text and "(an estimate)" in text and "Total (estimates)" in text
     profile = load_profile("colab")
-    card = preflight.gpus.gpu_class("t4")
-    plans = preflight.plan_notebooks(profile, gpu=card)
+    plans = preflight_command.plans(profile, gpu_name="t4")
     llama = {"10_distribution_shift"}  # the paper's LLaMA-3.1-8B: an A100
     for plan in plans:
         if plan.notebook not in llama:
@@ -280,17 +281,17 @@ def test_preflight_stops_a_gpu_profile_on_a_machine_without_a_gpu(paper_data):
     if torch.cuda.is_available():
         pytest.skip("checks a machine without a GPU")
     out = io.StringIO()
-    assert preflight.run("paper", measure=False, out=out) == 1
+    assert preflight_command.run("paper", measure=False, out=out) == 1
     assert "WILL NOT FIT: profile 'paper' needs a CUDA GPU and this machine has none" in out.getvalue()
     assert "--plan-only" in out.getvalue()
 
 
 def test_preflight_stops_when_memory_or_disk_will_not_do(paper_data):
     out = io.StringIO()
-    assert preflight.run("paper", measure=False, gpu_memory_gb=16, disk_free_gb=1e6, out=out) == 1
+    assert preflight_command.run("paper", measure=False, gpu_memory_gb=16, disk_free_gb=1e6, out=out) == 1
     assert "WILL NOT FIT: 10_distribution_shift" in out.getvalue()
     out = io.StringIO()
-    assert preflight.run("smoke", measure=False, disk_free_gb=0.01, out=out) == 1
+    assert preflight_command.run("smoke", measure=False, disk_free_gb=0.01, out=out) == 1
     assert "of disk" in out.getvalue()
 
 
@@ -325,35 +326,35 @@ def test_offline_a_hub_id_is_read_from_the_local_cache_at_once(monkeypatch, tmp_
 def test_the_preflight_without_its_data_says_what_to_do_in_one_line(capsys):
     """No data (this test declares none, so the folder it sees is empty): exit 2, one line naming
     the missing file and how to fetch it, no traceback."""
-    from plugin_lib.harness import preflight_counts
-
     for cached in (preflight_counts._splits, preflight_counts._count):  # splits read by earlier tests
         cached.cache_clear()
-    assert preflight.main(["--profile", "smoke", "--plan-only", "--no-measure"]) == 2
+    assert preflight_command.main(["--profile", "smoke", "--plan-only", "--no-measure"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("preflight: Missing data file") and "fetch" in err and "Traceback" not in err
 
 
 def test_a_base_that_cannot_be_loaded_here_leaves_only_its_own_rates_out(paper_data, tmp_path, monkeypatch):
-    """As on a GPU machine that carries the twins but not SmolLM2's weights (notebook 14's model):
-    the other bases' rates are measured and saved, that one's hours are left out, with a note."""
-    measured = []
+    """As on a GPU machine that does not carry one base's weights: the other bases' rates are
+    measured and saved, that one's hours are left out, with a note."""
+    measured, bases = [], list(load_profile("paper-twin").base_models)
+    missing = bases[-1]
 
     def measure(model, profile, counts, device):
-        if model == "smollm2-135m-instruct":
-            raise OSError("Could not load base model 'smollm2-135m-instruct' from /nowhere.\nmore")
+        if model == missing:
+            raise OSError(f"Could not load base model '{missing}' from /nowhere.\nmore")
         measured.append(model)
-        return preflight.Rates(measured_with=f"{model} (a test's stand-in)", forward_tokens_per_s=1e4,
-                               train_pairs_per_s=100.0, decode_step_s=0.01, plugin_step_s=0.011, device="cpu")
+        return preflight_rates.Rates(measured_with=f"{model} (a test's stand-in)", forward_tokens_per_s=1e4,
+                                     train_pairs_per_s=100.0, decode_step_s=0.01, plugin_step_s=0.011, device="cpu")
 
     monkeypatch.setattr(preflight, "measure_rates", measure)
     out = io.StringIO()
-    preflight.run("paper-twin", plan_only=True, save_rates_file=str(tmp_path / "rates.json"), out=out)
-    assert measured == list(load_profile("paper-twin").base_models)  # measured here: not a GPU-only profile
-    assert ("Rates of smollm2-135m-instruct not measured: it cannot be loaded here (Could not load base model "
-            "'smollm2-135m-instruct' from /nowhere.); its hours are left out.") in out.getvalue()
-    saved = preflight.load_rates(tmp_path / "rates.json", measured + ["smollm2-135m-instruct"])
-    assert saved[measured[-1]].train_pairs_per_s == 100.0 and saved["smollm2-135m-instruct"] is None
+    preflight_command.run("paper-twin", plan_only=True, save_rates_file=str(tmp_path / "rates.json"), out=out)
+    assert set(bases[:-1]) <= set(measured)  # measured here: not a GPU-only profile
+    assert (f"Rates of {missing} not measured: it cannot be loaded here (Could not load base model "
+            f"'{missing}' from /nowhere.); its hours are left out.") in out.getvalue()
+    assert "not timed (no rate for a base)" in out.getvalue()
+    saved = preflight_rates.load_rates(tmp_path / "rates.json", measured + [missing])
+    assert saved[measured[-1]].train_pairs_per_s == 100.0 and saved[missing] is None
 
 
 def test_the_preflight_prices_notebook_15s_pretrained_arms(paper_data):
@@ -362,16 +363,16 @@ def test_the_preflight_prices_notebook_15s_pretrained_arms(paper_data):
     arms' expert once more per later seed, at GPT2-Small's parameter count."""
     on = load_profile("colab")
     off = on.replace(proxy={**on.section("proxy"), "pretrained": False})
-    with_arms, without = (next(p for p in preflight.plan_notebooks(profile, gpu=True) if p.notebook == "15_proxy_tuning")
+    with_arms, without = (next(p for p in preflight_command.plans(profile) if p.notebook == "15_proxy_tuning")
                           for profile in (on, off))
     seeds, tasks = len(on.seeds), 4 * len(on.base_models)
-    assert with_arms.trainings - without.trainings == tasks * (2 * seeds + (seeds - 1))
-    assert with_arms.configs - without.configs == tasks * 2
+    # E2E's Plugin-pretrained on the ablations' base is notebook 07's run, counted there.
+    assert with_arms.trainings - without.trainings == tasks * (2 * seeds + (seeds - 1)) - seeds
+    assert with_arms.configs == without.configs  # each narrowed run trains the 1-layer choice, no search
     gpt2_small = pretrained_params("gpt2-medium", "gpt2", None)
     assert 124e6 < gpt2_small < 125e6  # GPT2-Small's published 124M
-    added = with_arms.weights_bytes - without.weights_bytes  # two chosen float32 models per task
-    assert added == pytest.approx(tasks * 2 * 4 * gpt2_small, rel=1e-6)
-    assert "pretrained expert" in with_arms.note and "pretrained" not in without.note
+    added = with_arms.weights_bytes - without.weights_bytes  # two chosen float32 models per task (one of 07's)
+    assert added == pytest.approx((tasks * 2 - 1) * 4 * gpt2_small, rel=1e-6)
 
 
 def test_a_search_is_priced_at_the_grid_rate_where_one_was_measured(paper_data):
@@ -379,19 +380,19 @@ def test_a_search_is_priced_at_the_grid_rate_where_one_was_measured(paper_data):
     configurations trained together where one was measured, else one by one, and the preflight
     says which. Rates saved before the grid rate existed still load."""
     measured = REPO_ROOT / "results" / "gpu" / "h200_2026-11-27" / "paper_rates.json"
-    old = preflight.load_rates(measured, ["gpt2-xl"])["gpt2-xl"]
+    old = preflight_rates.load_rates(measured, ["gpt2-xl"])["gpt2-xl"]
     assert old.grid_train_pairs_per_s is None
     work = {"model": "gpt2-xl", "grid_pair_epochs": 1e6, "pair_epochs": 2e5}
     assert old.seconds(work) == pytest.approx(1.2e6 / old.train_pairs_per_s)
     faster = dataclasses.replace(old, grid_train_pairs_per_s=4 * old.train_pairs_per_s)
     assert faster.seconds(work) == pytest.approx(0.25e6 / old.train_pairs_per_s + 2e5 / old.train_pairs_per_s)
-    assert preflight.expected_share(work, 0.5)["grid_pair_epochs"] == 5e5  # early stopping shortens it too
+    assert preflight_rates.expected_share(work, 0.5)["grid_pair_epochs"] == 5e5  # early stopping shortens it too
     out = io.StringIO()
-    preflight.run("paper", plan_only=True, rates_file=str(measured), out=out)
+    preflight_command.run("paper", plan_only=True, rates_file=str(measured), out=out)
     assert "a search's configurations priced one by one" in out.getvalue()
     # The plan: every configuration of notebook 01's searches, at the cap, is grid work; later seeds are not.
     profile = load_profile("paper")
-    e2e = {p.notebook: p for p in preflight.plan_notebooks(profile, gpu=True)}["01_table1_e2e"]
+    e2e = {p.notebook: p for p in preflight_command.plans(profile)}["01_table1_e2e"]
     searched = sum(w.get("grid_pair_epochs", 0.0) for w in e2e.work)
     assert searched == pytest.approx(e2e.configs * profile.training.max_epochs * e2e.pairs)
     assert sum(w.get("pair_epochs", 0.0) for w in e2e.work) == pytest.approx(

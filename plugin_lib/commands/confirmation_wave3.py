@@ -18,17 +18,17 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from .. import data
 from ..experiments import proxy
 from ..experiments.confirmation import Missing, Roles, claim_states, references, summary
-from ..harness import flops, grid, preflight
+from ..harness import flops, grid
 from ..harness.profile import Profile, load_profile
 from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report import preregistered_wave3 as wave3
 from ..report.claims import record_claim
+from . import studies
 
-MAIN_NOTEBOOKS = dict(zip(data.DATASETS, preflight.NOTEBOOKS[1:5]))
+MAIN_NOTEBOOKS = {dataset: notebook for notebook, dataset in studies.MAIN.items()}
 
 
 def units(profile: Profile) -> list[grid.Unit]:

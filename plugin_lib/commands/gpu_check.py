@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "rates" not in args.skip:
         rates_profile = "paper" if gpu else CPU_PROFILE
         check.command(f"preflight --profile {rates_profile} --save-rates",
-                      [py, "-m", "plugin_lib.harness.preflight", "--profile", rates_profile, "--plan-only",
+                      [py, "-m", "plugin_lib.commands.preflight", "--profile", rates_profile, "--plan-only",
                        "--save-rates", str(out / f"{rates_profile}_rates.json")], "preflight.log")
     failed = [r.step for r in check.results if r.status != "passed"]
     print(f"[gpu-check] {len(check.results) - len(failed)} of {len(check.results)} steps passed"

@@ -12,69 +12,20 @@ import csv
 import fnmatch
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import data
-from ..experiments import ablations, base_quality, confirmation, proxy, shift, table5, table8, topk
-from ..harness import preflight
+from ..experiments import confirmation
 from ..harness import profile as config
 from ..harness.grid import executors, plan as planning, units as grid_units
 from ..harness.profile import Profile
-from . import confirmation_wave2, confirmation_wave3
+from . import confirmation_wave2, confirmation_wave3, studies
 
 GIB = 2**30
 # Each preregistered wave with runs of its own: its profile, its units, the notebooks they come from.
 WAVES = {2: (confirmation.PROFILE, confirmation_wave2.units, ("05", "07", "11")),
          3: ("wave3", confirmation_wave3.units, ("01", "02", "03", "04", "15"))}
-MAIN_TABLES = dict(zip(preflight.NOTEBOOKS[1:5], data.DATASETS))
-
-
-def _main_table(dataset: str) -> Callable[[Profile, str], list]:
-    return lambda profile, notebook: grid_units.table_units(dataset, profile, notebook)
-
-
-# Each notebook's units, from the functions its own runs go through.
-SOURCES: dict[str, Callable[[Profile, str], list]] = {
-    **{notebook: _main_table(dataset) for notebook, dataset in MAIN_TABLES.items()},
-    "05_table5_bdpl_wrapper": table5.units,
-    "06_fig2_base_quality": base_quality.units,
-    "07_fig3_reweighting_complexity": ablations.complexity_units,
-    "08_fig7_architecture": ablations.architecture_units,
-    "10_distribution_shift": shift.units,
-    "11_table8_lora": table8.units,
-    "12_topk_logprobs": topk.units,
-    "15_proxy_tuning": proxy.units,
-}
-# Notebooks whose work stays in the notebook, and why.
-IN_NOTEBOOK = {
-    "00_dataset_statistics": "counts the data (seconds)",
-    "09_adidas_case_study": "reads notebook 04's runs",
-    "13_theorem1_convergence": "a synthetic study on the CPU (minutes)",
-    "14_api_model": "a base behind an API server it starts itself",
-}
-
-
-def notebook_units(profile: Profile, only: Sequence[str] = (), problems: dict[str, str] | None = None
-                   ) -> list[grid_units.Unit]:
-    """The units of the notebooks whose names start with one of ``only`` (all by default), one
-    per record, merged across notebooks that share it. With ``problems``, a notebook whose data
-    this machine lacks (e.g. E2E's train split, which notebook 06 fine-tunes on, offline) is left
-    out and the reason kept there; otherwise the error stops the call."""
-    chosen = [nb for nb in preflight.NOTEBOOKS if not only or any(nb.startswith(o) for o in only)]
-    if not chosen:
-        raise ValueError(f"--only {' '.join(only)} matches no notebook; the notebooks: {', '.join(preflight.NOTEBOOKS)}.")
-    found = []
-    for notebook in chosen:
-        if notebook not in SOURCES:
-            continue
-        try:
-            found += SOURCES[notebook](profile, notebook)
-        except (data.MissingDataError, ValueError) as err:
-            if problems is None:
-                raise
-            problems[notebook] = f"not planned here: {err}"
-    return grid_units.merge(found)
 
 
 def select_units(units: Sequence[grid_units.Unit], keep: Sequence[str] = (), skip: Sequence[str] = ()
@@ -107,12 +58,12 @@ def _hours(seconds: float) -> str:
 def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, show_units: bool,
                problems: dict[str, str] | None = None, out=None) -> None:
     out = out or sys.stdout
-    chosen = [nb for nb in preflight.NOTEBOOKS if not only or any(nb.startswith(o) for o in only)]
+    chosen = studies.chosen(only)
     print(f"Grid plan of profile '{profile.name}': {len(plan.units)} units from notebooks "
-          f"{', '.join(nb[:2] for nb in chosen if nb in SOURCES)}; times: {plan.timed}.", file=out)
-    for notebook in chosen:
-        if notebook in IN_NOTEBOOK or notebook in (problems or {}):
-            print(f"  {notebook}: {(problems or {}).get(notebook) or IN_NOTEBOOK[notebook]}", file=out)
+          f"{', '.join(s.notebook[:2] for s in chosen if s.units)}; times: {plan.timed}.", file=out)
+    for study in chosen:
+        if study.in_notebook or study.notebook in (problems or {}):
+            print(f"  {study.notebook}: {(problems or {}).get(study.notebook) or study.in_notebook}", file=out)
     if show_units:
         print("\nunit  kind  state  needs  GPU GiB  hours<=  notebooks", file=out)
         for unit in plan.units:
@@ -127,7 +78,9 @@ def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, sh
               + (f"  {likely_hours:,.2f}" if likely else ""), file=out)
     total = sum(plan.seconds.get(u.key, 0.0) for u in plan.pending())
     critical, chain = plan.critical_path()
-    print(f"\nPending: {len(plan.pending())} units, {_hours(total)} device-hours at most; critical path "
+    print(f"\nAll: {len(plan.units)} units, {_hours(sum(plan.seconds.values()))} device-hours at most (the "
+          "preflight's total at the same rates).", file=out)
+    print(f"Pending: {len(plan.pending())} units, {_hours(total)} device-hours at most; critical path "
           f"{_hours(critical)} h over {len(chain)} units.", file=out)
 
     def walls(seconds=None) -> str:
@@ -176,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_parser.add_argument("--summary", action="store_true", help="totals only, not one line per unit")
     plan_parser.add_argument("--csv", type=Path, help="also write the units to this CSV file")
     plan_parser.add_argument("--no-measure", action="store_true", help="no rates: states and memory only")
+    plan_parser.add_argument("--rates", metavar="FILE",
+                             help="hours at the rates another machine saved (plugin-repro preflight --save-rates)")
     run_parser = sub.choices["run"]
     run_parser.add_argument("--executor", choices=executors.EXECUTORS, default="local")
     run_parser.add_argument("--address", help="ray: a running cluster ('auto', 'ray://host:10001')")
@@ -197,12 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.wave and profile.name != WAVES[args.wave][0]:
             raise ValueError(f"--wave {args.wave} belongs to the {WAVES[args.wave][0]!r} profile")
         units = (WAVES[args.wave][1](profile) if args.wave else
-                 notebook_units(profile, args.only, problems if args.command == "plan" else None))
+                 studies.units(profile, args.only, problems if args.command == "plan" else None))
         units = select_units(units, args.units, args.skip)
     except (ValueError, data.MissingDataError) as err:
         parser.error(str(err))
     if args.command == "plan":
-        plan = planning.make_plan(units, measure=not args.no_measure)
+        plan = planning.make_plan(units, measure=not args.no_measure, rates_file=args.rates)
         only = WAVES[args.wave][2] if args.wave else args.only  # the wave's units come from these notebooks
         print_plan(plan, profile, only, show_units=not args.summary, problems=problems)
         if args.csv:

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from .. import data
-from ..harness import finetune, grid, preflight, runner
+from ..harness import finetune, grid, runner
+from ..harness.preflight_counts import count_task
 from ..harness.profile import Profile, ablation_seeds, ablation_settings
 from ..metrics import METRIC_NAMES
 from ..report import claim_checks, stats, tables, verdicts
@@ -62,7 +63,7 @@ def units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Un
                                      records=finetune.records_dir(profile))
     seeds = ablation_seeds(setup, "base_quality", profile)
     arch = runner.arch_for(setup.model)
-    pair_tokens = preflight.count_task(dataset, setup.model, profile).pair_tokens
+    pair_tokens = count_task(dataset, setup.model, profile).pair_tokens
     pairs = len(data.training_pairs(pool.examples))
     found, before = [], (0, None)
     for epochs, source in bases.items():

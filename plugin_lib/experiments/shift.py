@@ -19,7 +19,8 @@ import pandas as pd
 from .. import data
 from .. import paper as published
 from ..analysis import judge
-from ..harness import finetune, grid, methods, preflight, runner
+from ..harness import finetune, grid, methods, runner
+from ..harness.preflight_counts import count_task
 from ..harness.profile import Profile
 from ..report import verdicts
 from ..report.claims import n_seeds, record_claim
@@ -92,7 +93,7 @@ def units(profile: Profile, notebook: str, datasets: Sequence[str] = ("webnlg", 
     for dataset in datasets:
         model_name, tuned, pool = shift_setup(dataset, profile)
         pairs = len(data.training_pairs(pool.examples))
-        pair_tokens = preflight.count_task(dataset, model_name, profile).pair_tokens
+        pair_tokens = count_task(dataset, model_name, profile).pair_tokens
         tuning = grid.finetune_unit(tuned, dataset, profile, notebook,
                                     {"finetune_tokens": profile.shift.epochs * pairs * pair_tokens})
         refs = {"original": grid.TaskRef(model_name, dataset), "fine-tuned": grid.finetuned_ref(tuned, dataset)}

@@ -42,7 +42,8 @@ from tqdm.auto import tqdm
 
 from .. import paper as published
 from ..data import prompts
-from ..harness import bdpl, grid, methods, preflight, runner
+from ..harness import bdpl, costs, grid, methods, runner
+from ..harness.preflight_counts import TaskCounts, count_task
 from ..harness.profile import Bdpl, Profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
 from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
@@ -330,7 +331,7 @@ def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None,
     for model in model_names or table_models(profile, paper_rows()):
         for dataset in runner.notebook_datasets(profile, datasets):
             ref = grid.TaskRef(model, dataset)
-            counts = preflight.count_task(dataset, model, profile)
+            counts = count_task(dataset, model, profile)
             folder = grid.folder_key(ref)
             first = None
             for seed in profile.seeds:
@@ -351,13 +352,13 @@ def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None,
     return found
 
 
-def _bdpl_work(profile: Profile, counts: preflight.TaskCounts, budget: int, search: bool, seeds: int = 1) -> dict:
+def _bdpl_work(profile: Profile, counts: TaskCounts, budget: int, search: bool, seeds: int = 1) -> dict:
     """A unit's work, at most: BDPL's calls and final choice, the prefixed task's cache, the
     Plugin's trainings (the whole grid on the first seed) and two decodings (``seeds`` times)."""
     settings = profile.wrapper.bdpl
     updates = sum(size > 1 for size in bdpl.step_sizes(budget, settings.samples_per_step))
     calls = budget * settings.batch_size + (updates + 1) * counts.hyper_pairs
-    trainings = preflight.grid_size(profile, "Plugin") if search else 1
+    trainings = costs.grid_size(profile, "Plugin") if search else 1
     steps = -(-counts.test_inputs // profile.decoding.batch_size) * profile.decoding.max_new_tokens
     return {"forward_tokens": seeds * (calls + counts.pairs) * counts.pair_tokens,
             "pair_epochs": seeds * trainings * profile.training.max_epochs * counts.pairs,

@@ -1,6 +1,7 @@
 """The plan of a whole run before it starts: work, memory, disk and time per notebook.
 
-``python -m plugin_lib.harness.preflight --profile NAME`` prints, for every notebook:
+``plugin-repro preflight --profile NAME`` (``commands.preflight``) prints, for every notebook,
+its units of the grid priced with the one cost model (``harness.costs``):
 
 - training pairs (train + hyper-validation, summed over the notebook's datasets) and their
   target tokens (over every task the notebook builds a base-output cache for);
@@ -29,7 +30,6 @@ it on this English text).
 """
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import time
@@ -38,15 +38,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..data.integrity import DataError, MissingDataError
 from . import gpus, models
 from . import profile as config
-# The preflight's parts (counting, the plan, the rates); their names stay importable from here.
-from .preflight_counts import (GIB, TaskCounts, cache_bytes, cache_layout, count_task, finetune_peak,  # noqa: F401
-                               inference_peak, lora_adapter_params, reweighter_params, tokenizer_for, training_peak)
-from .preflight_plan import NOTEBOOKS, TRAINED, Plan, grid_size, plan_notebooks  # noqa: F401
-from .preflight_rates import (Rates, estimated_rates, expected_share, load_rates, measure_rates,  # noqa: F401
-                              reference_estimate, reference_rates, save_rates)
+from .costs import grid_size
+from .preflight_counts import GIB, cache_layout, count_task, tokenizer_for
+from .preflight_plan import Plan
+from .preflight_rates import (Rates, estimated_rates, expected_share, load_rates, measure_rates, reference_estimate,
+                              save_rates)
 
 GPU_PROFILES = ("paper", "colab")  # profiles meant for a GPU; the others are planned on any machine
 
@@ -98,14 +96,10 @@ def _disk_needed(planned: int, stored: int, free: int) -> tuple[int, str]:
                            "(and PLUGIN_CACHE_DIR) at a larger disk.")
 
 
-def disk_check(profile_name: str, notebooks: Sequence[str], *, disk_free_gb: float | None = None,
+def disk_check(profile: config.Profile, plans: Sequence[Plan], *, disk_free_gb: float | None = None,
                out=sys.stdout) -> int:
-    """Whether the disk holds what ``notebooks`` (names without .ipynb) may still write at
-    ``profile_name``'s settings: one line either way; 1 (and the shortfall named) when it does not."""
-    profile = config.load_profile(profile_name)
-    wanted = set(notebooks)
-    plans = [plan for plan in plan_notebooks(profile, torch.cuda.is_available() or profile.name in GPU_PROFILES)
-             if plan.notebook in wanted]
+    """Whether the disk holds what the notebooks of ``plans`` may still write: one line either
+    way; 1 (and the shortfall named) when it does not."""
     planned = sum(plan.cache_bytes + plan.model_bytes + plan.weights_bytes for plan in plans)
     stored = stored_bytes(profile)
     free = int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free()
@@ -152,14 +146,15 @@ def _describe(profile: config.Profile, card, plans, gpu: bool, out) -> dict[str,
     return layouts
 
 
-def _rates(profile: config.Profile, layouts: dict[str, str], *, card, measure: bool, rates_file: str | None,
-           out) -> dict[str, Rates | None]:
+def base_rates(profile: config.Profile, bases: Sequence[str], *, card=None, measure: bool = True,
+               rates_file: str | None = None, out=sys.stdout) -> dict[str, Rates | None]:
     """Each base's rates: read from ``rates_file``, estimated for a GPU class (``card``), or
-    measured here (``measure``); a base that cannot be loaded here is left out with a note."""
+    measured here (``measure``); a base that cannot be loaded here is left out with a note. The
+    preflight and ``grid plan`` price units at these."""
     if rates_file:
-        return load_rates(rates_file, layouts)
+        return load_rates(rates_file, list(bases))
     rates: dict[str, Rates | None] = {}
-    for model in layouts:
+    for model in bases:
         counts = count_task("e2e", model, profile)
         if card is not None:
             rates[model] = estimated_rates(model, profile, card, counts)
@@ -173,105 +168,56 @@ def _rates(profile: config.Profile, layouts: dict[str, str], *, card, measure: b
     return rates
 
 
-def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: float | None = None,
-        measure: bool = True, plan_only: bool = False, gpu_name: str | None = None, only: str = "",
-        rates_file: str | None = None, save_rates_file: str | None = None, out=sys.stdout) -> int:
-    """Print the plan of ``profile_name``; the exit status (0 fine, 1 will not fit on this machine).
+def planning_gpu(profile: config.Profile, gpu_name: str | None = None):
+    """(the GPU class named, the dtypes the run will use: a GPU's where there is one, a GPU class
+    is named, or the profile is meant for a GPU)."""
+    card = gpus.gpu_class(gpu_name) if gpu_name else None
+    return card, card or torch.cuda.is_available() or profile.name in GPU_PROFILES
+
+
+def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float | None = None,
+        disk_free_gb: float | None = None, measure: bool = True, plan_only: bool = False, gpu_name: str | None = None,
+        only: str = "", rates_file: str | None = None, save_rates_file: str | None = None, out=sys.stdout) -> int:
+    """Print the plan of ``profile`` (``plans``: ``preflight_plan.plan_notebooks`` at
+    ``planning_gpu``'s dtypes); the exit status (0 fine, 1 will not fit on this machine).
     ``plan_only``: the plan, with what would stop a run as warnings. ``gpu_name``: plan for that
     GPU class (``gpus.GPUS``): its memory, dtypes and hours estimated from its throughput.
     ``only``: check the GPU memory of the notebooks whose names start with it (run_all.sh --only).
     ``rates_file``: hours from rates another machine measured and saved (``save_rates_file``)."""
-    profile = config.load_profile(profile_name)
-    card = gpus.gpu_class(gpu_name) if gpu_name else None
-    has_gpu = torch.cuda.is_available()
-    gpu_profile = profile.name in GPU_PROFILES
-    gpu = card or has_gpu or gpu_profile  # the dtypes the run will use
+    card, gpu = planning_gpu(profile, gpu_name)
+    has_gpu, gpu_profile = torch.cuda.is_available(), profile.name in GPU_PROFILES
     started = time.perf_counter()
-    plans = plan_notebooks(profile, gpu)
-
     layouts = _describe(profile, card, plans, gpu, out)
-    rates = _rates(profile, layouts, card=card, measure=measure and (has_gpu or not gpu_profile),
-                   rates_file=rates_file, out=out)
+    rates = base_rates(profile, list(layouts), card=card, measure=measure and (has_gpu or not gpu_profile),
+                       rates_file=rates_file, out=out)
     if save_rates_file and any(rates.values()):
         save_rates(rates, save_rates_file)
-    expected, basis = gpus.expected_epochs(profile)
-    factor = expected / profile.training.max_epochs
-
     gpu_memory = (int(gpu_memory_gb * GIB) if gpu_memory_gb is not None else int(card.memory_gib * GIB) if card
                   else sum(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
                   if has_gpu else None)
     checks = Checks(gpu_memory=gpu_memory,
                     disk_free=int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free())
-    header = ("notebook", "pairs", "target tok", "configs", "seeds", "epochs<=", "trainings", "decode tok<=",
-              "cache GiB", "disk GiB", "peak GPU GiB", "fits", "hours<=", "hours~", "note")
-    rows = []
-    totals, untimed = [0.0, 0.0], []
-    for plan in plans:
-        seconds = expected = 0.0
-        if plan.work and rates and all(rates.get(w["model"]) for w in plan.work):
-            seconds = sum(rates[w["model"]].seconds(w) for w in plan.work)
-            expected = sum(rates[w["model"]].seconds(expected_share(w, factor)) for w in plan.work)
-            totals = [totals[0] + seconds, totals[1] + expected]
-        elif plan.work:
-            seconds = expected = None
-            untimed.append(plan.notebook[:2])
-        peak = plan.peak_gpu if gpu else 0
-        fits = "-" if not peak or checks.gpu_memory is None else "yes" if peak <= checks.gpu_memory else "NO"
-        disk = plan.cache_bytes + plan.model_bytes + plan.weights_bytes
-        rows.append((plan.notebook, f"{plan.pairs:,}", f"{plan.target_tokens:,}", plan.configs or "",
-                     plan.seeds or "", plan.epochs or "", plan.trainings or "", f"{plan.decode_tokens:,}",
-                     _gib(plan.cache_bytes), _gib(disk), _gib(peak) if peak else "-", fits,
-                     _hours(seconds) if plan.work else "-", _hours(expected) if plan.work else "-", plan.note))
-        if not plan.notebook.startswith(only):
-            pass
-        elif gpu and checks.gpu_memory is not None and peak > checks.gpu_memory:
-            checks.failures.append(f"{plan.notebook} needs about {_gib(peak)} GiB of GPU memory; "
-                                   f"{'the ' + card.name if card else 'this machine'} has "
-                                   f"{_gib(checks.gpu_memory)} GiB ({plan.note or 'base, cache batch, decoding'}).")
-        elif gpu and checks.gpu_memory is None and peak > 80 * GIB:
-            checks.warnings.append(f"{plan.notebook} needs about {_gib(peak)} GiB of GPU memory: more than one "
-                                   f"80 GiB GPU ({plan.note}).")
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    for row in [header] + rows:
-        print("  ".join(str(v).ljust(w) if i in (0, len(header) - 1) else str(v).rjust(w)
-                        for i, (v, w) in enumerate(zip(row, widths))).rstrip(), file=out)
-
-    caches = sum(plan.cache_bytes for plan in plans)
-    finetuned = sum(plan.model_bytes for plan in plans)
-    weights = sum(plan.weights_bytes for plan in plans)
-    written = caches + finetuned + weights
-    stored = stored_bytes(profile)
-    print(f"\nDisk: base-output caches {_gib(caches)} GiB + fine-tuned models {_gib(finetuned)} GiB + "
-          f"reweighting weights {_gib(weights)} GiB = {_gib(written)} GiB ({_gib(stored)} GiB already stored); "
-          f"{_gib(checks.disk_free)} GiB free.", file=out)
-    short, sentence = _disk_needed(written, stored, checks.disk_free)
-    if short:
-        checks.failures.append(sentence)
-    for model, r in rates.items():
-        if r is None:
-            print(f"Rates for {model}: none (no measurement here, and the H100 probe did not cover it).", file=out)
-            continue
-        print(f"Rates for {model} ({'measured with ' if card is None else ''}{r.measured_with} on {r.device}): forward "
-              f"{r.forward_tokens_per_s:,.0f} tokens/s, training {r.train_pairs_per_s:,.1f} pairs/s, "
-              f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
-              f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
-              f"{profile.decoding.batch_size}; {_grid_basis(r)}.", file=out)
+    expected, basis = gpus.expected_epochs(profile)
+    factor = expected / profile.training.max_epochs
+    totals, untimed = _table(plans, rates, factor, gpu, checks, card, only, out)
+    _disk_line(profile, plans, checks, out)
+    _rates_lines(profile, rates, card, out)
     if any(rates.values()):
         label = " (estimates)" if card is not None else ""
         left = f"; notebook(s) {', '.join(untimed)} not timed (no rate for a base)" if untimed else ""
-        print(f"Total{label}: {_hours(totals[0])} hours at most (every training runs all its "
-              f"{profile.training.max_epochs} epochs); about {_hours(totals[1])} hours at the expected "
+        print(f"Total{label}: {totals[0] / 3600:,.2f} hours at most (every training runs all its "
+              f"{profile.training.max_epochs} epochs); about {totals[1] / 3600:,.2f} hours at the expected "
               f"{factor * profile.training.max_epochs:.1f} epochs ({basis}){left}.", file=out)
     else:
         print("Times: this is a GPU profile and this machine has no GPU, so the hours need the GPU: run this "
               "command there (it measures the full-size shape twins for a few seconds), or name a GPU "
               f"(--gpu {'|'.join(gpus.GPUS)}) for estimates.", file=out)
-        print(reference_estimate(plans, profile), file=out)
-    checks.warnings[:0] = [w for plan in plans for w in plan.warnings]
+        print(reference_estimate([w for plan in plans for w in plan.work], profile), file=out)
+    checks.warnings[:0] = [f"{plan.notebook}: {plan.problem}" for plan in plans if plan.problem]
     if gpu_profile and not has_gpu and gpu_memory_gb is None and card is None:
         checks.failures.insert(0, f"profile '{profile.name}' needs a CUDA GPU and this machine has none. Here, "
                                   "run --profile local (the CPU-scale results) or paper-twin (this code path on "
-                                  "small random twins); `python -m plugin_lib.harness.preflight --profile "
+                                  "small random twins); `plugin-repro preflight --profile "
                                   f"{profile.name} --plan-only` prints the plan without stopping.")
     if plan_only:
         checks.warnings += [f"{line} (this would stop a run on this machine)" for line in checks.failures]
@@ -284,37 +230,76 @@ def run(profile_name: str, *, gpu_memory_gb: float | None = None, disk_free_gb: 
     return 1 if checks.failures else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m plugin_lib.harness.preflight",
-                                     description="The plan of a run: work, memory, disk and hours per notebook.")
-    parser.add_argument("--profile", required=True, choices=config.profile_names())
-    parser.add_argument("--gpu-memory-gb", type=float, help="check against this much GPU memory instead of the GPU's")
-    parser.add_argument("--disk-free-gb", type=float, help="check against this much free disk instead of the disk's")
-    parser.add_argument("--no-measure", action="store_true", help="counts only: measure no rates")
-    parser.add_argument("--plan-only", action="store_true",
-                        help="print the plan and stop nothing (what would stop a run becomes a warning)")
-    parser.add_argument("--gpu", choices=list(gpus.GPUS),
-                        help="plan for this GPU: its memory and dtypes, hours estimated from its published throughput")
-    parser.add_argument("--rates", metavar="FILE", help="hours from the rates another machine saved with --save-rates")
-    parser.add_argument("--save-rates", metavar="FILE", help="write the rates measured here (to plan elsewhere with --rates)")
-    parser.add_argument("--only", default="", help="check the memory of the notebooks whose names start with this")
-    parser.add_argument("--disk-only", nargs="+", metavar="NOTEBOOK",
-                        help="check only the disk these notebooks may still write (names without .ipynb)")
-    args = parser.parse_args(argv)
-    try:
-        if args.disk_only:
-            return disk_check(args.profile, args.disk_only, disk_free_gb=args.disk_free_gb)
-        return _run_from(args)
-    except (MissingDataError, DataError, config.CacheDirError) as err:  # one line that says what to do
-        print(f"preflight: {err}", file=sys.stderr)
-        return 2
+def plan_seconds(plan: Plan, rates: dict[str, Rates | None], factor: float = 1.0) -> float | None:
+    """The plan's seconds at ``rates`` (its trainings at ``factor`` of the epoch cap); None where a
+    base it uses has no rate."""
+    if not all(rates.get(w["model"]) for w in plan.work):
+        return None
+    return sum(rates[w["model"]].seconds(expected_share(w, factor) if factor != 1.0 else w) for w in plan.work)
 
 
-def _run_from(args: argparse.Namespace) -> int:
-    return run(args.profile, gpu_memory_gb=args.gpu_memory_gb, disk_free_gb=args.disk_free_gb,
-               measure=not args.no_measure, plan_only=args.plan_only, gpu_name=args.gpu, only=args.only,
-               rates_file=args.rates, save_rates_file=args.save_rates)
+def _table(plans: Sequence[Plan], rates, factor: float, gpu, checks: Checks, card, only: str, out
+           ) -> tuple[list[float], list[str]]:
+    """The table, a row per notebook, with each notebook's GPU memory checked; the totals (at
+    most, expected) and the notebooks left untimed."""
+    header = ("notebook", "pairs", "target tok", "configs", "seeds", "epochs<=", "trainings", "decode tok<=",
+              "cache GiB", "disk GiB", "peak GPU GiB", "fits", "hours<=", "hours~", "note")
+    rows, totals, untimed = [], [0.0, 0.0], []
+    for plan in plans:
+        seconds = expected = None
+        if plan.work and rates:
+            seconds, expected = plan_seconds(plan, rates), plan_seconds(plan, rates, factor)
+            if seconds is None:
+                untimed.append(plan.notebook[:2])
+            else:
+                totals = [totals[0] + seconds, totals[1] + expected]
+        elif plan.work:
+            untimed.append(plan.notebook[:2])
+        peak = plan.peak_gpu if gpu else 0
+        fits = "-" if not peak or checks.gpu_memory is None else "yes" if peak <= checks.gpu_memory else "NO"
+        disk = plan.cache_bytes + plan.model_bytes + plan.weights_bytes
+        rows.append((plan.notebook, f"{plan.pairs:,}", f"{plan.target_tokens:,}", plan.configs or "",
+                     plan.seeds or "", plan.epochs or "", plan.trainings or "", f"{plan.decode_tokens:,}",
+                     _gib(plan.cache_bytes), _gib(disk), _gib(peak) if peak else "-", fits,
+                     _hours(seconds) if plan.work else "-", _hours(expected) if plan.work else "-",
+                     plan.note or plan.problem))
+        if not plan.notebook.startswith(only):
+            continue
+        if gpu and checks.gpu_memory is not None and peak > checks.gpu_memory:
+            checks.failures.append(f"{plan.notebook} needs about {_gib(peak)} GiB of GPU memory; "
+                                   f"{'the ' + card.name if card else 'this machine'} has "
+                                   f"{_gib(checks.gpu_memory)} GiB (base, cache batch, decoding, training).")
+        elif gpu and checks.gpu_memory is None and peak > 80 * GIB:
+            checks.warnings.append(f"{plan.notebook} needs about {_gib(peak)} GiB of GPU memory: more than one "
+                                   "80 GiB GPU.")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    for row in [header] + rows:
+        print("  ".join(str(v).ljust(w) if i in (0, len(header) - 1) else str(v).rjust(w)
+                        for i, (v, w) in enumerate(zip(row, widths))).rstrip(), file=out)
+    return totals, untimed
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _disk_line(profile: config.Profile, plans: Sequence[Plan], checks: Checks, out) -> None:
+    caches = sum(plan.cache_bytes for plan in plans)
+    finetuned = sum(plan.model_bytes for plan in plans)
+    weights = sum(plan.weights_bytes for plan in plans)
+    written = caches + finetuned + weights
+    stored = stored_bytes(profile)
+    print(f"\nDisk: base-output caches {_gib(caches)} GiB + fine-tuned models {_gib(finetuned)} GiB + "
+          f"reweighting weights {_gib(weights)} GiB = {_gib(written)} GiB ({_gib(stored)} GiB already stored); "
+          f"{_gib(checks.disk_free)} GiB free.", file=out)
+    short, sentence = _disk_needed(written, stored, checks.disk_free)
+    if short:
+        checks.failures.append(sentence)
+
+
+def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], card, out) -> None:
+    for model, r in rates.items():
+        if r is None:
+            print(f"Rates for {model}: none (no measurement here, and the H100 probe did not cover it).", file=out)
+            continue
+        print(f"Rates for {model} ({'measured with ' if card is None else ''}{r.measured_with} on {r.device}): forward "
+              f"{r.forward_tokens_per_s:,.0f} tokens/s, training {r.train_pairs_per_s:,.1f} pairs/s, "
+              f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
+              f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
+              f"{profile.decoding.batch_size}; {_grid_basis(r)}.", file=out)

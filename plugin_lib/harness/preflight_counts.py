@@ -251,15 +251,12 @@ def lora_adapter_params(model: str, rank: int) -> int:
     return rank * per_block * s["layers"]
 
 
-def finetune_peak(model: str, profile: Profile, gpu: bool | GpuClass) -> int:
-    """Peak GPU bytes of fine-tuning ``model`` as the profile does: notebook 10's recipe for its
-    base (``shift.finetune``), the ablations' otherwise."""
-    setup = profile.ablations.finetune
+def finetune_setup(model: str, profile: Profile):
+    """The fine-tuning recipe (a profile ``Finetune``) the profile applies to ``model``: notebook
+    10's for its base (``shift.finetune``), the ablations' otherwise."""
     if profile.shift.finetune is not None and model == (profile.shift.model or profile.ablations.model):
-        setup = profile.shift.finetune
-    if setup.method == "lora":
-        return training_peak(model, profile, gpu, full=False, adapters=lora_adapter_params(model, setup.lora_rank))
-    return training_peak(model, profile, gpu, full=True, trainable_share=trainable_share(model, setup.trainable_layers))
+        return profile.shift.finetune
+    return profile.ablations.finetune
 
 
 def trainable_share(model: str, trainable_layers: int | None) -> float:

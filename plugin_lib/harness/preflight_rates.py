@@ -9,7 +9,6 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,10 +22,6 @@ from . import gpus, models
 from .gpus import GpuClass
 from .preflight_counts import TaskCounts, base_shape, cache_layout, count_task, dtype_bytes, load_dtype, shape_model
 from .profile import Profile
-
-if TYPE_CHECKING:
-    from .preflight_plan import Plan
-
 
 GRID_CONFIGS = 12  # configurations trained together when the grid rate is measured (as benchmarks/bench_fused.py)
 TRAINING_WORK = ("pair_epochs", "grid_pair_epochs", "lora_tokens")  # what early stopping shortens
@@ -174,7 +169,7 @@ def load_rates(path: str | Path, models_needed) -> dict[str, Rates | None]:
                  for m in models_needed}
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise SystemExit(f"--rates {path}: not a rates file written by --save-rates ({err}). "
-                         "On a GPU machine: python -m plugin_lib.harness.preflight --profile paper --save-rates FILE")
+                         "On a GPU machine: plugin-repro preflight --profile paper --save-rates FILE")
     return rates
 
 
@@ -201,17 +196,17 @@ def expected_share(work: dict, factor: float) -> dict:
     return {k: v * factor if k in TRAINING_WORK else v for k, v in work.items()}
 
 
-def reference_estimate(plans: list[Plan], profile: Profile) -> str:
-    """Cache building and training at the probed H100 rates (not measured here)."""
+def reference_estimate(works: list[dict], profile: Profile) -> str:
+    """Cache building and training of ``works`` (``costs.work``'s, with their ``model``) at the
+    probed H100 rates (not measured here)."""
     build = train = 0.0
-    for plan in plans:
-        for work in plan.work:
-            ref = reference_rates(work["model"])
-            if ref is None:
-                continue
-            pair_tokens = count_task("e2e", work["model"], profile).pair_tokens
-            build += work.get("forward_tokens", 0.0) / pair_tokens / ref["cache"]
-            train += (work.get("pair_epochs", 0.0) + work.get("grid_pair_epochs", 0.0)) / ref["train"]
+    for work in works:
+        ref = reference_rates(work["model"])
+        if ref is None:
+            continue
+        pair_tokens = count_task("e2e", work["model"], profile).pair_tokens
+        build += work.get("forward_tokens", 0.0) / pair_tokens / ref["cache"]
+        train += (work.get("pair_epochs", 0.0) + work.get("grid_pair_epochs", 0.0)) / ref["train"]
     return (f"For scale only, at H100 rates from an earlier probe of the paper's shapes (GPT2-M at GPT2-XL's): "
             f"building the caches {build / 3600:,.1f} h and training at most {train / 3600:,.0f} h "
             f"({train / 3600 / profile.training.max_epochs:,.1f} h per epoch of every training); "

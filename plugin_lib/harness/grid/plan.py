@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import methods, models, preflight, runner
+from .. import costs, preflight
 from .. import profile as config
+from ..preflight_counts import count_task
+from ..preflight_rates import Rates, reference_rates
 from ..profile import Profile
 from ...utils.io import read_json
 from .units import KINDS, Unit, is_done, stored_selection
 
 GIB = 2**30
-# Methods whose decoding runs a reweighting model beside the base (the Plugin's step cost).
-REWEIGHTED = ("NewModel", "WeightedComb", "Plugin")
 
 
 @dataclass
@@ -240,39 +240,44 @@ def scale_to_stored(plan: Plan) -> dict[str, tuple[float, int]]:
     return scales
 
 
-def make_plan(units: Sequence[Unit], *, measure: bool = True, with_state: bool = True) -> Plan:
-    """The plan of ``units``: dependency order, state (``with_state``) and estimates."""
+def make_plan(units: Sequence[Unit], *, measure: bool = True, with_state: bool = True,
+              rates_file: str | None = None) -> Plan:
+    """The plan of ``units``: dependency order, state (``with_state``) and estimates (at the rates
+    of ``rates_file`` if given, ``preflight --save-rates``)."""
     plan = Plan(topological(units))
     if with_state:
         refresh(plan)
         plan.stored = {u.key: s for u in plan.units
                        if plan.state[u.key] == "done" and (s := stored_seconds(u)) is not None}
         plan.configs_stored = {u.key: n for u in plan.pending() if (n := configs_stored(u))}
-    _estimate(plan, measure)
+    _estimate(plan, measure, rates_file)
     return plan
 
 
-def _estimate(plan: Plan, measure: bool) -> None:
+def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
+    """Each unit's seconds (at most, and likely with a calibration) and GPU memory, priced with
+    the one cost model (``harness.costs``) at each base's rates (``preflight.base_rates``)."""
     profiles = {u.profile for u in plan.units}
     has_gpu = torch.cuda.is_available()
-    rates: dict[tuple[str, str], preflight.Rates | None] = {}
+    rates: dict[tuple[str, str], Rates | None] = {}
     calibrations = {p.name: calibration(p) for p in profiles} if measure else {}
     probed = False
     for unit in plan.units:
         profile = unit.profile
         gpu = has_gpu or profile.name in preflight.GPU_PROFILES
-        model = _shape_of(unit)
-        counts = preflight.count_task(unit.task.dataset, model, profile)
-        plan.gpu_bytes[unit.key] = _gpu_bytes(unit, model, profile, gpu)
+        model = costs.shape_of(unit)
+        counts = costs.counts_of(unit)
+        plan.gpu_bytes[unit.key] = costs.gpu_bytes(unit, gpu)
         key = (model, profile.name)
         if key not in rates:
-            rates[key] = _rates(model, profile, counts, measure)
+            rates[key] = _rates(model, profile, measure, rates_file)
             probed |= rates[key] is not None and rates[key].measured_with.startswith("probe")
         r = rates[key]
         under_way = plan.configs_stored.get(unit.key, 0)
-        plan.seconds[unit.key] = r.seconds(_work(unit, counts, under_way=under_way)) if r is not None else 0.0
-        if r is not None and calibrations.get(profile.name):
-            plan.likely[unit.key] = r.seconds(_work(unit, counts, calibrations[profile.name], under_way))
+        plan.seconds[unit.key] = r.seconds(costs.work(unit, gpu, counts, under_way=under_way)) if r is not None else 0.0
+        if r is not None and (c := calibrations.get(profile.name)):
+            plan.likely[unit.key] = r.seconds(costs.work(unit, gpu, counts, epochs=c.epochs, configs=c.configs,
+                                                         under_way=under_way))
     names = ", ".join(sorted(p.name for p in profiles))
     plan.calibrated = "; ".join(
         f"{p.name}: {c.epochs:.1f} epochs a training (of {p.training.max_epochs}) and {c.configs:.1f} "
@@ -288,8 +293,10 @@ def _estimate(plan: Plan, measure: bool) -> None:
         plan.calibrated += (f"; {searches} selection{'s' * (searches != 1)} under way counted without the "
                             f"{held} configuration{'s' * (held != 1)} "
                             + ("its record holds" if searches == 1 else "their records hold"))
-    if not measure:
+    if not measure and not rates_file:
         plan.timed = "not timed (--no-measure)"
+    elif rates_file:
+        plan.timed = f"{names}: rates read from {rates_file}"
     elif probed:
         plan.timed = (f"{names}: cache building and training at H100 rates of an earlier probe of the paper's shapes "
                       "(no GPU here); decoding not timed")
@@ -297,72 +304,21 @@ def _estimate(plan: Plan, measure: bool) -> None:
         plan.timed = f"{names}: rates measured on this machine ({config.device()})"
 
 
-def _rates(model: str, profile: Profile, counts: preflight.TaskCounts, measure: bool) -> preflight.Rates | None:
+def _rates(model: str, profile: Profile, measure: bool, rates_file: str | None) -> Rates | None:
+    """The preflight's rates of ``model`` (read, or measured here); for a GPU profile on a machine
+    without a GPU, the H100 probe's for cache building and training."""
+    if rates_file:
+        return preflight.base_rates(profile, [model], rates_file=rates_file)[model]
     if not measure:
         return None
     if torch.cuda.is_available() or profile.name not in preflight.GPU_PROFILES:
-        return preflight.measure_rates(model, profile, counts, config.device())
-    reference = preflight.reference_rates(model)
+        return preflight.base_rates(profile, [model])[model]
+    reference = reference_rates(model)
     if reference is None:
         return None
-    pair_tokens = max(counts.pair_tokens, 1.0)
-    return preflight.Rates(measured_with="probe (H100)", forward_tokens_per_s=reference["cache"] * pair_tokens,
-                           train_pairs_per_s=reference["train"], decode_step_s=0.0, plugin_step_s=0.0, device="cuda")
-
-
-def _shape_of(unit: Unit) -> str:
-    """The registry model whose shape and rates stand for the unit's base: a top-k view's base,
-    a fine-tuned base's original."""
-    if unit.task.checkpoint:
-        return unit.task.prompt_model
-    view = models.parse_model_name(unit.model)
-    return view[0] if view is not None else unit.model
-
-
-def _gpu_bytes(unit: Unit, model: str, profile: Profile, gpu: bool) -> int:
-    if unit.kind == "finetune":  # the profile's recipe (float32 with AdamW, or LoRA)
-        return preflight.finetune_peak(model, profile, gpu)
-    peak = preflight.inference_peak(model, profile, gpu)
-    if unit.method == "LoRA" and unit.kind in ("config", "selection", "run"):
-        peak += preflight.training_peak(model, profile, gpu, full=False)
-    return peak
-
-
-def _work(unit: Unit, counts: preflight.TaskCounts, likely: Calibration | None = None, under_way: int = 0) -> dict:
-    """The unit's work at most, or with ``likely`` at the calibrated epochs and configurations
-    (a fine-tuned base's or BDPL's work is its notebook's estimate; ``likely`` scales its
-    trainings to the calibrated epochs only). A coordinate search with ``under_way``
-    configurations stored has the rest left, one configuration at least."""
-    profile = unit.profile
-    epochs = likely.epochs if likely else profile.training.max_epochs
-    training = epochs * counts.pairs  # pair-epochs of one training
-    trained = unit.method in methods.TRAINED_METHODS + methods.EXTRA_METHODS
-    if unit.kind in ("finetune", "bdpl"):
-        share = epochs / profile.training.max_epochs
-        return {k: v * share if k in ("pair_epochs", "lora_tokens") else v for k, v in unit.work}
-
-    def train(times: float) -> dict:
-        if unit.method == "LoRA":
-            return {"lora_tokens": times * training * counts.pair_tokens}
-        return {"pair_epochs": times * training}
-
-    if unit.kind == "cache":
-        return {"forward_tokens": counts.pairs * counts.pair_tokens}
-    if unit.kind == "config":
-        return train(1)
-    if unit.kind == "selection":  # the configurations it may try beyond the grid's config units
-        most = preflight.grid_size(profile, unit.method)
-        tried = min(most, likely.configs) if likely else most
-        if profile.grid.search == "grid":
-            return train(max(0.0, tried - len(runner.hparam_grid(profile, unit.method))))
-        return train(max(1.0, tried - under_way) if under_way else tried)
-    work: dict = {}
-    if trained and (unit.seed != profile.seeds[0] or unit.narrow):
-        work.update(train(1))
-    if unit.method != "TempNet-greedy":
-        steps = math.ceil(counts.test_inputs / profile.decoding.batch_size) * profile.decoding.max_new_tokens
-        work["plugin_steps" if unit.method in REWEIGHTED else "decode_steps"] = steps
-    return work
+    pair_tokens = max(count_task("e2e", model, profile).pair_tokens, 1.0)
+    return Rates(measured_with="probe (H100)", forward_tokens_per_s=reference["cache"] * pair_tokens,
+                 train_pairs_per_s=reference["train"], decode_step_s=0.0, plugin_step_s=0.0, device="cuda")
 
 
 def kind_summary(plan: Plan) -> list[tuple]:
