@@ -4,7 +4,7 @@ Every job the README shows is a subcommand; each hands its arguments, unchanged,
 that does the job, so ``plugin-repro preflight --help`` is the preflight's own help and the
 ``python -m`` paths keep working:
 
-    plugin-repro run --profile local            bash run_all.sh (a checkout): data, notebooks, report
+    plugin-repro run --profile local            plugin_lib.commands.run (a checkout): data, notebooks, report
     plugin-repro data fetch|check ...           plugin_lib.data.fetch, plugin_lib.data.check
     plugin-repro preflight --profile paper ...  plugin_lib.commands.preflight
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
@@ -64,9 +64,9 @@ def _checkout_file(relpath: str) -> Path:
 
 @app.command("run", **PASS_ON)
 def run(ctx: typer.Context) -> None:
-    """Data, every notebook of a profile, the report: bash run_all.sh with these arguments (--help)."""
-    script = _checkout_file("run_all.sh")
-    raise typer.Exit(subprocess.run(["bash", str(script), *ctx.args]).returncode)
+    """Data, every notebook of a profile, the report (plugin_lib.commands.run; run_all.sh builds .venv first)."""
+    _checkout_file("run_all.sh")  # the notebooks and scripts it runs come with a checkout
+    _hand_over("plugin_lib.commands.run", ctx.args)
 
 
 @data_app.command("fetch", **PASS_ON)

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 import real_data
+from plugin_lib.utils.locks import StoreLock
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.prefix)
@@ -188,8 +189,7 @@ def test_a_second_call_skips_it_whatever_the_environment(finished, tmp_path):
 
 def test_lock_is_released_after_a_call(finished):
     repo, _ = finished
-    with open(repo / "results" / "smoke" / ".run_all.lock") as f:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if still held
+    assert not StoreLock(repo / "results" / "smoke" / ".run_all.lock").busy()
 
 
 def test_failure_keeps_the_executed_notebook_and_prints_the_package_message(finished):
@@ -287,8 +287,7 @@ def test_a_second_call_refuses_and_an_interrupt_leaves_nothing_half_written(tmp_
     assert first.returncode == 143 and "interrupted" in err
     assert sorted(p.name for p in executed.iterdir()) == []  # no executed notebook, no stamp, no temp
     assert not (repo / "results" / "smoke" / "REPORT.md").exists()
-    with open(repo / "results" / "smoke" / ".run_all.lock") as f:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+    assert not StoreLock(repo / "results" / "smoke" / ".run_all.lock").busy()  # released
 
 
 # -- where results go, which code runs ----------------------------------------------------------

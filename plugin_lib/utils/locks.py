@@ -80,6 +80,11 @@ class StoreLock:
         except (ValueError, OSError):  # being written this instant, or torn by a crash
             return {"host": None, "pid": None, "nonce": None}
 
+    def busy(self) -> bool:
+        """Whether a live owner holds it now (an abandoned lock is free to take over)."""
+        held = self.holder()
+        return held is not None and not self._abandoned(held)
+
     def acquire(self, blocking: bool = True) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
