@@ -24,8 +24,10 @@ from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.harness import api_server, models
 from plugin_lib.harness.api_server import LlamaCppServer, free_port
 from plugin_lib.serving import cli
-from plugin_lib.serving.artifact import ArtifactError, BaseSpec, DecodingSettings, PluginModel, read_config
-from plugin_lib.serving.server import Limits, StopScanner, create_app
+from plugin_lib.serving.artifact import ArtifactError, BaseSpec, Completion, DecodingSettings, PluginModel, read_config
+from plugin_lib.serving.completions import CompletionService, StopScanner
+from plugin_lib.serving.protocol import CompletionRequest, OpenAIError
+from plugin_lib.serving.server import Limits, create_app
 from plugin_lib.serving.inputs import DataFileError, read_pairs
 
 PAIRS = Path(__file__).parent / "fixtures" / "pairs.jsonl"
@@ -247,6 +249,25 @@ def test_the_stop_scanner_holds_back_a_partial_stop_string():
     assert scanner.feed("N") == " "
     assert scanner.feed("Dx") == "" and scanner.stopped and scanner.flush() == ""
     assert StopScanner(["END"]).feed("abcEN") + "" == "abc"
+
+
+def test_requests_are_checked_and_answered_without_building_the_app(plugin):
+    """The routes are thin: the service checks a request and shapes the answer by itself."""
+    service = CompletionService(plugin, "mine", Limits(max_tokens=32, max_prompt_tokens=200))
+    try:
+        settings = service.check(CompletionRequest(model="mine", prompt=PROMPT, max_tokens=8, stop="END"), [PROMPT])
+        assert settings["max_new_tokens"] == 8 and settings["stops"] == ["END"]
+        with pytest.raises(OpenAIError) as caught:
+            service.check(CompletionRequest(prompt=PROMPT, max_tokens=64), [PROMPT])
+        assert caught.value.status == 400 and caught.value.param == "max_tokens"
+        with pytest.raises(OpenAIError, match="prompt is empty"):
+            service.completion_prompts([])
+        done = [Completion("a text", 3, 2, "length")]
+        answer = service.response(done, chat=True)
+        assert answer["choices"][0]["message"]["content"] == "a text" and answer["usage"]["total_tokens"] == 5
+        assert service.models()["data"][0]["id"] == "mine"
+    finally:
+        service.close()
 
 
 @pytest.mark.parametrize("bad, status, param", [

@@ -335,12 +335,9 @@ class BaseOutputCache:
         if layout == "compact" and head is None:
             raise ValueError(f"{base.name} gives log-probabilities only (no output layer here): use layout 'full'.")
         if directory is not None:  # a stored cache of either layout is reused
-            for kind in ("full", "compact") if head is not None else ("full",):
-                path = cls.stored_path(directory, base, pairs, kind)
-                if path.exists() and layout in ("auto", kind):
-                    rows = np.load(path, mmap_mode="r")
-                    where = placement if placement != "auto" else measure_placement(rows.nbytes, base.device, True)
-                    return cls(rows, offsets, head=head if kind == "compact" else None).placed(where, base.device)
+            stored = cls._stored(base, pairs, directory, offsets, head, layout, placement)
+            if stored is not None:
+                return stored
         why = "as asked (a profile's cache_layout)"
         if layout == "auto":
             layout, why = measure_layout(base, full_bytes, directory)
@@ -354,52 +351,10 @@ class BaseOutputCache:
         if progress:  # beside the progress bars, on stderr: a command's stdout is its result
             print(f"base-output cache of {base.name} on {len(pairs):,} pairs: layout {layout} ({why}), "
                   f"{_size(nbytes)} (full: {_size(full_bytes)}), placement {placement}", file=sys.stderr, flush=True)
-        dtype = _numpy_dtype(torch_dtype)
-        path = tmp = None
-        if directory is not None:
-            path = cls.stored_path(directory, base, pairs, layout)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            remove_stale_partials(path.parent)
-            # A name unique to this build: two processes building the same cache never write
-            # into one file; whichever finishes first gives the final name its content.
-            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".partial")
-            os.close(fd)
-            tmp = Path(name)
-            try:
-                os.chmod(tmp, 0o666 & ~current_umask())  # the user's normal permissions, not mkstemp's 0600
-                rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-                reserve_disk_space(tmp)  # open_memmap leaves the file sparse: reserve it before any write
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-        elif placement == "gpu":
-            rows = torch.empty(shape, dtype=torch_dtype, device=base.device)
-        elif placement == "mmap" or (placement == "memory" and nbytes > max_memory_gb * GIB):
-            raise MemoryError(
-                f"The base-output cache needs {nbytes / GIB:.1f} GiB, over max_memory_gb="
-                f"{max_memory_gb}. Pass directory=... to keep it in a memory-mapped file on disk."
-            )
-        else:
-            rows = torch.empty(shape, dtype=torch_dtype, pin_memory=placement == "pinned")
+        path = cls.stored_path(directory, base, pairs, layout) if directory is not None else None
+        rows, tmp = _allocate(path, shape, torch_dtype, placement, base.device, max_memory_gb)
         try:
-            order = range(0, len(pairs), batch_size)
-            for start in tqdm(order, desc="base outputs", disable=not progress):
-                idx = list(range(start, min(start + batch_size, len(pairs))))
-                batch = collate([pairs[i] for i in idx], base.tokenizer.pad_token_id)
-                at = (batch["input_ids"], batch["attention_mask"], target_positions(batch["labels"]))
-                if head is None:
-                    chunk = _to_cache_dtype(F.log_softmax(base.logits_at(*at).float(), dim=-1), torch_dtype)
-                else:
-                    chunk = base.hidden_at(*at)
-                lo, hi = offsets[idx[0]], offsets[idx[-1] + 1]
-                if isinstance(rows, np.ndarray):
-                    chunk = chunk.cpu()
-                    bf16 = chunk.dtype == torch.bfloat16  # stored as its bits
-                    rows[lo:hi] = chunk.view(torch.int16).numpy().view(np.uint16) if bf16 else chunk.numpy()
-                else:
-                    rows[lo:hi] = chunk.to(rows.device)
-                if tmp is not None:
-                    os.utime(tmp)  # alive: remove_stale_partials leaves a file touched this recently
+            _fill(rows, base, pairs, offsets, head, torch_dtype, batch_size, progress, tmp)
             if path is not None:
                 rows.flush()
                 del rows
@@ -414,6 +369,71 @@ class BaseOutputCache:
                 tmp.unlink(missing_ok=True)  # a full disk or Ctrl-C leaves no partial file behind
             raise
         return cls(rows, offsets, placement, head)
+
+    @classmethod
+    def _stored(cls, base, pairs, directory, offsets, head, layout: str, placement: str) -> "BaseOutputCache | None":
+        """A stored cache of ``base`` on ``pairs`` in a layout ``layout`` allows, placed; else None."""
+        for kind in ("full", "compact") if head is not None else ("full",):
+            path = cls.stored_path(directory, base, pairs, kind)
+            if path.exists() and layout in ("auto", kind):
+                rows = np.load(path, mmap_mode="r")
+                where = placement if placement != "auto" else measure_placement(rows.nbytes, base.device, True)
+                return cls(rows, offsets, head=head if kind == "compact" else None).placed(where, base.device)
+        return None
+
+
+def _allocate(path: Path | None, shape: tuple[int, int], torch_dtype: torch.dtype, placement: str,
+              device: torch.device, max_memory_gb: float):
+    """(the rows to fill, the temporary file they map or None): a memory-mapped file beside
+    ``path`` (its disk space reserved first), else GPU, pinned or plain host memory."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(path.parent)
+        # A name unique to this build: two processes building the same cache never write
+        # into one file; whichever finishes first gives the final name its content.
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".partial")
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            os.chmod(tmp, 0o666 & ~current_umask())  # the user's normal permissions, not mkstemp's 0600
+            rows = np.lib.format.open_memmap(tmp, mode="w+", dtype=_numpy_dtype(torch_dtype), shape=shape)
+            reserve_disk_space(tmp)  # open_memmap leaves the file sparse: reserve it before any write
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return rows, tmp
+    nbytes = shape[0] * shape[1] * torch.empty((), dtype=torch_dtype).element_size()
+    if placement == "gpu":
+        return torch.empty(shape, dtype=torch_dtype, device=device), None
+    if placement == "mmap" or (placement == "memory" and nbytes > max_memory_gb * GIB):
+        raise MemoryError(
+            f"The base-output cache needs {nbytes / GIB:.1f} GiB, over max_memory_gb="
+            f"{max_memory_gb}. Pass directory=... to keep it in a memory-mapped file on disk."
+        )
+    return torch.empty(shape, dtype=torch_dtype, pin_memory=placement == "pinned"), None
+
+
+def _fill(rows, base: BlackBoxLM, pairs: Sequence[EncodedPair], offsets: np.ndarray, head, torch_dtype: torch.dtype,
+          batch_size: int, progress: bool, tmp: Path | None) -> None:
+    """The base's outputs at every target position of ``pairs``, batch by batch, into ``rows``:
+    log-probabilities (no ``head``) or final hidden states."""
+    for start in tqdm(range(0, len(pairs), batch_size), desc="base outputs", disable=not progress):
+        idx = list(range(start, min(start + batch_size, len(pairs))))
+        batch = collate([pairs[i] for i in idx], base.tokenizer.pad_token_id)
+        at = (batch["input_ids"], batch["attention_mask"], target_positions(batch["labels"]))
+        if head is None:
+            chunk = _to_cache_dtype(F.log_softmax(base.logits_at(*at).float(), dim=-1), torch_dtype)
+        else:
+            chunk = base.hidden_at(*at)
+        lo, hi = offsets[idx[0]], offsets[idx[-1] + 1]
+        if isinstance(rows, np.ndarray):
+            chunk = chunk.cpu()
+            bf16 = chunk.dtype == torch.bfloat16  # stored as its bits
+            rows[lo:hi] = chunk.view(torch.int16).numpy().view(np.uint16) if bf16 else chunk.numpy()
+        else:
+            rows[lo:hi] = chunk.to(rows.device)
+        if tmp is not None:
+            os.utime(tmp)  # alive: remove_stale_partials leaves a file touched this recently
 
 
 def _size(nbytes: int) -> str:
