@@ -26,7 +26,8 @@ import torch
 from plugin_lib import data
 from plugin_lib.core.cache import BaseOutputCache
 from plugin_lib.core.reweighter import make_reweighter
-from plugin_lib.core.train import TokenObjective, TrainConfig, encode_pairs, fit
+from plugin_lib.core.pairs import encode_pairs
+from plugin_lib.core.train import TokenObjective, TrainConfig, fit
 from plugin_lib.data import prompts
 from plugin_lib.harness import models
 

@@ -28,7 +28,9 @@ import torch
 
 from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
 from plugin_lib.core.reweighter import make_reweighter
-from plugin_lib.core.train import BaseOutputCache, TokenObjective, TrainConfig, encode_pairs, fit, release_gpu_caches
+from plugin_lib.core.cache import BaseOutputCache, release_gpu_caches
+from plugin_lib.core.pairs import encode_pairs
+from plugin_lib.core.train import TokenObjective, TrainConfig, fit
 from plugin_lib.data import prompts
 from plugin_lib.harness import models
 

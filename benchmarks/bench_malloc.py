@@ -28,7 +28,9 @@ def child(pairs: int, epochs: int, decode: int) -> dict:
     from plugin_lib import data
     from plugin_lib.core.decode import generate
     from plugin_lib.core.reweighter import make_reweighter
-    from plugin_lib.core.train import BaseOutputCache, TokenObjective, TrainConfig, encode_pairs, fit
+    from plugin_lib.core.cache import BaseOutputCache
+    from plugin_lib.core.pairs import encode_pairs
+    from plugin_lib.core.train import TokenObjective, TrainConfig, fit
     from plugin_lib.data import prompts
     from plugin_lib.harness.models import load_base_model
 

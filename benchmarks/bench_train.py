@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from plugin_lib import data
 from plugin_lib.core.loss import shift_labels, target_positions
 from plugin_lib.core.reweighter import make_reweighter, reweighter_logits
-from plugin_lib.core.train import BaseOutputCache, TokenObjective, TrainConfig, collate, encode_pairs, fit
+from plugin_lib.core.cache import BaseOutputCache
+from plugin_lib.core.pairs import collate, encode_pairs
+from plugin_lib.core.train import TokenObjective, TrainConfig, fit
 from plugin_lib.data import prompts
 from plugin_lib.harness.models import load_base_model
 

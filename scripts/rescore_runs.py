@@ -13,7 +13,7 @@ record's ``settings`` and ``inputs`` stay, so it stays current and is not made a
 Checks first, and writes nothing (exit 2) if any fails:
 
 1. the record's ``test_ids`` equal the current task's test ids, and its ``inputs`` the
-   fingerprint of the current task's data (``harness.runner.examples_fingerprint``), so the
+   fingerprint of the current task's data (``harness.run_keys.examples_fingerprint``), so the
    references are those the run was scored against;
 2. the file is exactly what ``utils.io.atomic_write_json`` writes for the record it holds, so
    rewriting it changes the NIST line and nothing else.
@@ -27,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from plugin_lib.harness import methods, runner
+from plugin_lib.harness import methods, run_keys
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.metrics import compute_metrics
 from plugin_lib.utils.io import read_json
@@ -67,7 +67,7 @@ def plan(profile_name: str, runs_dir: Path | None = None) -> tuple[list[tuple[Pa
         if record.get("test_ids") != [ex.id for ex in test]:
             raise Refused(f"{path}: its test ids differ from the current {dataset} task's "
                           f"({len(record.get('test_ids') or [])} stored, {len(test)} now).")
-        if record.get("inputs") != runner.examples_fingerprint(record["model"], train, hyper, test):
+        if record.get("inputs") != run_keys.examples_fingerprint(record["model"], train, hyper, test):
             raise Refused(f"{path}: made from other data than the current task's (inputs {record.get('inputs')}).")
         references = [list(ex.references) for ex in test]
         nist = compute_metrics(record["predictions"], references, metrics=("NIST",))["NIST"]

@@ -3,7 +3,7 @@
     python scripts/stamp_run_inputs.py --profile local [--dry-run]
 
 A record counts as current only when its ``settings`` and its ``inputs`` (a hash of the task's
-examples and base model, ``harness.runner.inputs_fingerprint``) match; one without ``inputs``
+examples and base model, ``harness.run_keys.inputs_fingerprint``) match; one without ``inputs``
 is stale and would be made again. This script certifies older records instead, but only after
 checking that they were made from the data there is now:
 
@@ -27,7 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from plugin_lib.data import data_dir, integrity
-from plugin_lib.harness import methods, runner
+from plugin_lib.harness import methods, run_keys
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.utils.io import read_json
 from plugin_lib.utils.record_manifest import write_record
@@ -84,14 +84,14 @@ def plan(profile_name: str) -> list[tuple[Path, dict, str]]:
                 raise Refused(f"{path}: made at scale {scale}, the current task has {now}.")
             model = record["model"]
             checked_folders[path.parent].append(model)
-        todo.append((path, record, runner.examples_fingerprint(model, train, hyper, test)))
+        todo.append((path, record, run_keys.examples_fingerprint(model, train, hyper, test)))
     for path in selections:
         models = set(checked_folders.get(path.parent, ()))
         if len(models) != 1:
             raise Refused(f"{path}: no checked run record beside it names its model ({sorted(models)}).")
         record = read_json(path)
         dataset = path.relative_to(root).parts[0]
-        todo.append((path, record, runner.examples_fingerprint(models.pop(), *splits_for(dataset, profile, cache))))
+        todo.append((path, record, run_keys.examples_fingerprint(models.pop(), *splits_for(dataset, profile, cache))))
     for path, record, inputs in todo:
         if "inputs" in record and record["inputs"] != inputs:
             raise Refused(f"{path}: already stamped with other inputs ({record['inputs']}, now {inputs}).")

@@ -26,7 +26,7 @@ import sys
 
 from plugin_lib.commands import confirmation_wave2
 from plugin_lib.commands import studies
-from plugin_lib.harness import runner
+from plugin_lib.harness import run_keys, runner
 from plugin_lib.harness.grid import units as grid_units
 from plugin_lib.harness.profile import load_profile
 
@@ -34,7 +34,7 @@ from plugin_lib.harness.profile import load_profile
 def coordinate_axis(losses: dict[str, float], values: dict[str, list[float]], extend_edges: int) -> list[dict]:
     """The configurations the coordinate search has left on the axis it is on, in its order;
     [] when its walk is complete. ``losses``: the recorded hyper-validation losses by
-    ``runner.config_tag``. The walk is ``runner.select_hparams``' own, on those losses: the
+    ``run_keys.config_tag``. The walk is ``runner.select_hparams``' own, on those losses: the
     middle of each list first, one key at a time, an edge pushed while the choice sits on it."""
     values = {k: list(v) for k, v in values.items()}
     current = {k: sorted(v)[len(v) // 2] for k, v in values.items()}
@@ -42,12 +42,12 @@ def coordinate_axis(losses: dict[str, float], values: dict[str, list[float]], ex
         extended = 0
         while True:
             axis = [{**current, key: v} for v in values[key]]
-            left = [c for c in axis if runner.config_tag(c) not in losses]
+            left = [c for c in axis if run_keys.config_tag(c) not in losses]
             if left:
                 return left
-            on_axis = {v: losses[runner.config_tag({**current, key: v})] for v in values[key]}
+            on_axis = {v: losses[run_keys.config_tag({**current, key: v})] for v in values[key]}
             current[key] = min(on_axis, key=on_axis.get)  # the first of equals, in list order
-            step = runner.beyond_edge(values[key], current[key], key)
+            step = run_keys.beyond_edge(values[key], current[key], key)
             if step is None or extended >= extend_edges:
                 break
             values[key].append(step)
@@ -74,7 +74,7 @@ def config_on_axis(wanted: dict[str, float], axis: list[dict], tag: str) -> dict
     for config in axis:
         if sorted(config) == sorted(wanted) and all(float(config[k]) == wanted[k] for k in config):
             return config
-    left = ", ".join(runner.config_tag(c) for c in axis) or "none: its walk is complete"
+    left = ", ".join(run_keys.config_tag(c) for c in axis) or "none: its walk is complete"
     raise SystemExit(f"{tag}'s search is not certain to train {wanted}; the configurations it has left on the "
                      f"axis it is on: {left}.")
 
@@ -82,7 +82,7 @@ def config_on_axis(wanted: dict[str, float], axis: list[dict], tag: str) -> dict
 def config_unit(selection: grid_units.Unit, hparams: dict) -> grid_units.Unit:
     """The ``config`` unit of one configuration of ``selection``'s search."""
     folder = selection.key.rsplit("/", 1)[0]
-    return dataclasses.replace(selection, kind="config", key=f"{folder}/{selection.label}-{runner.config_tag(hparams)}",
+    return dataclasses.replace(selection, kind="config", key=f"{folder}/{selection.label}-{run_keys.config_tag(hparams)}",
                                hparams=tuple(sorted(hparams.items())), needs=())
 
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     record = runner.stored_selection(task, selection.method, selection.profile, arch=selection.arch_dict,
                                      label=selection.label) or {"configs": {}}
     losses = {tag: config["val_loss"] for tag, config in record["configs"].items()}
-    values = {k: list(getattr(profile.grid, k)) for k in runner.grid_keys(selection.method)}
+    values = {k: list(getattr(profile.grid, k)) for k in run_keys.grid_keys(selection.method)}
     axis = coordinate_axis(losses, values, profile.grid.extend_edges)
     unit = config_unit(selection, config_on_axis(wanted, axis, selection.key))
     print(f"[train_search_config] {unit.key}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """What the HTTP black box's tests share: the requests they make and a client with short retries."""
 from __future__ import annotations
 
-from plugin_lib.core.api import CompletionsClient
+from plugin_lib.core.api_client import CompletionsClient
 
 K = 20
 PROMPTS = ["Hello, my name is", "The quick brown fox jumps over the lazy dog and then",

@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from plugin_lib.core.train import BaseOutputCache
-from plugin_lib.harness import grid, load_profile, methods, runner
+from plugin_lib.core.cache import BaseOutputCache
+from plugin_lib.harness import grid, load_profile, methods, run_keys, runner
 
 METHODS = ["Zeroshot", "Plugin", "TempNet-greedy"]
 
@@ -58,7 +58,7 @@ def main(log: str, sleep_s: float = 0.0) -> None:
         return record
 
     def logged_train(task, method, arch, hparams, seed, training, **kwargs):
-        tag = f"{method}-{runner.config_tag(hparams)}"
+        tag = f"{method}-{run_keys.config_tag(hparams)}"
         note(f"compute {tag}")
         result = train(task, method, arch, hparams, seed, training, **kwargs)
         if sleep_s:

@@ -12,7 +12,8 @@ from plugin_lib.experiments import ablations, base_quality
 from plugin_lib.harness import finetune, methods, models, runner
 from plugin_lib.harness import variants as reweighting_variants
 from plugin_lib.harness.models import load_causal_lm
-from plugin_lib.harness.variants import expert_variant
+from plugin_lib.harness.variants import (Variant, architecture_variants, complexity_variants, expert_variant,
+                                         truncated_pretrained, variant_frame, variant_runs)
 from plugin_lib.harness.profile import ablation_seeds, ablation_settings, load_profile
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import claim_checks, tables
@@ -51,7 +52,7 @@ def test_truncated_pretrained_reweighter_has_base_vocabulary_and_k_layers(smollm
     converted = models.converted_smollm2_dir()  # the real converted base, not a new conversion
     monkeypatch.setattr(models, "converted_smollm2_dir", lambda: converted)
     monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path))
-    path = ablations.truncated_pretrained("smollm2-135m-instruct", 2)
+    path = truncated_pretrained("smollm2-135m-instruct", 2)
     reweighter = make_reweighter("pretrained", smollm2.vocab_size, pretrained=str(path))
     assert reweighter.get_output_embeddings().weight.shape[0] == smollm2.vocab_size
     assert len(reweighter.model.layers) == reweighter.config.num_hidden_layers == 2
@@ -64,7 +65,7 @@ def test_truncated_pretrained_reweighter_has_base_vocabulary_and_k_layers(smollm
         raise AssertionError("the truncated model was built again")
 
     monkeypatch.setattr(models, "load_causal_lm", must_not_load)
-    assert ablations.truncated_pretrained("smollm2-135m-instruct", 2) == path
+    assert truncated_pretrained("smollm2-135m-instruct", 2) == path
 
 
 def test_a_twins_stand_in_is_built_at_its_depth_without_the_full_twin(monkeypatch, tmp_path):
@@ -74,30 +75,30 @@ def test_a_twins_stand_in_is_built_at_its_depth_without_the_full_twin(monkeypatc
         raise AssertionError("the full twin was built to be cut (LLaMA-3.1-8B's would take 32 GB)")
 
     monkeypatch.setattr(models, "load_causal_lm", must_not_load)
-    path = ablations.truncated_pretrained("llama-3.1-8b-twin-small", 1)
+    path = truncated_pretrained("llama-3.1-8b-twin-small", 1)
     reweighter = make_reweighter("pretrained", models.model_config("llama-3.1-8b-twin-small").vocab_size,
                                  pretrained=str(path))
     assert reweighter.config.num_hidden_layers == 1
     assert json.loads((path / "truncated.json").read_text())["layers_of_source"] == \
         models.model_config("llama-3.1-8b-twin-small").num_hidden_layers
-    assert ablations.truncated_pretrained("llama-3.1-8b-twin-small", 1) == path  # saved once
+    assert truncated_pretrained("llama-3.1-8b-twin-small", 1) == path  # saved once
 
 
 def test_complexity_variants(monkeypatch):
     monkeypatch.setattr(reweighting_variants, "truncated_pretrained", lambda model, k: f"/cache/{model}-first{k}layers")
-    variants = ablations.complexity_variants("smollm2-135m-instruct", [1, 2, 12], 4)
+    variants = complexity_variants("smollm2-135m-instruct", [1, 2, 12], 4)
     assert [v.label for v in variants] == ["Plugin", "Plugin-2L", "Plugin-12L", "Plugin-pretrained"]
     assert variants[0].arch is None  # the main tables' Plugin run, shared
     assert variants[1].arch == {**runner.arch_for("smollm2-135m-instruct"), "n_layer": 2}
     assert variants[3].arch == {"arch": "pretrained", "pretrained": "/cache/smollm2-135m-instruct-first4layers"}
-    gpt2 = ablations.complexity_variants("gpt2-medium", [1], None)
+    gpt2 = complexity_variants("gpt2-medium", [1], None)
     assert gpt2[-1].arch == {"arch": "pretrained", "pretrained": "gpt2"}  # the paper's GPT2-Small
     # One Plugin-pretrained run per base: notebook 15's pretrained model is notebook 07's.
     for model, layers in (("gpt2-medium", None), ("llama-3.1-8b", None), ("smollm2-135m-instruct", 4)):
-        assert ablations.complexity_variants(model, [1], layers)[-1].arch == expert_variant(model, layers).arch
+        assert complexity_variants(model, [1], layers)[-1].arch == expert_variant(model, layers).arch
     assert expert_variant("llama-3.1-8b", None).arch["pretrained"] == "meta-llama/Llama-3.2-1B"
     with pytest.raises(ValueError, match="pretrained_layers"):
-        ablations.complexity_variants("smollm2-135m-instruct", [1], None)
+        complexity_variants("smollm2-135m-instruct", [1], None)
 
 
 @pytest.fixture
@@ -118,8 +119,8 @@ def tiny_task(tiny_base, monkeypatch, tmp_path):
 
 def test_architecture_variants_are_distinct_runs(tiny_task):
     profile = load_profile("smoke", decoding={"max_new_tokens": 3, "repetition_penalty": 1.1, "batch_size": 4})
-    variants = ablations.architecture_variants("tiny-llama")
-    records = ablations.variant_runs(tiny_task, profile, variants, seeds=[0])
+    variants = architecture_variants("tiny-llama")
+    records = variant_runs(tiny_task, profile, variants, seeds=[0])
     assert [r["method"] for r in records] == ["Zeroshot", "Plugin", "Plugin-MLP", "Plugin-linear"]
     folder = runner.runs_dir(profile, "e2e", "tiny-llama")
     weights = {v.label: set(torch.load(folder / f"{v.label}-best.pt")) for v in variants}
@@ -130,7 +131,7 @@ def test_architecture_variants_are_distinct_runs(tiny_task):
     assert len(set(losses)) == 3
     assert all((folder / f"{r['method']}-seed0.json").exists() for r in records)
 
-    sizes = ablations.variant_frame(tiny_task, variants)
+    sizes = variant_frame(tiny_task, variants)
     assert list(sizes.label) == ["Plugin", "Plugin-MLP", "Plugin-linear"] and sizes.parameters.is_unique
     # Random initialisations are nearly uniform: alone about log(vocabulary size) nats.
     assert ((sizes["loss alone at init"] - math.log(tiny_task.base.vocab_size)).abs() < 1.0).all()
@@ -142,16 +143,16 @@ def test_deeper_models_can_reuse_the_one_layer_choice(tiny_task):
     profile = load_profile("smoke", decoding={"max_new_tokens": 2, "repetition_penalty": 1.1, "batch_size": 4},
                            grid={"lr": [1e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5], "extend_edges": 0})
     small = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
-    variants = [ablations.Variant("Plugin", None, "1 layer"),
-                ablations.Variant("Plugin-2L", {**small, "n_layer": 2}, "2 layers")]
-    records = ablations.variant_runs(tiny_task, profile, variants, seeds=[0], hparams="one-layer")
+    variants = [Variant("Plugin", None, "1 layer"),
+                Variant("Plugin-2L", {**small, "n_layer": 2}, "2 layers")]
+    records = variant_runs(tiny_task, profile, variants, seeds=[0], hparams="one-layer")
     folder = runner.runs_dir(profile, "e2e", "tiny-llama")
     one_layer = read_json(folder / "Plugin-selection.json")
     deeper = read_json(folder / "Plugin-2L-selection.json")
     assert len(one_layer["configs"]) == 2 and list(deeper["configs"]) == [one_layer["best"]]
     assert records[1]["hparams"] == records[2]["hparams"]
     with pytest.raises(ValueError, match="hparams"):
-        ablations.variant_runs(tiny_task, profile, variants, seeds=[0], hparams="best")
+        variant_runs(tiny_task, profile, variants, seeds=[0], hparams="best")
 
 
 def test_settings_per_profile():
@@ -288,7 +289,7 @@ def test_figures_have_a_panel_per_metric():
     fig = base_quality.plot_base_quality(summary, ORDER)
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == list(METRIC_NAMES)
 
-    variants = [ablations.Variant("Plugin", None, "1 layer"), ablations.Variant("Plugin-2L", {}, "2 layers")]
+    variants = [Variant("Plugin", None, "1 layer"), Variant("Plugin-2L", {}, "2 layers")]
     one_model = _summary({("m", "Zeroshot"): [0.1], ("m", "Plugin"): [0.4], ("m", "Plugin-2L"): [0.3]})
     fig = ablations.plot_complexity(one_model, variants)
     assert [ax.get_title() for ax in fig.axes] == ["BLEU", "ROUGE-L"]

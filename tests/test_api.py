@@ -12,10 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plugin_lib.core.api import ApiBlackBox, ApiRequestError, ApiUnavailable, NoLogProbs, TokenizerMismatch
+from plugin_lib.core.api import ApiBlackBox
+from plugin_lib.core.api_client import ApiRequestError, ApiUnavailable, NoLogProbs, TokenizerMismatch
 from plugin_lib.core.blackbox import TopKBlackBox, restrict_log_probs
 from plugin_lib.core.decode import generate
-from plugin_lib.core.train import BaseOutputCache, collate, encode_pairs
+from plugin_lib.core.cache import BaseOutputCache
+from plugin_lib.core.pairs import collate, encode_pairs
 from plugin_lib.harness import api_server, models
 from api_helpers import K, PROMPTS, TARGETS, api_client
 

@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 from transformers import LogitsProcessorList, PreTrainedTokenizerFast
 
-from plugin_lib.core.api import (ApiBlackBox, ApiUnavailable, KeyMap, TokenizerMismatch, echo_entries, token_bytes,
-                                 token_keys)
+from plugin_lib.core.api import ApiBlackBox
+from plugin_lib.core.api_client import ApiUnavailable, TokenizerMismatch
+from plugin_lib.core.token_keys import KeyMap, echo_entries, token_bytes, token_keys
 from plugin_lib.core.decode import PluginLogitsProcessor, repetition_penalty_processor
-from plugin_lib.core.train import encode_pairs
+from plugin_lib.core.pairs import encode_pairs
 from plugin_lib.harness import api_server, models
 from plugin_lib.harness.api_server import LlamaCppServer
 from api_helpers import K, PROMPTS, api_client

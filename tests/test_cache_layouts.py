@@ -14,7 +14,8 @@ import torch
 from plugin_lib.core.blackbox import TopKBlackBox
 from plugin_lib.core.cache import GIB, BaseOutputCache, choose_layout, compact_supported
 from plugin_lib.core.reweighter import make_reweighter
-from plugin_lib.core.train import TokenObjective, encode_pairs
+from plugin_lib.core.pairs import encode_pairs
+from plugin_lib.core.train import TokenObjective
 from plugin_lib.harness import models
 
 PROMPTS = ["name[The Eagle], eatType[coffee shop], food[French]", "name[Aromi], area[city centre]",

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from plugin_lib.experiments import confirmation
-from plugin_lib.harness import bdpl, runner
+from plugin_lib.harness import bdpl, run_keys, runner
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import freeze
@@ -415,7 +415,7 @@ def test_the_script_replays_the_coordinate_searchs_own_walk(tmp_path, monkeypatc
     script = search_config_script()
     profile = load_profile("confirm")
     assert profile.grid.search == "coordinate" and profile.grid.extend_edges > 0
-    values = {k: list(getattr(profile.grid, k)) for k in runner.grid_keys(method)}
+    values = {k: list(getattr(profile.grid, k)) for k in run_keys.grid_keys(method)}
     record = {"settings": "s", "inputs": "i", "configs": {}, "best": None}
     trained = []
 
@@ -427,13 +427,13 @@ def test_the_script_replays_the_coordinate_searchs_own_walk(tmp_path, monkeypatc
         losses = {tag: c["val_loss"] for tag, c in record["configs"].items()}
         axis = script.coordinate_axis(losses, values, profile.grid.extend_edges)
         for hparams in configs:  # an axis's configurations train together
-            if runner.config_tag(hparams) in record["configs"]:
+            if run_keys.config_tag(hparams) in record["configs"]:
                 continue
             assert hparams in axis
-            trained.append(runner.config_tag(hparams))
-            record["configs"][runner.config_tag(hparams)] = {"hparams": hparams, "val_loss": loss(hparams)}
+            trained.append(run_keys.config_tag(hparams))
+            record["configs"][run_keys.config_tag(hparams)] = {"hparams": hparams, "val_loss": loss(hparams)}
             if record["best"] is None or loss(hparams) < record["configs"][record["best"]]["val_loss"]:
-                record["best"] = runner.config_tag(hparams)
+                record["best"] = run_keys.config_tag(hparams)
         return json.loads(json.dumps(record))
 
     monkeypatch.setattr(runner, "_selection_paths", lambda *a: (tmp_path / "sel.json", tmp_path / "best.pt", "s", "i"))
@@ -471,7 +471,7 @@ def test_a_configuration_trained_ahead_is_the_grids_own_unit_of_it():
     selections = [u for u in units if u.kind == "selection"]
     assert {u.method for u in selections} >= {"Plugin", "WeightedComb"}
     for selection in selections:
-        hparams = {k: getattr(profile.grid, k)[0] for k in runner.grid_keys(selection.method)}
+        hparams = {k: getattr(profile.grid, k)[0] for k in run_keys.grid_keys(selection.method)}
         (own,) = [u for u in units if u.kind == "config" and u.key in selection.needs]
         assert script.config_unit(selection, hparams) == dataclasses.replace(own, needs=())
 

@@ -12,8 +12,9 @@ import torch
 
 from plugin_lib.core import train as train_module
 from plugin_lib.core.reweighter import make_reweighter
-from plugin_lib.core.train import (BaseOutputCache, GridRun, TokenObjective, TrainConfig, encode_pairs, fit,
-                                   fit_grid)
+from plugin_lib.core.cache import BaseOutputCache
+from plugin_lib.core.pairs import encode_pairs
+from plugin_lib.core.train import GridRun, TokenObjective, TrainConfig, fit, fit_grid
 from plugin_lib.harness import models
 
 SOURCES = ["name[The Eagle], eatType[coffee shop]", "name[Aromi], area[city centre]", "name[Zizzi], food[Italian]",
@@ -161,7 +162,7 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
     reading a batch is a copy, the search trains one at a time."""
     import dataclasses
 
-    from plugin_lib.harness import methods, runner
+    from plugin_lib.harness import methods, run_keys, runner
 
     task = dataclasses.replace(task, cache_layout="compact")  # where a grid pays on a CPU (core.train.grid_pays)
     profile = profile.replace(grid={**profile.section("grid"), "weight_decay": [0.01, 1.0], "alpha": [0.25, 0.75]},
@@ -171,11 +172,11 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
     monkeypatch.setattr(methods, "train_methods",
                         lambda *a, **k: trained_together.append(len(a[3])) or real(*a, **k))
     together = runner.select_hparams(task, method, profile, progress=False)
-    size = len(runner.hparam_grid(profile, method))
+    size = len(run_keys.hparam_grid(profile, method))
     assert trained_together == [size] and size >= 4
     assert {c["trained_with"] for c in together["configs"].values()} == {size}
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "one-by-one"))
-    for hparams in runner.hparam_grid(profile, method):
+    for hparams in run_keys.hparam_grid(profile, method):
         runner.train_config(task, method, profile, hparams)
     alone = runner.stored_selection(task, method, profile)
     assert trained_together == [size]  # one at a time: train_method, never train_methods

@@ -19,8 +19,10 @@ from devices import assert_forward_close
 from plugin_lib.core.blackbox import TopKBlackBox
 from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
 from plugin_lib.core.reweighter import make_reweighter
-from plugin_lib.core.train import (BaseOutputCache, TokenObjective, TrainConfig, cache_dtype, choose_placement,
-                                   encode_pairs, fit, gpu_free_bytes, host_available_bytes, release_gpu_caches)
+from plugin_lib.core.cache import (BaseOutputCache, cache_dtype, choose_placement, gpu_free_bytes, host_available_bytes,
+                                   release_gpu_caches)
+from plugin_lib.core.pairs import encode_pairs
+from plugin_lib.core.train import TokenObjective, TrainConfig, fit
 from plugin_lib.harness import bdpl, bdpl_rewards, lora, models
 from plugin_lib.harness.profile import load_profile
 

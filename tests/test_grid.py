@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin_lib.harness import costs, grid, runner
+from plugin_lib.harness import costs, grid, run_keys, runner
 from plugin_lib.harness.preflight_counts import TaskCounts
 from plugin_lib.harness.grid import executors, plan as planning
 from plugin_lib.commands import studies
@@ -110,7 +110,7 @@ def test_the_table_units_are_the_notebooks_runs_and_their_needs():
     assert by_key[f"{folder}/Plugin-seed0"].needs == (f"{folder}/Plugin-selection",)
     selection = by_key[f"{folder}/WeightedComb-selection"]
     configs = [k for k in selection.needs if by_key[k].kind == "config"]
-    assert len(configs) == len(runner.hparam_grid(profile, "WeightedComb"))
+    assert len(configs) == len(run_keys.hparam_grid(profile, "WeightedComb"))
     assert by_key[configs[0]].needs == (f"{folder}/cache",)
     assert by_key[f"{folder}/Zeroshot-seed0"].needs == ()
 

@@ -7,7 +7,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from plugin_lib.core.decode import generate
 from plugin_lib.core.reweighter import count_parameters
-from plugin_lib.core.train import TrainConfig, encode_pairs
+from plugin_lib.core.pairs import encode_pairs
+from plugin_lib.core.train import TrainConfig
 from plugin_lib.harness.lora import add_lora, fit_lora, lora_black_box, lora_objective, lora_targets
 
 from conftest import killed_at_validation

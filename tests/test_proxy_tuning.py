@@ -13,7 +13,7 @@ from transformers import TopPLogitsWarper
 from conftest import count_trainings
 from plugin_lib.core.combine import nucleus_log_probs, proxy_combine, proxy_log_probs
 from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
-from plugin_lib.harness import methods, runner
+from plugin_lib.harness import methods, run_keys, runner
 
 
 def test_the_nucleus_is_transformers_top_p():
@@ -83,9 +83,9 @@ def test_the_arms_use_newmodels_expert_and_choose_alpha_on_hyper_validation(task
 
 
 def test_the_arms_runs_are_keyed_on_the_proxy_settings(task, profile):
-    plain = runner.settings_fingerprint(task, profile, None, "NewModel")
-    arm = runner.settings_fingerprint(task, profile, None, "ProxyTuning")
-    other = runner.settings_fingerprint(task, profile.replace(proxy={"alphas": [1.0], "top_p": 0.9}), None,
+    plain = run_keys.settings_fingerprint(task, profile, None, "NewModel")
+    arm = run_keys.settings_fingerprint(task, profile, None, "ProxyTuning")
+    other = run_keys.settings_fingerprint(task, profile.replace(proxy={"alphas": [1.0], "top_p": 0.9}), None,
                                         "ProxyTuning")
     assert len({plain, arm, other}) == 3
-    assert runner.settings_fingerprint(task, profile.replace(proxy={"alphas": [1.0]}), None, "NewModel") == plain
+    assert run_keys.settings_fingerprint(task, profile.replace(proxy={"alphas": [1.0]}), None, "NewModel") == plain

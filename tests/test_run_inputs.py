@@ -19,9 +19,10 @@ from conftest import count_trainings
 
 from plugin_lib import data
 from plugin_lib.core import train
-from plugin_lib.core.train import BaseOutputCache, encode_pairs
+from plugin_lib.core.cache import BaseOutputCache
+from plugin_lib.core.pairs import encode_pairs
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import methods, runner
+from plugin_lib.harness import methods, run_keys, runner
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.utils.io import CorruptFileError, current_umask, read_json, remove_stale_temporaries
 
@@ -46,11 +47,11 @@ def with_reference(task, i: int, reference: str):
 
 def test_a_run_made_from_other_inputs_is_redone(task, profile, monkeypatch):
     first = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
-    assert first["inputs"] == runner.inputs_fingerprint(task) and len(first["inputs"]) == 16
+    assert first["inputs"] == run_keys.inputs_fingerprint(task) and len(first["inputs"]) == 16
     changed = with_reference(task, 1, "A different reference.")
     # The settings hash does not see the data (committed runs keep theirs); the inputs do.
-    assert runner.settings_fingerprint(changed, profile) == first["settings"]
-    assert runner.inputs_fingerprint(changed) != first["inputs"]
+    assert run_keys.settings_fingerprint(changed, profile) == first["settings"]
+    assert run_keys.inputs_fingerprint(changed) != first["inputs"]
     must_not_decode(monkeypatch)
     assert runner.run_experiment(task, "Zeroshot", 0, profile) == first  # same inputs: reused
     with pytest.raises(AssertionError, match="decoded again"):
@@ -61,7 +62,7 @@ def test_a_run_made_from_other_inputs_is_redone(task, profile, monkeypatch):
     # The base model's spec is part of the inputs: the same name for another model is stale.
     real_spec = runner.models.model_spec
     monkeypatch.setattr(runner.models, "model_spec", lambda name: {**real_spec(name), "hub_id": "org/other"})
-    assert runner.examples_fingerprint("tiny-llama", task.train, task.hyper, task.test) != first["inputs"]
+    assert run_keys.examples_fingerprint("tiny-llama", task.train, task.hyper, task.test) != first["inputs"]
 
 
 def test_a_record_without_inputs_is_stale(task, profile, monkeypatch):
@@ -79,7 +80,7 @@ def test_a_grid_search_on_other_inputs_starts_again(task, profile, monkeypatch):
     trained = []
     count_trainings(monkeypatch, lambda hparams, seed: trained.append(hparams["lr"]))
     first = runner.select_hparams(task, "Plugin", profile, progress=False)
-    assert first["inputs"] == runner.inputs_fingerprint(task) and trained == [1e-3, 5e-3]
+    assert first["inputs"] == run_keys.inputs_fingerprint(task) and trained == [1e-3, 5e-3]
     trained.clear()
     assert runner.select_hparams(task, "Plugin", profile, progress=False) == first and trained == []
     changed = dataclasses.replace(task, train=task.train[:-1])
@@ -89,7 +90,7 @@ def test_a_grid_search_on_other_inputs_starts_again(task, profile, monkeypatch):
 
 def test_bdpl_prompts_are_keyed_on_inputs_and_current_runs_filter_on_them(task, profile, monkeypatch):
     first = table5.learn_prompt(task, profile, seed=0, budget=4)
-    assert first["inputs"] == runner.inputs_fingerprint(task)
+    assert first["inputs"] == run_keys.inputs_fingerprint(task)
     calls = []
     real = table5.bdpl.train_bdpl
     monkeypatch.setattr(table5.bdpl, "train_bdpl", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -113,10 +114,10 @@ def test_committed_local_runs_keep_their_settings_hash():
                                tempnet=local.tempnet)
         for method in set(methods.METHODS) - {"TempNet", "TempNet-greedy"}:
             record = read_json(REPO_ROOT / f"results/local/runs/{dataset}/smollm2-135m-instruct/{method}-seed0.json")
-            assert runner.settings_fingerprint(fake, local, method=method) == record["settings"], (dataset, method)
+            assert run_keys.settings_fingerprint(fake, local, method=method) == record["settings"], (dataset, method)
     # The authors' prompts are other settings: their runs are made anew.
     authors = SimpleNamespace(**{**vars(fake), "prompt_style": "authors"})
-    assert runner.settings_fingerprint(authors, local) != runner.settings_fingerprint(fake, local)
+    assert run_keys.settings_fingerprint(authors, local) != run_keys.settings_fingerprint(fake, local)
 
 
 def test_committed_local_finetuned_bases_keep_their_keys_and_bdpl_keys_follow_the_prompts():
@@ -156,7 +157,7 @@ def test_committed_local_runs_carry_the_inputs_of_the_current_data():
         if dataset not in splits:
             splits[dataset] = methods.task_splits(dataset, local)
         model = record.get("model") or path.parent.name.replace("--", "/")  # selection records: the folder
-        assert record["inputs"] == runner.examples_fingerprint(model, *splits[dataset]), path
+        assert record["inputs"] == run_keys.examples_fingerprint(model, *splits[dataset]), path
         if "test_ids" in record:
             assert record["test_ids"] == [e.id for e in splits[dataset][2]], path
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from plugin_lib.core.train import TokenObjective
-from plugin_lib.harness import methods, runner
+from plugin_lib.harness import methods, run_keys, runner
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils.io import atomic_write_json
 
@@ -100,8 +100,8 @@ def test_a_later_seed_killed_while_decoding_is_not_trained_again(task, profile, 
 
 def test_hparam_grid_per_method():
     prof = load_profile("local")
-    assert len(runner.hparam_grid(prof, "Plugin")) == len(prof.grid.lr) * len(prof.grid.weight_decay)
-    assert all("alpha" in h for h in runner.hparam_grid(prof, "WeightedComb"))
+    assert len(run_keys.hparam_grid(prof, "Plugin")) == len(prof.grid.lr) * len(prof.grid.weight_decay)
+    assert all("alpha" in h for h in run_keys.hparam_grid(prof, "WeightedComb"))
     with pytest.raises(ValueError, match="Unknown method"):
         methods.check_method("LoRA-99")
 
@@ -117,15 +117,15 @@ def test_missing_weights_are_retrained_from_the_recorded_choice(task, profile):
 # -- equal budget: grid edges (issue 16) ---------------------------------------------------------
 
 def test_beyond_edge_steps_past_the_edge_where_the_choice_sits():
-    assert runner.beyond_edge([1e-3, 5e-3], 1e-3, "lr") == pytest.approx(2e-4)
-    assert runner.beyond_edge([1e-3, 5e-3], 5e-3, "lr") == pytest.approx(2.5e-2)
-    assert runner.beyond_edge([5e-5, 5e-4, 5e-3], 5e-4, "lr") is None  # inside the grid
-    assert runner.beyond_edge([0.01], 0.01, "weight_decay") is None  # one value: no edge
+    assert run_keys.beyond_edge([1e-3, 5e-3], 1e-3, "lr") == pytest.approx(2e-4)
+    assert run_keys.beyond_edge([1e-3, 5e-3], 5e-3, "lr") == pytest.approx(2.5e-2)
+    assert run_keys.beyond_edge([5e-5, 5e-4, 5e-3], 5e-4, "lr") is None  # inside the grid
+    assert run_keys.beyond_edge([0.01], 0.01, "weight_decay") is None  # one value: no edge
     # alpha is a mixture weight in (0, 1): the spacing while it stays inside, then half the gap.
-    assert runner.beyond_edge([0.25, 0.5, 0.75], 0.25, "alpha") == pytest.approx(0.125)
-    assert runner.beyond_edge([0.25, 0.5, 0.75], 0.75, "alpha") == pytest.approx(0.875)
-    assert runner.beyond_edge([0.3, 0.5, 0.7], 0.3, "alpha") == pytest.approx(0.1)
-    assert runner.grid_edges({"lr": [1e-3, 5e-3], "weight_decay": [0.01]}, {"lr": 1e-3, "weight_decay": 0.01}) == ["lr"]
+    assert run_keys.beyond_edge([0.25, 0.5, 0.75], 0.25, "alpha") == pytest.approx(0.125)
+    assert run_keys.beyond_edge([0.25, 0.5, 0.75], 0.75, "alpha") == pytest.approx(0.875)
+    assert run_keys.beyond_edge([0.3, 0.5, 0.7], 0.3, "alpha") == pytest.approx(0.1)
+    assert run_keys.grid_edges({"lr": [1e-3, 5e-3], "weight_decay": [0.01]}, {"lr": 1e-3, "weight_decay": 0.01}) == ["lr"]
 
 
 def _fake_training(trained, best_lr):
@@ -170,7 +170,7 @@ def test_an_interior_choice_extends_nothing(task, profile, monkeypatch):
 
 def test_extend_edges_zero_keeps_the_settings_hash_of_runs_made_before_the_option(task, profile):
     pushed = profile.replace(grid={**profile.section("grid"), "extend_edges": 2})
-    assert runner.settings_fingerprint(task, profile) != runner.settings_fingerprint(task, pushed)
+    assert run_keys.settings_fingerprint(task, profile) != run_keys.settings_fingerprint(task, pushed)
 
 
 # -- coordinate search (issue 25) -----------------------------------------------------------------
@@ -208,11 +208,11 @@ def test_coordinate_search_walks_one_hyperparameter_at_a_time_from_the_middle(ta
 
 def test_the_search_and_tempnet_options_change_the_settings_hash_only_when_set(task, profile):
     coordinate = profile.replace(grid={**profile.section("grid"), "search": "coordinate"})
-    assert runner.settings_fingerprint(task, profile) != runner.settings_fingerprint(task, coordinate)
+    assert run_keys.settings_fingerprint(task, profile) != run_keys.settings_fingerprint(task, coordinate)
     tempnet = dataclasses.replace(task, tempnet=profile.tempnet)
     per_token = dataclasses.replace(task, tempnet=dataclasses.replace(profile.tempnet, per="token"))
-    assert (runner.settings_fingerprint(tempnet, profile, method="TempNet")
-            != runner.settings_fingerprint(per_token, profile, method="TempNet"))
+    assert (run_keys.settings_fingerprint(tempnet, profile, method="TempNet")
+            != run_keys.settings_fingerprint(per_token, profile, method="TempNet"))
 
 
 def test_a_pretrained_reweighter_in_the_cache_is_keyed_without_this_machines_path(toy_task, tiny_profile,
@@ -223,10 +223,10 @@ def test_a_pretrained_reweighter_in_the_cache_is_keyed_without_this_machines_pat
     for home in ("one", "two"):
         monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / home))
         arch = {"arch": "pretrained", "pretrained": str(tmp_path / home / "models" / "smollm2-first4layers")}
-        keys.append(runner.settings_fingerprint(toy_task, tiny_profile, arch, "Plugin"))
+        keys.append(run_keys.settings_fingerprint(toy_task, tiny_profile, arch, "Plugin"))
     assert keys[0] == keys[1]
     elsewhere = {"arch": "pretrained", "pretrained": str(tmp_path / "mine" / "smollm2-first4layers")}
-    assert runner.settings_fingerprint(toy_task, tiny_profile, elsewhere, "Plugin") != keys[0]
+    assert run_keys.settings_fingerprint(toy_task, tiny_profile, elsewhere, "Plugin") != keys[0]
 
 
 def test_a_new_run_record_names_its_code_libraries_and_device(task, profile):
@@ -302,7 +302,7 @@ def test_a_search_whose_weights_do_not_fit_the_disk_leaves_no_checkpoint(task, p
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", full_for_weights)
-    hparams = runner.hparam_grid(profile, "Plugin")[0]
+    hparams = run_keys.hparam_grid(profile, "Plugin")[0]
     with pytest.raises(OSError, match="checkpoint Plugin-lr=.* was removed"):
         runner.train_config(task, "Plugin", profile, hparams)
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == []  # nothing of the unit stays

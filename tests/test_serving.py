@@ -19,7 +19,8 @@ import torch
 import uvicorn
 from typer.testing import CliRunner
 
-from plugin_lib.core.api import ApiBlackBox, CompletionsClient, TokenizerMismatch
+from plugin_lib.core.api import ApiBlackBox
+from plugin_lib.core.api_client import CompletionsClient, TokenizerMismatch
 from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.harness import api_server, models
 from plugin_lib.harness.api_server import LlamaCppServer, free_port

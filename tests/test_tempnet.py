@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from plugin_lib.core.decode import generate
-from plugin_lib.core.train import BaseOutputCache, EncodedPair, TrainConfig, fit
-from plugin_lib.harness import methods, runner
+from plugin_lib.core.cache import BaseOutputCache
+from plugin_lib.core.pairs import EncodedPair
+from plugin_lib.core.train import TrainConfig, fit
+from plugin_lib.harness import methods, run_keys, runner
 from plugin_lib.harness.profile import TempNetSettings, load_profile, profile_names
 from plugin_lib.harness.tempnet import (
     TempNet,
@@ -161,11 +163,11 @@ def test_tempnet_runs_through_the_runner_and_its_settings_make_runs_stale(tiny_p
     toy_task.tempnet = tiny_profile.tempnet
     record = runner.run_experiment(toy_task, "TempNet", 0, tiny_profile, progress=False)
     assert len(record["predictions"]) == len(toy_task.test) and record["training"]["history"]
-    zeroshot = runner.settings_fingerprint(toy_task, tiny_profile, method="Zeroshot")
-    assert runner.settings_fingerprint(toy_task, tiny_profile, method="TempNet") != zeroshot
+    zeroshot = run_keys.settings_fingerprint(toy_task, tiny_profile, method="Zeroshot")
+    assert run_keys.settings_fingerprint(toy_task, tiny_profile, method="TempNet") != zeroshot
     toy_task.tempnet = dataclasses.replace(tiny_profile.tempnet, rho=9.0)
-    assert runner.settings_fingerprint(toy_task, tiny_profile, method="TempNet") != record["settings"]
-    assert runner.settings_fingerprint(toy_task, tiny_profile, method="Zeroshot") == zeroshot
+    assert run_keys.settings_fingerprint(toy_task, tiny_profile, method="TempNet") != record["settings"]
+    assert run_keys.settings_fingerprint(toy_task, tiny_profile, method="Zeroshot") == zeroshot
     with pytest.raises(ValueError, match="no TempNet settings"):
         methods.build_model(dataclasses.replace(toy_task, tempnet=None), "TempNet", {}, seed=0)
 

@@ -8,16 +8,9 @@ from plugin_lib.core.blackbox import TopKBlackBox, restrict_log_probs
 from plugin_lib.core.decode import PluginLogitsProcessor, generate, greedy_decode_uncached
 from plugin_lib.core.loss import shift_labels, target_positions
 from plugin_lib.core.reweighter import ContextFreeReweighter, reweighter_logits
-from plugin_lib.core.train import (
-    BaseOutputCache,
-    TokenObjective,
-    TrainConfig,
-    collate,
-    encode_pairs,
-    fit,
-    plugin_log_probs,
-    reachable_plugin_log_probs,
-)
+from plugin_lib.core.cache import BaseOutputCache
+from plugin_lib.core.pairs import collate, encode_pairs
+from plugin_lib.core.train import TokenObjective, TrainConfig, fit, plugin_log_probs, reachable_plugin_log_probs
 from plugin_lib.experiments.topk import (TOPK_RULE, plot_metric_vs_k, plugin_gaps, record_claims, reference_coverage,
                                          view_label)
 from plugin_lib.harness import models, runner

@@ -9,15 +9,9 @@ import torch
 
 from plugin_lib.core.loss import plugin_loss
 from plugin_lib.core.reweighter import make_reweighter, reweighter_logits
-from plugin_lib.core.train import (
-    BaseOutputCache,
-    TokenObjective,
-    TrainConfig,
-    collate,
-    encode_pairs,
-    fit,
-    small_model_log_probs,
-)
+from plugin_lib.core.cache import BaseOutputCache
+from plugin_lib.core.pairs import collate, encode_pairs
+from plugin_lib.core.train import TokenObjective, TrainConfig, fit, small_model_log_probs
 
 from conftest import killed_at_validation
 

@@ -14,8 +14,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from plugin_lib.core.reweighter import make_reweighter
-from plugin_lib.core.train import (GIB, BaseOutputCache, TokenObjective, cache_dtype, choose_placement, collate,
-                                   encode_pairs, gpu_headroom)
+from plugin_lib.core.cache import BaseOutputCache, GIB, cache_dtype, choose_placement, gpu_headroom
+from plugin_lib.core.pairs import collate, encode_pairs
+from plugin_lib.core.train import TokenObjective
 from plugin_lib.core.loss import target_positions
 from plugin_lib.core.pairs import EncodedPair
 from plugin_lib.commands import preflight as preflight_command

@@ -27,10 +27,11 @@ from ..report import preregistered as pre
 from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
 from ..utils.io import atomic_write_json, read_json
-from ..experiments import ablations, table5, table8
+from ..experiments import table5, table8
 from ..experiments.confirmation import (PROFILE, Missing, Roles, claim_states, margin_verdicts, references, summary,
                                          versus_labels)
 from .confirmation import command_line
+from ..harness.variants import complexity_variants, variant_jobs
 
 MARGINS_FILE = "margin_sensitivity_wave2.json"
 
@@ -42,8 +43,8 @@ def units(profile: Profile) -> list[grid.Unit]:
              if "learning-budget" not in u.key]
     found += table8.units(profile, "11_table8_lora", datasets=datasets)
     setup = ablation_settings(profile)
-    variants = ablations.complexity_variants(setup.model, (1, *wave2.LAYERS), None, pretrained=False)
-    jobs = ablations.variant_jobs(variants, ablation_seeds(setup, "complexity", profile), setup.complexity_hparams)
+    variants = complexity_variants(setup.model, (1, *wave2.LAYERS), None, pretrained=False)
+    jobs = variant_jobs(variants, ablation_seeds(setup, "complexity", profile), setup.complexity_hparams)
     for dataset in datasets:
         found += grid.task_units(grid.TaskRef(setup.model, dataset), profile,
                                  [(j.method, j.seed, j.label, j.arch, j.narrow) for j in jobs],

@@ -50,9 +50,9 @@ entries pair tokens with score rows and skip the BOS id) and ``llama_cpp/_intern
 (``detokenize``: a 32-byte buffer per token), which fix the ``"llama-cpp-python"`` alignment
 and key style below.
 
-The parts: ``api_client`` (the HTTP client, its errors and usage), ``api_keys`` (token keys and
+The parts: ``api_client`` (the HTTP client, its errors and usage), ``token_keys`` (token keys and
 echo alignment), ``api_checks`` (the server checks and the answers' parsing), and here the
-black box; every name stays importable from here.
+black box.
 """
 from __future__ import annotations
 
@@ -67,10 +67,9 @@ import torch
 from transformers import (LogitsProcessorList, PreTrainedTokenizerBase, TemperatureLogitsWarper, TopKLogitsWarper,
                           TopPLogitsWarper)
 
-from .api_client import (PHASES, ApiError, ApiRequestError, ApiUnavailable, CompletionsClient,  # noqa: F401
-                         NoLogProbs, PhaseUsage, TokenizerMismatch, Usage)
-from .api_keys import ECHO_ALIGNMENTS, KEY_STYLES, KeyMap, echo_entries, token_bytes, token_keys  # noqa: F401
-from .api_checks import ECHO_TOLERANCE, ServerChecks, _choice, _single_top, _top_distance  # noqa: F401
+from .api_client import ApiRequestError, CompletionsClient, NoLogProbs, TokenizerMismatch, Usage
+from .token_keys import KeyMap, echo_entries, token_bytes
+from .api_checks import ServerChecks, _choice, _single_top
 from .blackbox import DEFAULT_RULE, RULES, BlackBoxLM, complete_top_k
 
 TEACHER_FORCING = ("stepwise", "echo")

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 
 from .api_client import ApiError, ApiRequestError, NoLogProbs, TokenizerMismatch
-from .api_keys import ECHO_ALIGNMENTS, KEY_STYLES, KeyMap, echo_entries, token_keys
+from .token_keys import ECHO_ALIGNMENTS, KEY_STYLES, KeyMap, echo_entries, token_keys
 
 # Largest mean difference (nats) between an echoed entry and a single request for the same
 # position under the right alignment (``ServerChecks._measure_echo_alignment``).

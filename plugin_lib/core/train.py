@@ -31,13 +31,10 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-# The pairs and the cache have modules of their own; their names stay importable from here.
-from .cache import (GIB, LAYOUTS, PLACEMENTS, BaseOutputCache, cache_dtype, choose_layout,  # noqa: F401
-                    choose_placement, gpu_free_bytes, gpu_headroom, host_available_bytes, measure_placement,
-                    release_gpu_caches)
+from .cache import BaseOutputCache, gpu_headroom, host_available_bytes
 from .cache_files import current_umask, owner_tag, remove_stale_partials
 from .loss import shift_labels, target_positions
-from .pairs import EncodedPair, collate, encode_pairs  # noqa: F401
+from .pairs import EncodedPair, collate
 from .reweighter import check_token_ids, check_vocabulary, reweighter_logits
 
 LogProbs = Callable[[torch.Tensor | None, torch.Tensor], torch.Tensor]

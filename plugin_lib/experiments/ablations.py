@@ -40,10 +40,7 @@ from ..report import claim_checks, stats, verdicts
 from ..report.claim_checks import BOOTSTRAP_RULE, comparison_n, comparison_statistic, inputs_of, mean_of
 from ..report.claims import n_seeds
 from ..report.stats import BOOTSTRAP_METRICS
-# The reweighting models compared and their runs live in the harness; their names stay importable here.
-from ..harness.variants import (ONE_LAYER, PAPER_PRETRAINED, Variant, VariantJob, architecture_variants,  # noqa: F401
-                                complexity_variants, one_layer_profile, pretrained_variant, truncated_pretrained,
-                                variant_frame, variant_jobs, variant_runs)
+from ..harness.variants import ONE_LAYER, Variant, VariantJob, architecture_variants, complexity_variants, variant_jobs
 
 
 def _mean_table(summary: pd.DataFrame) -> pd.DataFrame:

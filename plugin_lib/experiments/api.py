@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 from ..core.api import ApiBlackBox
-from ..core.train import BaseOutputCache
+from ..core.cache import BaseOutputCache
 from ..harness import api_server, models, runner
 from ..harness.profile import Profile, results_dir
 from ..metrics import METRIC_NAMES

@@ -204,7 +204,7 @@ def comparisons(roles: Roles, c: pre.Claim) -> list[tuple[list[dict], list[dict]
 
 
 def _same_inputs(a: list[dict], b: list[dict]) -> tuple[list[dict], list[dict]]:
-    """A and B on one base must come from the same data (``runner.inputs_fingerprint``)."""
+    """A and B on one base must come from the same data (``run_keys.inputs_fingerprint``)."""
     if a[0]["model"] == b[0]["model"] and a[0].get("inputs") != b[0].get("inputs"):
         raise Missing(f"{a[0]['method']} and {b[0]['method']} were made from different data "
                       "(a stale one is redone by the grid)")

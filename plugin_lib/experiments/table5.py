@@ -9,7 +9,7 @@ BDPL and BDPL + Plugin, per (dataset, base model, seed):
    prompt, the calls used, the reward of every call and the hyper-validation scores are
    stored in ``runs/<dataset>/<model>/bdpl-prompts/seed<k>.json`` and reused, never learned
    twice (outside the ``*-seed*.json`` pattern of run records), as long as its settings and its
-   inputs (``runner.inputs_fingerprint``: the task's data and base) match.
+   inputs (``run_keys.inputs_fingerprint``: the task's data and base) match.
    ``reward_per_call_figure`` plots the reward of every call.
 2. "BDPL" is Zeroshot on the prefixed task (Zeroshot itself when the empty prefix won);
    "BDPL+Plugin" is the Plugin trained and decoded on the prefixed task. Both are ordinary
@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from .. import paper as published
 from ..data import prompts
-from ..harness import bdpl, costs, grid, methods, runner
+from ..harness import bdpl, costs, grid, methods, run_keys, runner
 from ..harness.preflight_counts import TaskCounts, count_task
 from ..harness.profile import Bdpl, Profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
@@ -95,7 +95,7 @@ def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str, se
                 "chat_template": task.use_chat_template, "train_ids": [ex.id for ex in task.train],
                 "hyper_ids": [ex.id for ex in task.hyper], "seed": seed, "budget": budget, "reward": reward,
                 "bdpl": dataclasses.asdict(settings)}
-    if task.prompt_style != "appendix":  # as in runner.settings_fingerprint: appendix-era prompts stay current
+    if task.prompt_style != "appendix":  # as in run_keys.settings_fingerprint: appendix-era prompts stay current
         relevant["prompts"] = task.prompt_style
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -108,7 +108,7 @@ def stored_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: in
         return None
     stored = read_json(path)
     fingerprint = _prompt_settings(task, seed, budget, reward, profile.wrapper.bdpl)
-    return stored if runner.is_current(stored, fingerprint, runner.inputs_fingerprint(task)) else None
+    return stored if run_keys.is_current(stored, fingerprint, run_keys.inputs_fingerprint(task)) else None
 
 
 def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
@@ -150,7 +150,7 @@ def _learn_prompt(task: methods.Task, profile: Profile, seed: int, budget: int, 
                   progress: bool) -> dict:
     settings = profile.wrapper.bdpl
     fingerprint = _prompt_settings(task, seed, budget, reward, settings)
-    inputs = runner.inputs_fingerprint(task)
+    inputs = run_keys.inputs_fingerprint(task)
     partial = checkpoint_path(path)
     saved = read_json(partial) if partial.exists() else None
     if saved is not None and (saved.get("settings"), saved.get("inputs")) != (fingerprint, inputs):
@@ -368,9 +368,9 @@ def _bdpl_work(profile: Profile, counts: TaskCounts, budget: int, search: bool, 
 def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot", "Plugin")) -> list[dict]:
     """The main tables' stored runs of ``method_names`` on ``task`` made under the current
     settings from the current inputs (``runner.load_runs``); nothing is run."""
-    fingerprint, inputs = runner.settings_fingerprint(task, profile), runner.inputs_fingerprint(task)
+    fingerprint, inputs = run_keys.settings_fingerprint(task, profile), run_keys.inputs_fingerprint(task)
     return [r for r in runner.load_runs(profile, task.dataset)
-            if r["model"] == task.base.name and r["method"] in method_names and runner.is_current(r, fingerprint, inputs)]
+            if r["model"] == task.base.name and r["method"] in method_names and run_keys.is_current(r, fingerprint, inputs)]
 
 
 def prompt_row(prompt: dict, task: methods.Task, prefixed: methods.Task) -> dict:

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..core.train import BaseOutputCache, EncodedPair
+from ..core.cache import BaseOutputCache
+from ..core.pairs import EncodedPair
 from ..harness import grid
 from ..harness.models import parse_model_name
 from ..harness.profile import Profile

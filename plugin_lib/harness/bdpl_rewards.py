@@ -22,7 +22,7 @@ from rouge_score import rouge_scorer
 from ..core.blackbox import BlackBoxLM
 from ..core.decode import generate
 from ..core.loss import shift_labels, target_positions
-from ..core.train import collate, encode_pairs
+from ..core.pairs import collate, encode_pairs
 from ..data import Example, training_pairs
 
 

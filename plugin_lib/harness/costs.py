@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import methods, models, runner
+from . import methods, models, run_keys
 from .gpus import GpuClass
 from .preflight_counts import (EXPERT_CONFIGS, TaskCounts, base_shape, cache_bytes, cache_layout, count_task,
                                finetune_setup,
@@ -109,7 +109,7 @@ def work(unit: Unit, gpu: bool | GpuClass, counts: TaskCounts | None = None, *, 
         most = grid_size(profile, unit.method)
         tried = min(most, configs) if configs is not None else most
         if profile.grid.search == "grid":
-            return train(max(0.0, tried - len(runner.hparam_grid(profile, unit.method))), search=True)
+            return train(max(0.0, tried - len(run_keys.hparam_grid(profile, unit.method))), search=True)
         return train(max(1.0, tried - under_way) if under_way else tried, search=False)
     found: dict = {}
     # A trained method trains on later seeds, and on the first too when narrowed (a grid of the
@@ -130,7 +130,7 @@ def grid_size(profile, method: str) -> int:
     """Configurations a search tries, at most: a grid of two or more values may grow by
     ``extend_edges`` values past its edge (``runner.select_hparams``). A coordinate search tries
     each hyperparameter's values with the others fixed, sharing the configuration it starts from."""
-    sizes = [len(getattr(profile.grid, key)) for key in runner.grid_keys(method)]
+    sizes = [len(getattr(profile.grid, key)) for key in run_keys.grid_keys(method)]
     sizes = [n + (profile.grid.extend_edges if n > 1 else 0) for n in sizes]
     if profile.grid.search == "coordinate":
         return sum(sizes) - (len(sizes) - 1)
@@ -175,7 +175,7 @@ def tally(unit: Unit, gpu: bool | GpuClass, counts: TaskCounts | None = None) ->
     if unit.kind == "config":
         return Tally(configs=1, trainings=1)
     if unit.kind == "selection":
-        beyond = grid_size(profile, unit.method) - (len(runner.hparam_grid(profile, unit.method))
+        beyond = grid_size(profile, unit.method) - (len(run_keys.hparam_grid(profile, unit.method))
                                                       if profile.grid.search == "grid" else 0)
         weights = 0 if unit.method == "LoRA" else int(4 * reweighter_params(model) * model_scale(unit))
         return Tally(configs=beyond, trainings=beyond, weights_bytes=weights)

@@ -47,7 +47,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..core.train import TokenObjective, encode_pairs, small_model_log_probs
+from ..core.pairs import encode_pairs
+from ..core.train import TokenObjective, small_model_log_probs
 from .. import data
 from ..core.blackbox import BlackBoxLM
 from ..data import Example, prompts, training_pairs

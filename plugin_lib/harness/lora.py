@@ -34,7 +34,8 @@ from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..core.blackbox import BlackBoxLM
-from ..core.train import EncodedPair, FitResult, TokenObjective, TrainConfig, fit, small_model_log_probs
+from ..core.pairs import EncodedPair
+from ..core.train import FitResult, TokenObjective, TrainConfig, fit, small_model_log_probs
 
 FUSED_QKV_MODEL_TYPES = ("gpt2",)  # their attention projection is one Conv1D layer
 

@@ -37,6 +37,7 @@ repetition penalty applied to each model's logits) and the metric code. The trai
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,20 +49,10 @@ from ..core.blackbox import BlackBoxLM
 from ..core.combine import mixture_log_probs, proxy_combine, reachable_proxy_log_probs
 from ..core.decode import generate
 from ..core.reweighter import ExpertDifference, make_reweighter
-from ..core.train import (
-    BaseOutputCache,
-    EncodedPair,
-    FitResult,
-    GridRun,
-    TokenObjective,
-    TrainConfig,
-    configs_that_fit,
-    encode_pairs,
-    grid_pays,
-    fit_grid,
-    reachable_plugin_log_probs,
-    small_model_log_probs,
-)
+from ..core.cache import BaseOutputCache
+from ..core.pairs import EncodedPair, encode_pairs
+from ..core.train import (FitResult, GridRun, TokenObjective, TrainConfig, configs_that_fit, fit_grid, grid_pays,
+                          reachable_plugin_log_probs, small_model_log_probs)
 from ..data import prompts
 from ..utils.locks import StoreLock
 from . import models

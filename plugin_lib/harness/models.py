@@ -40,9 +40,10 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
-from ..core.api import ApiBlackBox, CompletionsClient
+from ..core.api import ApiBlackBox
+from ..core.api_client import CompletionsClient
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
-from ..core.train import release_gpu_caches
+from ..core.cache import release_gpu_caches
 from ..utils.io import remove_stale_temporaries
 from . import profile as config
 
@@ -335,7 +336,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
 
 def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
     """Left padding, a pad token; a prompt longer than the limit keeps its end, next to where
-    generation continues (as train.encode_pairs does), so the chat template's assistant turn
+    generation continues (as pairs.encode_pairs does), so the chat template's assistant turn
     is never cut off."""
     tokenizer.padding_side = "left"
     tokenizer.truncation_side = "left"

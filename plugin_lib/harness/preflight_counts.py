@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaC
 
 from .. import data
 from ..core.reweighter import count_parameters, make_reweighter
-from ..core.train import cache_dtype, choose_layout, host_available_bytes
+from ..core.cache import cache_dtype, choose_layout, host_available_bytes
 from ..data import prompts
 from . import models
 from . import profile as config
@@ -81,7 +81,7 @@ def _token_lengths(tokenizer, texts: Sequence[str], special: bool) -> list[int]:
 
 def count_task(dataset: str, model: str, profile: Profile) -> TaskCounts:
     """Pairs and tokens of ``dataset`` as the runner encodes them for ``model``
-    (``core.train.encode_pairs``: the prompt's last ``max_prompt`` tokens, the target's first
+    (``core.pairs.encode_pairs``: the prompt's last ``max_prompt`` tokens, the target's first
     ``max_target`` and EOS)."""
     spec = models.model_spec(model)
     tokenizer, _ = tokenizer_for(model)

@@ -45,9 +45,8 @@ from ..utils.locks import StoreLock
 from . import methods, models
 from . import profile as config
 from .profile import Profile
-# What keys a stored run and a grid search; their names stay importable from here.
-from .run_keys import (beyond_edge, config_tag, examples_fingerprint, grid_edges, grid_keys,  # noqa: F401
-                       hparam_grid, inputs_fingerprint, is_current, settings_fingerprint)
+from .run_keys import (beyond_edge, config_tag, grid_edges, grid_keys, hparam_grid, inputs_fingerprint, is_current,
+                       settings_fingerprint)
 
 
 def runs_dir(profile: Profile, dataset: str, model: str) -> Path:

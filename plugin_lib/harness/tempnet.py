@@ -53,7 +53,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from ..core.blackbox import BlackBoxLM
 from ..core.combine import temperature_log_probs
 from ..core.decode import repetition_penalty_processor
-from ..core.train import BaseOutputCache, TokenObjective
+from ..core.cache import BaseOutputCache
+from ..core.train import TokenObjective
 from .profile import TempNetSettings
 
 

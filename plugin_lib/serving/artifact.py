@@ -33,7 +33,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, PreTrainedModel
 
-from ..core.api import DEFAULT_SPECULATE, ApiBlackBox, CompletionsClient, TokenizerMismatch
+from ..core.api import ApiBlackBox, DEFAULT_SPECULATE
+from ..core.api_client import CompletionsClient, TokenizerMismatch
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM
 from ..core.decode import PluginLogitsProcessor, generate
 from ..core.reweighter import ContextFreeReweighter, check_vocabulary, for_decoding

@@ -21,7 +21,8 @@ from fastapi.responses import Response
 from transformers import TextStreamer
 from transformers.generation.streamers import BaseStreamer
 
-from ..core.api import ApiBlackBox, ApiError
+from ..core.api import ApiBlackBox
+from ..core.api_client import ApiError
 from .artifact import Completion, PluginModel, PromptTooLong
 from .batching import BatchEngine, Request as EngineRequest
 from .inputs import MAX_PROMPT_TOKENS

@@ -20,7 +20,8 @@ import torch
 from ..core.blackbox import BlackBoxLM
 from ..core.pairs import EncodedPair
 from ..core.reweighter import make_reweighter
-from ..core.train import BaseOutputCache, TokenObjective, reachable_plugin_log_probs
+from ..core.cache import BaseOutputCache
+from ..core.train import TokenObjective, reachable_plugin_log_probs
 from ..harness.profile import Profile
 
 BASE_BATCH = 8  # BaseOutputCache.build's batch

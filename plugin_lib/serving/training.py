@@ -5,7 +5,7 @@ Pairs are grouped by unique prompt and divided 60/40 into a training part and a
 hyper-validation part (``data.split_hyper_validation``, as for the paper's datasets). Every
 configuration of the profile's grid (learning rate x weight decay) is trained with the profile's
 budget (AdamW, warmup, early stopping on hyper-validation loss), a choice at an edge pushes the
-grid further as the runner does (``harness.runner.beyond_edge``), and the configuration with the
+grid further as the runner does (``harness.run_keys.beyond_edge``), and the configuration with the
 lowest hyper-validation loss is kept. The base's outputs are computed once for all of them (and
 kept for a later run on the same pairs), and the configurations train together, each batch read
 once for all (``core.train.fit_grid``); an interrupted run resumes each configuration where it
@@ -17,18 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from ..core.blackbox import BlackBoxLM
 from ..core.reweighter import make_reweighter
-from ..core.train import (BaseOutputCache, GridRun, TokenObjective, TrainConfig, configs_that_fit, encode_pairs, fit,
-                          fit_grid, grid_pays, reachable_plugin_log_probs)
+from ..core.cache import BaseOutputCache
+from ..core.pairs import encode_pairs
+from ..core.train import (GridRun, TokenObjective, TrainConfig, configs_that_fit, fit, fit_grid, grid_pays,
+                          reachable_plugin_log_probs)
 from ..data.datasets import Example, split_hyper_validation, training_pairs
 from ..data.prompts import format_for_model
-from ..harness import models, runner
+from ..harness import models, run_keys
 from ..harness.profile import Profile
 from . import estimate
 from .artifact import BaseSpec, DecodingSettings, PluginModel, package_version
@@ -86,11 +85,11 @@ def _estimate(base: BlackBoxLM, arch: dict, encoded, split: int, profile: Profil
               cache_dir: Path | None, resume_dir, refit: bool) -> estimate.Plan:
     """``estimate.plan`` of this call: the rates timed here, the grid's configurations less what a
     resumed run finished, the edge extensions at most."""
-    grid = runner.hparam_grid(profile, "Plugin", values)
+    grid = run_keys.hparam_grid(profile, "Plugin", values)
     done = [estimate.epochs_done(_resume_file(resume_dir, arch, h, _config(profile, h, seed)),
                                  profile.training.max_epochs) for h in grid]
     grown = {k: v + [None] * (profile.grid.extend_edges if len(v) > 1 else 0) for k, v in values.items()}  # beyond_edge
-    edges = len(runner.hparam_grid(profile, "Plugin", grown)) - len(grid) if profile.grid.extend_edges else 0
+    edges = len(run_keys.hparam_grid(profile, "Plugin", grown)) - len(grid) if profile.grid.extend_edges else 0
     rates = estimate.measure_rates(base, arch, encoded[:split], profile.training.batch_size, seed)
     stored = cache_dir is not None and BaseOutputCache.is_stored(cache_dir, base, encoded)
     return estimate.plan(rates, encoded[:split], encoded[split:], profile, configs=len(grid), edge_configs=edges,
@@ -118,7 +117,7 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     encoded = _encoded(base, train + hyper, profile, prompt_format)  # train's pairs first, then hyper's
     split = len(training_pairs(train))
-    values = {k: list(getattr(profile.grid, k)) for k in runner.grid_keys("Plugin")}
+    values = {k: list(getattr(profile.grid, k)) for k in run_keys.grid_keys("Plugin")}
     planned = None
     if announce is not None:  # before any work: the whole cost, timed here
         planned = _estimate(base, arch, encoded, split, profile, values, seed, cache_dir, resume_dir, refit)
@@ -136,7 +135,7 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
     extensions = {k: 0 for k in values}
     grid_started = time.perf_counter()
     while True:
-        todo = [h for h in runner.hparam_grid(profile, "Plugin", values) if tuple(sorted(h.items())) not in results]
+        todo = [h for h in run_keys.hparam_grid(profile, "Plugin", values) if tuple(sorted(h.items())) not in results]
         while todo:  # the configurations together (fit_grid: one pass over the data), as many as memory holds
             first = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
             count = configs_that_fit(first, len(todo)) if grid_pays(base.device, objectives["train"].cache) else 1
@@ -154,11 +153,11 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
                 if best is None or result.best_val_loss < best[1]["val_loss"]:
                     best = (run.model, results[tuple(sorted(hparams.items()))])
             del runs, first
-        pushed = [k for k in runner.grid_edges(values, best[1]["hparams"]) if extensions[k] < profile.grid.extend_edges]
+        pushed = [k for k in run_keys.grid_edges(values, best[1]["hparams"]) if extensions[k] < profile.grid.extend_edges]
         if not pushed:
             break
         for k in pushed:
-            values[k].append(runner.beyond_edge(values[k], best[1]["hparams"][k], k))
+            values[k].append(run_keys.beyond_edge(values[k], best[1]["hparams"][k], k))
             extensions[k] += 1
     model, chosen = best
     record = {

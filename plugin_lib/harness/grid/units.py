@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core.blackbox import TopKBlackBox
-from ...core.train import BaseOutputCache
+from ...core.cache import BaseOutputCache
 from ...utils import malloc
-from .. import finetune, methods, models, runner
+from .. import finetune, methods, models, run_keys, runner
 from ..profile import Profile
 
 KINDS = ("cache", "config", "selection", "run", "finetune", "bdpl")
@@ -109,8 +109,8 @@ def task_units(ref: TaskRef, profile: Profile, jobs: Iterable[tuple], notebook: 
         if key not in selections:
             config_keys = []
             if profile.grid.search == "grid":
-                for hparams in runner.hparam_grid(profile, method):
-                    config = Unit("config", f"{folder}/{label}-{runner.config_tag(hparams)}", ref, profile, method=method,
+                for hparams in run_keys.hparam_grid(profile, method):
+                    config = Unit("config", f"{folder}/{label}-{run_keys.config_tag(hparams)}", ref, profile, method=method,
                                   label=label, arch=_frozen(arch), hparams=_frozen(hparams), needs=(cache.key, *task_needs),
                                   notebooks=(notebook,))
                     units[config.key] = config
@@ -239,7 +239,7 @@ def is_done(unit: Unit) -> bool:
         if record is None:
             return False
         if unit.kind == "config":
-            return runner.config_tag(dict(unit.hparams)) in record["configs"]
+            return run_keys.config_tag(dict(unit.hparams)) in record["configs"]
         return "grid" in record and record.get("best") is not None
     if unit.kind == "cache":
         try:
