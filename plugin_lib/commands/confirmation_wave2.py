@@ -28,8 +28,8 @@ from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
 from ..utils.io import atomic_write_json, read_json
 from ..experiments import table5, table8
-from ..experiments.confirmation import (PROFILE, Missing, Roles, claim_states, margin_verdicts, references, summary,
-                                         versus_labels)
+from ..experiments.confirmation import (PROFILE, Missing, Roles, claim_states, judge_each, margin_verdicts, references,
+                                         summary, versus_labels)
 from .confirmation import command_line
 from ..harness.variants import complexity_variants, variant_jobs
 
@@ -110,23 +110,18 @@ def gather(roles: WaveRoles, c: pre.Claim) -> None:
 def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> list[dict]:
     """Record the verdict of every wave-2 claim whose runs are stored (or of ``keys``)."""
     profile = profile or load_profile(PROFILE)
-    roles, recorded = WaveRoles(profile), []
-    for c in wave2.CLAIMS:
-        if keys and c.key not in keys:
-            continue
-        try:
-            result = judge_claim(roles, c)
-        except Missing as why:
-            print(f"{c.key}: waiting ({why})")
-            continue
+    roles = WaveRoles(profile)
+
+    def record(c, result: dict) -> dict:
         n = (result.get("comparisons") or [{}])[0].get("n") or {"inputs": profile.rows.test, "seeds": None}
-        recorded.append(record_claim(
+        return record_claim(
             profile, c.key, f"{c.claim} (notebook {c.notebook}; wave 2)", "", summary(c, result), result["verdict"],
             rule=wave2.rule_text(c), scope=c.scope, preregistered=True,
             statistic={"summary": summary(c, result), "n": n, "result": result, "wave": wave2.WAVE,
                        "frozen_at": freeze.WAVE2_FROZEN_AT, "group": wave2.group(c),
-                       "test inputs": f"{profile.rows.test} fresh per dataset (wave 1's, frozen)"}))
-    return recorded
+                       "test inputs": f"{profile.rows.test} fresh per dataset (wave 1's, frozen)"})
+
+    return judge_each(wave2.CLAIMS, keys, lambda c: judge_claim(roles, c), record)
 
 
 WOULD_BE_FILE = bdpl_reach.WOULD_BE_FILE

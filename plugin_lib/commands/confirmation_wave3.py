@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..experiments import proxy
-from ..experiments.confirmation import Missing, Roles, claim_states, references, summary
+from ..experiments.confirmation import Roles, claim_states, judge_each, references, summary
 from ..harness import flops, grid
 from ..harness.profile import Profile, load_profile
 from ..report import freeze, mixed
@@ -129,28 +129,26 @@ def status(profile: Profile | None = None) -> pd.DataFrame:
 def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> list[dict]:
     """Record the verdict of every wave-3 claim whose runs are stored (or of ``keys``)."""
     profile = profile or load_profile(wave3.PROFILE)
-    roles, recorded = Roles(profile), []
-    for c in wave3.CLAIMS:
-        if keys and c.key not in keys:
-            continue
-        try:
-            gather(roles, c)
-            result = judge_claim(roles, c)
-        except Missing as why:
-            print(f"{c.key}: waiting ({why})")
-            continue
+    roles = Roles(profile)
+
+    def judge_one(c) -> dict:
+        gather(roles, c)
+        return judge_claim(roles, c)
+
+    def record(c, result: dict) -> dict:
         line = claim_summary(c, result)
         seen = c.key in wave3.SEEN_BEFORE_FREEZE
         n = ({"inputs": None, "seeds": None} if c.test == "flops gap" else
              {"inputs": profile.rows.test, "seeds": len(profile.seeds)})
-        recorded.append(record_claim(
+        return record_claim(
             profile, c.key, f"{c.claim} (notebook {c.notebook}; wave 3)", "", line, result["verdict"],
             rule=wave3.rule_text(c), scope=c.scope, preregistered=True,
             statistic={"summary": line, "n": n, "result": result, "wave": wave3.WAVE,
                        "frozen_at": freeze.WAVE3_FROZEN_AT, "group": wave3.group(c),
                        "confirmatory": not seen,
-                       "test inputs": f"{profile.rows.test} per dataset, fresh (frozen with the rules)"}))
-    return recorded
+                       "test inputs": f"{profile.rows.test} per dataset, fresh (frozen with the rules)"})
+
+    return judge_each(wave3.CLAIMS, keys, judge_one, record)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

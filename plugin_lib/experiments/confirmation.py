@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 
@@ -452,35 +452,47 @@ def status(profile: Profile | None = None, check_inputs: bool = True) -> pd.Data
     return claim_states(pre.CLAIMS, lambda c: gather(roles, c))
 
 
+def judge_each(claims: Sequence, keys: Sequence[str] | None, judge_one: Callable, record_one: Callable) -> list[dict]:
+    """Every wave's judging loop: each claim of ``claims`` (or of ``keys``) judged
+    (``judge_one(claim)``: its result, or ``Missing`` while its runs are not all stored) and
+    recorded (``record_one(claim, result)``); a claim that cannot be judged (``ValueError``,
+    e.g. runs on other test inputs) is named and the others still go on, then the call fails."""
+    recorded, failed = [], []
+    for c in claims:
+        if keys and c.key not in keys:
+            continue
+        try:
+            result = judge_one(c)
+        except Missing as why:
+            print(f"{c.key}: waiting ({why})")
+            continue
+        except ValueError as error:
+            print(f"{c.key}: cannot be judged ({error})", file=sys.stderr)
+            failed.append(f"{c.key}: {error}")
+            continue
+        recorded.append(record_one(c, result))
+    if failed:
+        raise ValueError(f"{len(failed)} claim(s) could not be judged, the others were recorded:\n" + "\n".join(failed))
+    return recorded
+
+
 def judge(profile: Profile | None = None, keys: Sequence[str] | None = None, check_inputs: bool = True) -> list[dict]:
     """Record the verdict of every preregistered claim whose runs are stored (or of ``keys``)."""
     profile = profile or load_profile(PROFILE)
     roles = Roles(profile, check_inputs)
-    recorded, failed = [], []
-    for c in pre.CLAIMS:
-        if keys and c.key not in keys:
-            continue
-        try:
-            result = judge_claim(roles, c)
-        except Missing as why:
-            print(f"{c.key}: waiting ({why})")
-            continue
-        except ValueError as error:  # e.g. runs on other test inputs: the other claims still go on
-            print(f"{c.key}: cannot be judged ({error})", file=sys.stderr)
-            failed.append(f"{c.key}: {error}")
-            continue
+
+    def record(c: pre.Claim, result: dict) -> dict:
         exploratory = results_dir("local") / "claims" / f"{c.key}.json"
         paper = read_json(exploratory).get("paper", "") if exploratory.exists() else ""
         n = result.get("n") or (result.get("comparisons") or [{}])[0].get("n") or {"inputs": None, "seeds": None}
-        recorded.append(record_claim(
+        return record_claim(
             profile, c.key, f"{c.claim} (notebook {c.notebook})", paper, summary(c, result), result["verdict"],
             rule=pre.rule_text(c), scope=c.scope, preregistered=True,
             statistic={"summary": summary(c, result), "n": n, "result": result, "frozen_at": freeze.FROZEN_AT,
                        "test inputs": f"{profile.rows.test} fresh per dataset "
-                                      f"(docs/preregistration.md; seed {profile.test_inputs.seed})"}))
-    if failed:
-        raise ValueError(f"{len(failed)} claim(s) could not be judged, the others were recorded:\n" + "\n".join(failed))
-    return recorded
+                                      f"(docs/preregistration.md; seed {profile.test_inputs.seed})"})
+
+    return judge_each(pre.CLAIMS, keys, lambda c: judge_claim(roles, c), record)
 
 
 MARGIN_FACTORS = (1.0, 0.5, 0.25)
