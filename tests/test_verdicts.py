@@ -194,3 +194,15 @@ def test_significance_keeps_every_seeds_p_value(fake_run):
     for _, row in table.iterrows():
         assert row["seeds"] == (0, 1, 2) and row["n inputs"] == 12 and len(row["p per seed"]) == 3
         assert row["p (max over seeds)"] == max(row["p per seed"])
+
+
+def test_exact_ranks_and_rho_agree_with_scipy():
+    """The ranks come from scipy (issue 59); the exact rho equals scipy's float rho, ties or not."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        x, y = rng.integers(0, 5, 7).tolist(), rng.integers(0, 5, 7).tolist()
+        if len(set(x)) < 2 or len(set(y)) < 2:
+            continue
+        assert verdicts.average_ranks(x) == [Fraction(float(r)) for r in scipy_stats.rankdata(x)]
+        assert float(verdicts.spearman_exact(x, y)) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
+    assert verdicts.average_ranks([3, 1, 3, 2]) == [Fraction(7, 2), 1, Fraction(7, 2), 2]

@@ -193,19 +193,9 @@ def excludes_zero(interval: Mapping[str, float]) -> bool:
 
 
 def average_ranks(values: Sequence[float]) -> list[Fraction]:
-    """Ranks 1..n, tied values sharing their average rank (as exact fractions)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks: list[Fraction] = [Fraction(0)] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        rank = Fraction(start + end + 2, 2)  # mean of the 1-based ranks start+1 .. end+1
-        for j in range(start, end + 1):
-            ranks[order[j]] = rank
-        start = end + 1
-    return ranks
+    """Ranks 1..n, tied values sharing their average rank, as exact fractions (scipy's
+    ``rankdata``: an average rank is a whole or half number, which a float holds exactly)."""
+    return [Fraction(float(r)) for r in scipy_stats.rankdata(list(values), method="average")]
 
 
 def _exact_sqrt(q: Fraction) -> Fraction | None:
