@@ -170,7 +170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 confirmation.check_test_inputs(dataset, profile)
         except ValueError as err:
             parser.error(str(err))
-    plan = planning.make_plan(units, measure=False)
+    return _run(planning.make_plan(units, measure=False), profile, args)
+
+
+def _run(plan: planning.Plan, profile: Profile, args: argparse.Namespace) -> int:
+    """Compute the plan's pending units with the chosen executor; 0 when every unit is done,
+    1 when some failed (the finished ones are stored), 2 when the executor cannot start."""
     started = time.perf_counter()
     print(f"[grid] {len(plan.pending())} of {len(plan.units)} units to compute with the {args.executor} executor.",
           file=sys.stderr)

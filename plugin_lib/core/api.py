@@ -374,14 +374,7 @@ class ApiBlackBox(ServerChecks, BlackBoxLM):
         eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [self.eos_token_id])
         pad = pad_token_id if pad_token_id is not None else self.tokenizer.pad_token_id
         processors = LogitsProcessorList(list(logits_processor or []))
-        warpers = LogitsProcessorList()
-        if do_sample:
-            if temperature is not None and temperature != 1.0:
-                warpers.append(TemperatureLogitsWarper(temperature))
-            if top_k:
-                warpers.append(TopKLogitsWarper(top_k))
-            if top_p is not None and top_p < 1.0:
-                warpers.append(TopPLogitsWarper(top_p))
+        warpers = _sampling_warpers(temperature, top_k, top_p) if do_sample else LogitsProcessorList()
         if streamer is not None:
             streamer.put(input_ids.cpu())
         rows = input_ids.shape[0]
@@ -453,3 +446,15 @@ def _strict_utf8(raw: bytes) -> bool:
         return len(raw) <= 32
     except UnicodeDecodeError:
         return False
+
+
+def _sampling_warpers(temperature: float | None, top_k: int | None, top_p: float | None) -> LogitsProcessorList:
+    """transformers' warpers for sampling at ``temperature``, ``top_k`` and ``top_p``."""
+    warpers = LogitsProcessorList()
+    if temperature is not None and temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p is not None and top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    return warpers

@@ -130,10 +130,37 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
     objectives = {"train": _objective(base, encoded[:split], _rows(cache, 0, split)),
                   "hyper": _objective(base, encoded[split:], _rows(cache, split, len(encoded)))}
 
+    grid_started = time.perf_counter()
+    results, best = _search(base, arch, objectives, profile, values, seed, resume_dir, progress)
+    model, chosen = best
+    record = {
+        "pairs": len(pairs), "prompts": len(train) + len(hyper),
+        "train_pairs": len(objectives["train"]), "hyper_pairs": len(objectives["hyper"]),
+        "data_sha256": data_sha256(pairs), "profile": profile.name, "seed": seed, "arch": arch,
+        "max_epochs": profile.training.max_epochs,
+        "grid": values, "configs": list(results.values()), "hparams": chosen["hparams"],
+        "val_loss": chosen["val_loss"], "best_epoch": chosen["best_epoch"],
+    }
+    phases["grid_s"] = round(time.perf_counter() - grid_started, 1)
+    if refit:
+        refit_started = time.perf_counter()
+        model, record["refit"] = _refit(base, arch, profile, chosen, everything, seed, progress)
+        phases["refit_s"] = round(time.perf_counter() - refit_started, 1)
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    record["phases"] = phases
+    if planned is not None:
+        record["estimate"] = planned.as_record()
+    record["package_version"] = package_version()
+    return PluginModel(base, model.eval(), base_spec=base_spec, decoding=decoding, training=record)
+
+
+def _search(base: BlackBoxLM, arch: dict, objectives: dict, profile: Profile, values: dict, seed: int,
+            resume_dir: str | Path | None, progress: bool) -> tuple[dict, tuple]:
+    """The profile's grid over ``values`` (grown past an edge the choice sits on, as the runner
+    does): every configuration's result, and the best (its model, its result)."""
     results: dict[tuple, dict] = {}
     best = None
     extensions = {k: 0 for k in values}
-    grid_started = time.perf_counter()
     while True:
         todo = [h for h in run_keys.hparam_grid(profile, "Plugin", values) if tuple(sorted(h.items())) not in results]
         while todo:  # the configurations together (fit_grid: one pass over the data), as many as memory holds
@@ -155,30 +182,10 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
             del runs, first
         pushed = [k for k in run_keys.grid_edges(values, best[1]["hparams"]) if extensions[k] < profile.grid.extend_edges]
         if not pushed:
-            break
+            return results, best
         for k in pushed:
             values[k].append(run_keys.beyond_edge(values[k], best[1]["hparams"][k], k))
             extensions[k] += 1
-    model, chosen = best
-    record = {
-        "pairs": len(pairs), "prompts": len(train) + len(hyper),
-        "train_pairs": len(objectives["train"]), "hyper_pairs": len(objectives["hyper"]),
-        "data_sha256": data_sha256(pairs), "profile": profile.name, "seed": seed, "arch": arch,
-        "max_epochs": profile.training.max_epochs,
-        "grid": values, "configs": list(results.values()), "hparams": chosen["hparams"],
-        "val_loss": chosen["val_loss"], "best_epoch": chosen["best_epoch"],
-    }
-    phases["grid_s"] = round(time.perf_counter() - grid_started, 1)
-    if refit:
-        refit_started = time.perf_counter()
-        model, record["refit"] = _refit(base, arch, profile, chosen, everything, seed, progress)
-        phases["refit_s"] = round(time.perf_counter() - refit_started, 1)
-    record["seconds"] = round(time.perf_counter() - started, 1)
-    record["phases"] = phases
-    if planned is not None:
-        record["estimate"] = planned.as_record()
-    record["package_version"] = package_version()
-    return PluginModel(base, model.eval(), base_spec=base_spec, decoding=decoding, training=record)
 
 
 def _config(profile: Profile, hparams: dict, seed: int, **changes) -> TrainConfig:
