@@ -8,7 +8,7 @@ chooses. So while the search trains one, another process can train the next of t
 This script replays the search's walk on the losses recorded so far (``coordinate_axis``) to find
 that axis, and trains only a configuration on it: one the search is certain to train. A
 configuration off the walk is refused, since it could become the record's best and so change
-the selection. It trains with the search's own function (``runner.train_config``, which the
+the selection. It trains with the search's own function (``search.train_config``, which the
 grid's ``config`` units call): under the configuration's lock, into the selection record re-read
 under the selection's lock. The search then finds it recorded; the record is the one the search
 would have written (same seed, data and settings; its provenance names this process's code).
@@ -26,7 +26,7 @@ import sys
 
 from plugin_lib.commands import confirmation_wave2
 from plugin_lib.commands import studies
-from plugin_lib.harness import run_keys, runner
+from plugin_lib.harness import run_keys, search
 from plugin_lib.harness.grid import units as grid_units
 from plugin_lib.harness.profile import load_profile
 
@@ -34,7 +34,7 @@ from plugin_lib.harness.profile import load_profile
 def coordinate_axis(losses: dict[str, float], values: dict[str, list[float]], extend_edges: int) -> list[dict]:
     """The configurations the coordinate search has left on the axis it is on, in its order;
     [] when its walk is complete. ``losses``: the recorded hyper-validation losses by
-    ``run_keys.config_tag``. The walk is ``runner.select_hparams``' own, on those losses: the
+    ``run_keys.config_tag``. The walk is ``search.select_hparams``' own, on those losses: the
     middle of each list first, one key at a time, an edge pushed while the choice sits on it."""
     values = {k: list(v) for k, v in values.items()}
     current = {k: sorted(v)[len(v) // 2] for k, v in values.items()}
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"No search {args.selection!r} among the units; the searches are: {', '.join(names)}")
     selection = found[0]
     task = grid_units.worker_task(selection.task, selection.profile)
-    record = runner.stored_selection(task, selection.method, selection.profile, arch=selection.arch_dict,
+    record = search.stored_selection(task, selection.method, selection.profile, arch=selection.arch_dict,
                                      label=selection.label) or {"configs": {}}
     losses = {tag: config["val_loss"] for tag, config in record["configs"].items()}
     values = {k: list(getattr(profile.grid, k)) for k in run_keys.grid_keys(selection.method)}

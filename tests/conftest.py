@@ -102,7 +102,7 @@ SMALL_ARCH = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
 def tiny_profile(monkeypatch, tmp_path):
     """The smoke profile cut to a few steps, results in tmp_path, and the model name
     "tiny-llama" (the ``tiny_base`` fixture) registered with a small reweighting model."""
-    from plugin_lib.harness import models, runner
+    from plugin_lib.harness import models, search
     from plugin_lib.harness.profile import load_profile
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
@@ -110,7 +110,7 @@ def tiny_profile(monkeypatch, tmp_path):
     monkeypatch.setattr(models, "model_spec",
                         lambda name: {"name": name, "source": "test", "family": "llama", "display": "tiny"}
                         if name == "tiny-llama" else real_spec(name))
-    monkeypatch.setattr(runner, "arch_for", lambda name: dict(SMALL_ARCH))
+    monkeypatch.setattr(search, "arch_for", lambda name: dict(SMALL_ARCH))
     return load_profile(
         "smoke",
         seeds=[0, 1],

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import SMALL_ARCH, _toy_example, make_tiny_base  # noqa: E402
 
-from plugin_lib.harness import methods, models, runner  # noqa: E402
+from plugin_lib.harness import methods, models, search  # noqa: E402
 from plugin_lib.harness.profile import load_profile  # noqa: E402
 
 GRID = {"lr": [1e-3, 2e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5], "extend_edges": 0}
@@ -30,7 +30,7 @@ def main(cache_dir: str, log: str, sleep_s: float = 0.0) -> None:
     real_spec, real_one, real_many = models.model_spec, methods.train_method, methods.train_methods
     models.model_spec = lambda name: ({"name": name, "source": "test", "family": "llama", "display": "tiny"}
                                       if name == "tiny-llama" else real_spec(name))
-    runner.arch_for = lambda name: dict(SMALL_ARCH)
+    search.arch_for = lambda name: dict(SMALL_ARCH)
 
     def note(line: str) -> None:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -58,7 +58,7 @@ def main(cache_dir: str, log: str, sleep_s: float = 0.0) -> None:
     task = methods.Task(base, "e2e", "llama", train=[_toy_example(i, "validation") for i in range(4)],
                         hyper=[_toy_example(i, "validation") for i in range(4, 6)],
                         test=[_toy_example(i, "test") for i in range(2)], cache_dir=Path(cache_dir))
-    record = runner.select_hparams(task, "Plugin", profile, progress=False)
+    record = search.select_hparams(task, "Plugin", profile, progress=False)
     print(json.dumps({"best": record["best"], "configs": sorted(record["configs"])}))
 
 

@@ -9,7 +9,7 @@ import torch
 from plugin_lib import data
 from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.experiments import ablations, base_quality
-from plugin_lib.harness import finetune, methods, models, runner
+from plugin_lib.harness import finetune, methods, models, run_store, search
 from plugin_lib.harness import variants as reweighting_variants
 from plugin_lib.harness.models import load_causal_lm
 from plugin_lib.harness.variants import (Variant, architecture_variants, complexity_variants, expert_variant,
@@ -89,7 +89,7 @@ def test_complexity_variants(monkeypatch):
     variants = complexity_variants("smollm2-135m-instruct", [1, 2, 12], 4)
     assert [v.label for v in variants] == ["Plugin", "Plugin-2L", "Plugin-12L", "Plugin-pretrained"]
     assert variants[0].arch is None  # the main tables' Plugin run, shared
-    assert variants[1].arch == {**runner.arch_for("smollm2-135m-instruct"), "n_layer": 2}
+    assert variants[1].arch == {**search.arch_for("smollm2-135m-instruct"), "n_layer": 2}
     assert variants[3].arch == {"arch": "pretrained", "pretrained": "/cache/smollm2-135m-instruct-first4layers"}
     gpt2 = complexity_variants("gpt2-medium", [1], None)
     assert gpt2[-1].arch == {"arch": "pretrained", "pretrained": "gpt2"}  # the paper's GPT2-Small
@@ -122,7 +122,7 @@ def test_architecture_variants_are_distinct_runs(tiny_task):
     variants = architecture_variants("tiny-llama")
     records = variant_runs(tiny_task, profile, variants, seeds=[0])
     assert [r["method"] for r in records] == ["Zeroshot", "Plugin", "Plugin-MLP", "Plugin-linear"]
-    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    folder = run_store.runs_dir(profile, "e2e", "tiny-llama")
     weights = {v.label: set(torch.load(folder / f"{v.label}-best.pt")) for v in variants}
     assert any(k.startswith("model.layers.0.") for k in weights["Plugin"])
     assert any(k.startswith("trunk_layers.") for k in weights["Plugin-MLP"])
@@ -146,7 +146,7 @@ def test_deeper_models_can_reuse_the_one_layer_choice(tiny_task):
     variants = [Variant("Plugin", None, "1 layer"),
                 Variant("Plugin-2L", {**small, "n_layer": 2}, "2 layers")]
     records = variant_runs(tiny_task, profile, variants, seeds=[0], hparams="one-layer")
-    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    folder = run_store.runs_dir(profile, "e2e", "tiny-llama")
     one_layer = read_json(folder / "Plugin-selection.json")
     deeper = read_json(folder / "Plugin-2L-selection.json")
     assert len(one_layer["configs"]) == 2 and list(deeper["configs"]) == [one_layer["best"]]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from plugin_lib.experiments import confirmation
-from plugin_lib.harness import bdpl, run_keys, runner
+from plugin_lib.harness import bdpl, run_keys, run_store, search
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import freeze
@@ -30,7 +30,7 @@ def store(tmp_path, monkeypatch):
     profile = load_profile("confirm")
 
     def put(label, good, seeds=(0, 1, 2), dataset="e2e", model=BASE, score=None):
-        folder = runner.runs_dir(profile, dataset, model)
+        folder = run_store.runs_dir(profile, dataset, model)
         folder.mkdir(parents=True, exist_ok=True)
         for seed in seeds:
             predictions = [FAKE_REFERENCES[i][0] if n < good else "completely unrelated words here"
@@ -141,7 +141,7 @@ def test_a_seed_made_from_other_data_waits_and_a_doubled_seed_is_refused(store):
     profile, put = store
     roles = confirmation.Roles(profile, check_inputs=False)
     put("Plugin", 12)
-    folder = runner.runs_dir(profile, "e2e", BASE)
+    folder = run_store.runs_dir(profile, "e2e", BASE)
     for seed in profile.seeds:
         record = json.loads((folder / f"Plugin-seed{seed}.json").read_text())
         record["inputs"] = "stale" if seed == 1 else "current"
@@ -158,7 +158,7 @@ def test_judge_records_the_claims_it_can_and_then_names_the_ones_it_could_not(st
     profile, put = store
     put("Plugin", 12)
     put("Zeroshot", 2, seeds=(0,))
-    folder = runner.runs_dir(profile, "e2e", BASE)
+    folder = run_store.runs_dir(profile, "e2e", BASE)
     (folder / "Plugin-seed01.json").write_text((folder / "Plugin-seed1.json").read_text())
     with pytest.raises(ValueError, match="1 claim\\(s\\) could not be judged"):
         confirmation.judge(profile, keys=["complexity_e2e_0", "table8_flops"], check_inputs=False)
@@ -407,7 +407,7 @@ def search_config_script():
                                             ("LoRA", {"lr": -5.0, "weight_decay": -1.0}),
                                             ("WeightedComb", {"lr": -3.4, "weight_decay": 3.0, "alpha": 0.9})])
 def test_the_script_replays_the_coordinate_searchs_own_walk(tmp_path, monkeypatch, method, optimum):
-    """Each configuration runner.select_hparams trains is, when it trains it, on the axis the
+    """Each configuration search.select_hparams trains is, when it trains it, on the axis the
     script finds from the losses recorded before; at the end nothing is left. Made-up losses
     (a bowl, its bottom inside the grid or past its edges) stand in for trainings."""
     import math
@@ -436,9 +436,9 @@ def test_the_script_replays_the_coordinate_searchs_own_walk(tmp_path, monkeypatc
                 record["best"] = run_keys.config_tag(hparams)
         return json.loads(json.dumps(record))
 
-    monkeypatch.setattr(runner, "_selection_paths", lambda *a: (tmp_path / "sel.json", tmp_path / "best.pt", "s", "i"))
-    monkeypatch.setattr(runner, "_train_configs", fake_training)
-    runner.select_hparams(None, method, profile, arch={"layers": 1}, progress=False)
+    monkeypatch.setattr(search, "selection_paths", lambda *a: (tmp_path / "sel.json", tmp_path / "best.pt", "s", "i"))
+    monkeypatch.setattr(search, "_train_configs", fake_training)
+    search.select_hparams(None, method, profile, arch={"layers": 1}, progress=False)
     assert len(trained) > sum(len(v) for v in values.values()) - len(values)  # every axis walked
     losses = {tag: c["val_loss"] for tag, c in record["configs"].items()}
     assert script.coordinate_axis(losses, values, profile.grid.extend_edges) == []

@@ -155,14 +155,14 @@ def test_configurations_that_do_not_share_the_data_order_are_refused(twin, tmp_p
 @pytest.mark.parametrize("method", ["Plugin", "WeightedComb"])
 def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(task, profile, method, tmp_path,
                                                                             monkeypatch):
-    """``runner.select_hparams`` trains the pending configurations of the grid in one pass (each
+    """``search.select_hparams`` trains the pending configurations of the grid in one pass (each
     record says with how many); the same grid's units trained one at a time (``train_config``,
     another store) record the same losses, epochs and choice. WeightedComb's alpha changes the
     objective, not the batches: its grid shares them too. From a full cache on a CPU, where
     reading a batch is a copy, the search trains one at a time."""
     import dataclasses
 
-    from plugin_lib.harness import methods, run_keys, runner
+    from plugin_lib.harness import methods, run_keys, search
 
     task = dataclasses.replace(task, cache_layout="compact")  # where a grid pays on a CPU (core.train.grid_pays)
     profile = profile.replace(grid={**profile.section("grid"), "weight_decay": [0.01, 1.0], "alpha": [0.25, 0.75]},
@@ -171,14 +171,14 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
     real = methods.train_methods
     monkeypatch.setattr(methods, "train_methods",
                         lambda *a, **k: trained_together.append(len(a[3])) or real(*a, **k))
-    together = runner.select_hparams(task, method, profile, progress=False)
+    together = search.select_hparams(task, method, profile, progress=False)
     size = len(run_keys.hparam_grid(profile, method))
     assert trained_together == [size] and size >= 4
     assert {c["trained_with"] for c in together["configs"].values()} == {size}
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "one-by-one"))
     for hparams in run_keys.hparam_grid(profile, method):
-        runner.train_config(task, method, profile, hparams)
-    alone = runner.stored_selection(task, method, profile)
+        search.train_config(task, method, profile, hparams)
+    alone = search.stored_selection(task, method, profile)
     assert trained_together == [size]  # one at a time: train_method, never train_methods
     assert alone["best"] == together["best"]
     for tag, config in alone["configs"].items():
@@ -187,5 +187,5 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
         assert other["val_loss"] == pytest.approx(config["val_loss"], rel=1e-6)
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "full-cache"))
     full = dataclasses.replace(task, cache_layout="full")
-    runner.select_hparams(full, method, profile, progress=False)
+    search.select_hparams(full, method, profile, progress=False)
     assert trained_together == [size]  # nothing more trained together

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin_lib.harness import costs, grid, run_keys, runner
+from plugin_lib.harness import costs, grid, run_keys, runner, search
 from plugin_lib.harness.preflight_counts import TaskCounts
 from plugin_lib.harness.grid import executors, plan as planning
 from plugin_lib.commands import studies
@@ -242,7 +242,7 @@ def test_a_selection_under_way_is_estimated_by_the_configurations_it_has_left(tm
     ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
     unit = grid.Unit("selection", "runs/e2e/smollm2-135m-instruct/LoRA-selection", ref, profile, method="LoRA")
     assert planning.configs_stored(unit) == 0  # no record yet
-    path, _, settings, inputs = runner._selection_paths(grid.planning_task(ref, profile), "LoRA", profile, None, None)
+    path, _, settings, inputs = search.selection_paths(grid.planning_task(ref, profile), "LoRA", profile, None, None)
     path.parent.mkdir(parents=True)
     configs = {"a": {"seconds": 5.0}, "b": {"seconds": 7.0}}
     path.write_text(json.dumps({"settings": "other settings", "inputs": inputs, "configs": configs}))

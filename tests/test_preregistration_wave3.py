@@ -161,7 +161,7 @@ def wave3_store(tmp_path, monkeypatch):
     answered with their reference; ``losses``: a proxy arm's alpha search, or WeightedComb's)."""
     from plugin_lib.commands import confirmation_wave3
     from plugin_lib.experiments import confirmation
-    from plugin_lib.harness import runner
+    from plugin_lib.harness import run_store
     from plugin_lib.harness.profile import load_profile
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
@@ -176,7 +176,7 @@ def wave3_store(tmp_path, monkeypatch):
 
     def put(label, good, training=None, alpha=None):
         for dataset, ids in frozen.items():
-            folder = runner.runs_dir(profile, dataset, profile.base_models[0])
+            folder = run_store.runs_dir(profile, dataset, profile.base_models[0])
             folder.mkdir(parents=True, exist_ok=True)
             predictions = [refs[i][0] if n < good else "completely unrelated words here" for n, i in enumerate(ids)]
             for seed in profile.seeds:

@@ -11,7 +11,7 @@ import torch
 from plugin_lib.core.combine import proxy_combine
 from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
 from plugin_lib.core.reweighter import ExpertDifference, PairCache, make_reweighter, reweighter_logits
-from plugin_lib.harness import methods, runner
+from plugin_lib.harness import methods, runner, search
 
 
 def _small(vocab_size: int, seed: int, scale: float = 6.0):
@@ -72,7 +72,7 @@ def test_the_pretrained_arms_pair_the_tuned_expert_with_itself_untuned(task, pro
     assert losses["0"] == plain_losses["0"]  # alpha 0: the base alone either way
     assert losses != plain_losses
     # The anti-expert is the pretrained model as saved: the pair's losses are the difference's.
-    tuned = runner.trained_model(task, "NewModel", profile, arch=arch, label="NewModel-pretrained")
+    tuned = search.trained_model(task, "NewModel", profile, arch=arch, label="NewModel-pretrained")
     pair = methods.proxy_expert(task, tuned, arch, 0)
     untuned = make_reweighter("pretrained", task.base.vocab_size, pretrained=arch["pretrained"])
     assert all(torch.equal(a, b) for a, b in zip(pair.anti_expert.state_dict().values(), untuned.state_dict().values()))

@@ -22,7 +22,7 @@ from plugin_lib.core import train
 from plugin_lib.core.cache import BaseOutputCache
 from plugin_lib.core.pairs import encode_pairs
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import methods, run_keys, runner
+from plugin_lib.harness import methods, run_keys, run_store, runner, search
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.utils.io import CorruptFileError, current_umask, read_json, remove_stale_temporaries
 
@@ -67,7 +67,7 @@ def test_a_run_made_from_other_inputs_is_redone(task, profile, monkeypatch):
 
 def test_a_record_without_inputs_is_stale(task, profile, monkeypatch):
     first = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
-    path = runner.runs_dir(profile, "e2e", "tiny-llama") / "Zeroshot-seed0.json"
+    path = run_store.runs_dir(profile, "e2e", "tiny-llama") / "Zeroshot-seed0.json"
     old = {k: v for k, v in first.items() if k != "inputs"}
     path.write_text(json.dumps(old))
     must_not_decode(monkeypatch)
@@ -76,15 +76,15 @@ def test_a_record_without_inputs_is_stale(task, profile, monkeypatch):
 
 
 def test_a_grid_search_on_other_inputs_starts_again(task, profile, monkeypatch):
-    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    monkeypatch.setattr(search, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
     trained = []
     count_trainings(monkeypatch, lambda hparams, seed: trained.append(hparams["lr"]))
-    first = runner.select_hparams(task, "Plugin", profile, progress=False)
+    first = search.select_hparams(task, "Plugin", profile, progress=False)
     assert first["inputs"] == run_keys.inputs_fingerprint(task) and trained == [1e-3, 5e-3]
     trained.clear()
-    assert runner.select_hparams(task, "Plugin", profile, progress=False) == first and trained == []
+    assert search.select_hparams(task, "Plugin", profile, progress=False) == first and trained == []
     changed = dataclasses.replace(task, train=task.train[:-1])
-    again = runner.select_hparams(changed, "Plugin", profile, progress=False)
+    again = search.select_hparams(changed, "Plugin", profile, progress=False)
     assert trained == [1e-3, 5e-3] and again["inputs"] != first["inputs"]
 
 
@@ -176,7 +176,7 @@ def test_committed_local_runs_carry_the_inputs_of_the_current_data():
 ])
 def test_run_table_refuses_bad_parameters_before_writing(profile, monkeypatch, kwargs, error, match):
     monkeypatch.setattr(runner, "load_task", lambda *a, **k: pytest.fail("a task was loaded"))
-    results = runner.config.results_dir(profile)
+    results = run_store.config.results_dir(profile)
     before = sorted(results.rglob("*"))
     with pytest.raises(error, match=match):
         runner.run_table(kwargs.pop("dataset", "e2e"), profile, **kwargs)
@@ -197,7 +197,7 @@ def test_table5_and_table8_check_their_parameters_first(profile, monkeypatch):
         table8.run_table8(["e2e"], profile, model_names="smollm2-135m-instruct")
     with pytest.raises(TypeError, match="datasets must be"):
         runner.notebook_datasets(profile, 3)
-    assert not list(runner.config.results_dir(profile).rglob("*.json"))
+    assert not list(run_store.config.results_dir(profile).rglob("*.json"))
 
 
 # --- no half-written file, no orphan ----------------------------------------------------------
@@ -215,12 +215,12 @@ def test_weights_are_saved_under_a_unique_name_and_never_half_written(tmp_path, 
 
     monkeypatch.setattr(torch, "save", disk_full)
     with pytest.raises(OSError, match="No space"):
-        runner._save_state(model, path)
+        run_store.save_state(model, path)
     assert not path.exists() and list(tmp_path.iterdir()) == []  # the temporary file is gone too
     assert len(seen) == 1 and seen[0].startswith(".Plugin-best.pt.") and seen[0].endswith(".tmp")
     monkeypatch.setattr(torch, "save", real_save)
-    runner._save_state(model, path)
-    runner._save_state(model, path)
+    run_store.save_state(model, path)
+    run_store.save_state(model, path)
     assert [p.name for p in tmp_path.iterdir()] == ["Plugin-best.pt"]
     assert path.stat().st_mode & 0o777 == 0o666 & ~current_umask()
     assert torch.load(path)["weight"].shape == (2, 2)
@@ -231,7 +231,7 @@ def test_a_full_disk_is_named_as_such_and_the_stored_weights_stay(tmp_path, monk
     happened and what to do, and the weights stored before are untouched."""
     model = torch.nn.Linear(2, 2)
     path = tmp_path / "Plugin-best.pt"
-    runner._save_state(model, path)
+    run_store.save_state(model, path)
     before = path.read_bytes()
 
     def full(obj, f, *args, **kwargs):
@@ -239,19 +239,19 @@ def test_a_full_disk_is_named_as_such_and_the_stored_weights_stay(tmp_path, monk
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 135534976 vs 135534864")
 
     monkeypatch.setattr(torch, "save", full)
-    monkeypatch.setattr(runner.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9, 10))
+    monkeypatch.setattr(run_store.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9, 10))
     with pytest.raises(OSError, match="is full .*PLUGIN_RESULTS_DIR") as info:
-        runner._save_state(model, path)
+        run_store.save_state(model, path)
     assert info.value.errno == errno.ENOSPC and "unexpected pos" in str(info.value.__cause__)
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["Plugin-best.pt"]
     # With room on the disk, another failure is reported as it is.
-    monkeypatch.setattr(runner.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**12, 0, 10**12))
+    monkeypatch.setattr(run_store.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**12, 0, 10**12))
     with pytest.raises(RuntimeError, match="unexpected pos"):
-        runner._save_state(model, path)
+        run_store.save_state(model, path)
 
 
 def test_orphaned_temporaries_are_removed_on_the_next_run(task, profile):
-    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    folder = run_store.runs_dir(profile, "e2e", "tiny-llama")
     folder.mkdir(parents=True)
     old, fresh = folder / ".Plugin-best.pt.x1.tmp", folder / ".Zeroshot-seed0.json.x2.tmp"
     for path in (old, fresh):
@@ -265,12 +265,12 @@ def test_orphaned_temporaries_are_removed_on_the_next_run(task, profile):
 
 def test_a_truncated_run_record_names_its_file(task, profile):
     runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
-    path = runner.runs_dir(profile, "e2e", "tiny-llama") / "Zeroshot-seed0.json"
+    path = run_store.runs_dir(profile, "e2e", "tiny-llama") / "Zeroshot-seed0.json"
     path.write_text(path.read_text()[:200])
     with pytest.raises(CorruptFileError, match=rf"{path} is not valid JSON.*truncated"):
         runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
     with pytest.raises(ValueError, match="Zeroshot-seed0.json"):
-        runner.load_runs(profile, "e2e")
+        run_store.load_runs(profile, "e2e")
 
 
 @pytest.fixture

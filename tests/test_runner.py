@@ -5,14 +5,15 @@ import pytest
 import torch
 
 from plugin_lib.core.train import TokenObjective
-from plugin_lib.harness import methods, run_keys, runner
+from plugin_lib.harness import methods, run_keys, run_store, runner, search
+from plugin_lib.utils import record_manifest
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils.io import atomic_write_json
 
 
 def test_finished_runs_are_not_redone_unless_settings_change(task, profile, monkeypatch):
     first = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
-    path = runner.runs_dir(profile, "e2e", "tiny-llama") / "Zeroshot-seed0.json"
+    path = run_store.runs_dir(profile, "e2e", "tiny-llama") / "Zeroshot-seed0.json"
     assert path.exists() and set(first["metrics"]) == {"BLEU", "ROUGE-1", "ROUGE-2", "ROUGE-L", "METEOR", "CIDEr", "NIST"}
     assert len(first["predictions"]) == 2
 
@@ -49,12 +50,12 @@ def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatc
                           hparams, seed, training, progress=progress, checkpoint=checkpoint)
 
     patch_training(monkeypatch, counting_train)
-    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
-    first = runner.select_hparams(task, "Plugin", profile, progress=False)
+    monkeypatch.setattr(search, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    first = search.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == [1e-3, 5e-3]
     # Each configuration's training keeps its state in a file of its own while it runs (fit resumes
     # from it after a kill), named after the configuration and the search's fingerprints.
-    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    folder = run_store.runs_dir(profile, "e2e", "tiny-llama")
     assert [(c.parent, c.name.rsplit("-", 1)[0]) for c in checkpoints] == [
         (folder / ".checkpoints", f"Plugin-{tag}") for tag in first["configs"]]
     assert not any(c.exists() for c in checkpoints)  # removed when the training ended
@@ -62,12 +63,12 @@ def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatc
     assert first["best"] == min(losses, key=losses.get)
 
     # Interrupted after the first configuration: only the second one is trained again.
-    record_path = runner.runs_dir(profile, "e2e", "tiny-llama") / "Plugin-selection.json"
+    record_path = run_store.runs_dir(profile, "e2e", "tiny-llama") / "Plugin-selection.json"
     partial = dict(first, configs={k: v for k, v in first["configs"].items() if "0.001" in k}, best=None)
     partial["best"] = next(iter(partial["configs"]))
     atomic_write_json(record_path, partial)
     trained.clear()
-    again = runner.select_hparams(task, "Plugin", profile, progress=False)
+    again = search.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == [5e-3] and set(again["configs"]) == set(first["configs"])
 
     record = runner.run_experiment(task, "Plugin", profile.seeds[0], profile, progress=False)
@@ -78,9 +79,9 @@ def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatc
 def test_a_later_seed_killed_while_decoding_is_not_trained_again(task, profile, monkeypatch):
     """The training of a seed after the first keeps its finished state until the run's record is
     stored: a kill during decoding costs the decoding only."""
-    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    monkeypatch.setattr(search, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
     profile = profile.replace(seeds=[0, 1])
-    runner.select_hparams(task, "Plugin", profile, progress=False)
+    search.select_hparams(task, "Plugin", profile, progress=False)
     real_predict = methods.predict
 
     def killed(*args, **kwargs):
@@ -89,7 +90,7 @@ def test_a_later_seed_killed_while_decoding_is_not_trained_again(task, profile, 
     monkeypatch.setattr(methods, "predict", killed)
     with pytest.raises(KeyboardInterrupt):
         runner.run_experiment(task, "Plugin", 1, profile, progress=False)
-    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    folder = run_store.runs_dir(profile, "e2e", "tiny-llama")
     (kept,) = (folder / ".checkpoints").glob("Plugin-seed1-lr=*.pt")
     monkeypatch.setattr(methods, "predict", real_predict)
     monkeypatch.setattr(TokenObjective, "nll", lambda *a, **k: pytest.fail("trained again"))
@@ -108,7 +109,7 @@ def test_hparam_grid_per_method():
 
 def test_missing_weights_are_retrained_from_the_recorded_choice(task, profile):
     first = runner.run_experiment(task, "Plugin", 0, profile, progress=False)
-    state = runner.runs_dir(profile, "e2e", "tiny-llama") / "Plugin-best.pt"
+    state = run_store.runs_dir(profile, "e2e", "tiny-llama") / "Plugin-best.pt"
     state.unlink()  # as on a machine that only has the committed JSON records
     again = runner.run_experiment(task, "Plugin", 0, profile, force=True, progress=False)
     assert state.exists() and again["predictions"] == first["predictions"]
@@ -151,12 +152,12 @@ def test_a_choice_at_the_edge_extends_the_grid(task, profile, monkeypatch, exten
     trained = []
     patch_training(monkeypatch, _fake_training(trained, best_lr=1e-5))
     profile = profile.replace(grid={**profile.section("grid"), "extend_edges": extend})
-    record = runner.select_hparams(task, "Plugin", profile, progress=False)
+    record = search.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == pytest.approx(expected)
     assert record["grid"]["lr"] == pytest.approx(expected)
     assert record["configs"][record["best"]]["hparams"]["lr"] == pytest.approx(expected[-1] if extend else 1e-3)
     trained.clear()
-    runner.select_hparams(task, "Plugin", profile, progress=False)  # resumes: nothing trained again
+    search.select_hparams(task, "Plugin", profile, progress=False)  # resumes: nothing trained again
     assert trained == []
 
 
@@ -164,7 +165,7 @@ def test_an_interior_choice_extends_nothing(task, profile, monkeypatch):
     trained = []
     patch_training(monkeypatch, _fake_training(trained, best_lr=1e-3))
     profile = profile.replace(grid={**profile.section("grid"), "lr": [2e-4, 1e-3, 5e-3], "extend_edges": 2})
-    runner.select_hparams(task, "Plugin", profile, progress=False)
+    search.select_hparams(task, "Plugin", profile, progress=False)
     assert trained == pytest.approx([2e-4, 1e-3, 5e-3])
 
 
@@ -194,7 +195,7 @@ def test_coordinate_search_walks_one_hyperparameter_at_a_time_from_the_middle(ta
     patch_training(monkeypatch, _fake_two_key_training(trained, {"lr": 1e-2, "weight_decay": 0.1}))
     profile = profile.replace(grid={"lr": [1e-4, 1e-3, 1e-2], "weight_decay": [0.01, 0.1, 1.0], "alpha": [0.5],
                                     "extend_edges": 1, "search": "coordinate"})
-    record = runner.select_hparams(task, "Plugin", profile, progress=False)
+    record = search.select_hparams(task, "Plugin", profile, progress=False)
     # lr from the middle with weight decay at its middle (0.1): 1e-2 wins at the edge, so lr is
     # pushed once (1e-1); then weight decay at lr 1e-2 (0.1 already known): nothing to push.
     assert [lr for lr, _ in trained] == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1, 1e-2, 1e-2])
@@ -202,7 +203,7 @@ def test_coordinate_search_walks_one_hyperparameter_at_a_time_from_the_middle(ta
     assert record["configs"][record["best"]]["hparams"] == pytest.approx({"lr": 1e-2, "weight_decay": 0.1})
     assert record["grid"]["lr"] == pytest.approx([1e-4, 1e-3, 1e-2, 1e-1])
     trained.clear()
-    runner.select_hparams(task, "Plugin", profile, progress=False)  # resumes: nothing trained again
+    search.select_hparams(task, "Plugin", profile, progress=False)  # resumes: nothing trained again
     assert trained == []
 
 
@@ -245,7 +246,7 @@ def test_a_new_run_record_names_its_code_libraries_and_device(task, profile):
     if git is not None:  # a git checkout: the commit, and a hash of any uncommitted change
         assert len(git["commit"]) == 40 and isinstance(git["dirty"], bool)
         assert ("diff_sha256" in git) == git["dirty"]
-    selection = runner.select_hparams(task, "NewModel", profile.replace(
+    selection = search.select_hparams(task, "NewModel", profile.replace(
         grid={**profile.section("grid"), "lr": [1e-3]}), progress=False)
     assert all(config["provenance"]["code"] == made["code"] for config in selection["configs"].values())
 
@@ -264,11 +265,11 @@ def test_a_unit_that_fails_on_a_full_disk_leaves_no_checkpoint_behind(task, prof
     """Issue 46: on a full disk the finished training's checkpoint stayed (100 MiB on smoke),
     holding space the next attempt needs. Now it goes, and the error says so; any other failure
     keeps it, so the unit resumes from it."""
-    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    monkeypatch.setattr(search, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
     profile = profile.replace(seeds=[0, 1])
-    runner.select_hparams(task, "Plugin", profile, progress=False)
-    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
-    real_write = runner.atomic_write_json
+    search.select_hparams(task, "Plugin", profile, progress=False)
+    folder = run_store.runs_dir(profile, "e2e", "tiny-llama")
+    real_write = record_manifest.atomic_write_json
 
     def record_fails(error):
         def write(path, obj):
@@ -277,22 +278,22 @@ def test_a_unit_that_fails_on_a_full_disk_leaves_no_checkpoint_behind(task, prof
             return real_write(path, obj)
         return write
 
-    monkeypatch.setattr(runner, "atomic_write_json", record_fails(OSError(errno.ENOSPC, "No space left on device")))
+    monkeypatch.setattr(record_manifest, "atomic_write_json", record_fails(OSError(errno.ENOSPC, "No space left on device")))
     with pytest.raises(OSError, match="No space left on device. Its training checkpoint Plugin-seed1-lr=.* was "
                                       "removed") as info:
         runner.run_experiment(task, "Plugin", 1, profile, progress=False)
     assert info.value.errno == errno.ENOSPC
     assert not list((folder / ".checkpoints").glob("*.pt")) and not (folder / "Plugin-seed1.json").exists()
 
-    monkeypatch.setattr(runner, "atomic_write_json", record_fails(RuntimeError("not about the disk")))
+    monkeypatch.setattr(record_manifest, "atomic_write_json", record_fails(RuntimeError("not about the disk")))
     with pytest.raises(RuntimeError, match="not about the disk"):
         runner.run_experiment(task, "Plugin", 1, profile, progress=False)
     assert len(list((folder / ".checkpoints").glob("Plugin-seed1-lr=*.pt"))) == 1  # kept: a rerun resumes
 
 
 def test_a_search_whose_weights_do_not_fit_the_disk_leaves_no_checkpoint(task, profile, monkeypatch):
-    monkeypatch.setattr(runner, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
-    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    monkeypatch.setattr(search, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
+    folder = run_store.runs_dir(profile, "e2e", "tiny-llama")
     real_save = torch.save
 
     def full_for_weights(obj, f, *args, **kwargs):  # the checkpoint fits; the chosen weights do not
@@ -304,5 +305,5 @@ def test_a_search_whose_weights_do_not_fit_the_disk_leaves_no_checkpoint(task, p
     monkeypatch.setattr(torch, "save", full_for_weights)
     hparams = run_keys.hparam_grid(profile, "Plugin")[0]
     with pytest.raises(OSError, match="checkpoint Plugin-lr=.* was removed"):
-        runner.train_config(task, "Plugin", profile, hparams)
+        search.train_config(task, "Plugin", profile, hparams)
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == []  # nothing of the unit stays

@@ -13,7 +13,7 @@ from plugin_lib.core.pairs import collate, encode_pairs
 from plugin_lib.core.train import TokenObjective, TrainConfig, fit, plugin_log_probs, reachable_plugin_log_probs
 from plugin_lib.experiments.topk import (TOPK_RULE, plot_metric_vs_k, plugin_gaps, record_claims, reference_coverage,
                                          view_label)
-from plugin_lib.harness import models, runner
+from plugin_lib.harness import models, run_store
 from plugin_lib.harness.models import load_base_model, parse_model_name
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.report import tables
@@ -170,7 +170,7 @@ def test_model_names_select_a_view_with_the_bases_settings(smollm2):
     assert {k: v for k, v in view.items() if k not in ("name", "display", "top_k", "top_k_rule")} == {
         k: v for k, v in base.items() if k not in ("name", "display")}
     profile = load_profile("smoke")
-    assert runner.runs_dir(profile, "e2e", "smollm2-135m-instruct@top20") != runner.runs_dir(
+    assert run_store.runs_dir(profile, "e2e", "smollm2-135m-instruct@top20") != run_store.runs_dir(
         profile, "e2e", "smollm2-135m-instruct")
 
     loaded = load_base_model("smollm2-135m-instruct@top20-renormalize")

@@ -15,7 +15,7 @@ from plugin_lib import paper as published
 from plugin_lib.core.reweighter import count_parameters, make_reweighter
 from plugin_lib.data import prompts
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import bdpl, bdpl_rewards, methods, models, runner
+from plugin_lib.harness import bdpl, bdpl_rewards, methods, models, run_store, runner
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import comparison
@@ -151,7 +151,7 @@ def test_bdpl_runs_are_records_and_later_seeds_reuse_the_first_seeds_choice(task
     zeroshot = runner.run_experiment(task, "Zeroshot", 0, profile, progress=False)
     assert set(plain) == set(plugin) == set(zeroshot)
     assert plain["settings"] != zeroshot["settings"]  # the prefix is part of the settings
-    folder = runner.runs_dir(profile, "e2e", "tiny-llama")
+    folder = run_store.runs_dir(profile, "e2e", "tiny-llama")
     selection = (folder / "BDPL+Plugin-selection.json").read_text()
 
     trained.clear()
@@ -160,7 +160,7 @@ def test_bdpl_runs_are_records_and_later_seeds_reuse_the_first_seeds_choice(task
     assert (folder / "BDPL+Plugin-selection.json").read_text() == selection
     assert prompt1["seed"] == 1 and prompt1["calls_used"] == 6
 
-    stored = runner.load_runs(profile.name, "e2e")  # the prompt files are not taken for runs
+    stored = run_store.load_runs(profile.name, "e2e")  # the prompt files are not taken for runs
     assert sorted(r["method"] for r in stored) == ["BDPL", "BDPL", "BDPL+Plugin", "BDPL+Plugin", "Zeroshot"]
     assert [r["method"] for r in table5.current_runs(task, profile)] == ["Zeroshot"]
     trained.clear()
@@ -201,7 +201,7 @@ def test_lora_records_have_the_structure_of_the_others(task, profile, lora_copie
     assert first["method"] == "LoRA" and set(first["metrics"]) == set(METRIC_NAMES)
     assert first["hparams"] == second["hparams"] and len(first["predictions"]) == len(task.test)
     assert set(first["training"]) == set(plugin["training"])
-    stored = torch.load(runner.runs_dir(profile, "e2e", "tiny-llama") / "LoRA-best.pt")
+    stored = torch.load(run_store.runs_dir(profile, "e2e", "tiny-llama") / "LoRA-best.pt")
     assert all("lora_" in k for k in stored)  # adapters only, not a copy of the base
     for name, value in task.base._model.state_dict().items():
         torch.testing.assert_close(value, black_box[name], rtol=0, atol=0)

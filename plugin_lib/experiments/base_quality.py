@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .. import data
-from ..harness import finetune, grid, runner
+from ..harness import finetune, grid, runner, search
 from ..harness.preflight_counts import count_task
 from ..harness.profile import Profile, ablation_seeds, ablation_settings
 from ..metrics import METRIC_NAMES
@@ -38,7 +38,7 @@ def base_quality_runs(dataset: str, profile: Profile, model_name: str,
                       bases: dict[int, str | finetune.FinetunedBase],
                       seeds: Sequence[int], *, progress: bool = False) -> list[dict]:
     """Zeroshot and Plugin on every base; each record gets its ``finetune_epochs``."""
-    arch = runner.arch_for(model_name)
+    arch = search.arch_for(model_name)
     records = []
     for epochs, source in bases.items():
         base = model_name if epochs == 0 else finetune.load_finetuned_base(source, dtype=profile.dtype)
@@ -62,7 +62,7 @@ def units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Un
     bases = finetune.finetuned_bases(setup.model, pool, setup, prompt_style=profile.prompts, tokens=profile.tokens,
                                      records=finetune.records_dir(profile))
     seeds = ablation_seeds(setup, "base_quality", profile)
-    arch = runner.arch_for(setup.model)
+    arch = search.arch_for(setup.model)
     pair_tokens = count_task(dataset, setup.model, profile).pair_tokens
     pairs = len(data.training_pairs(pool.examples))
     found, before = [], (0, None)

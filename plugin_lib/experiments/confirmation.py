@@ -27,7 +27,7 @@ import pandas as pd
 
 from .. import analysis, data
 from ..analysis import judge as shift_judge
-from ..harness import bdpl, finetune, methods, runner
+from ..harness import bdpl, finetune, methods, run_store
 from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
 from ..report import freeze, mixed
 from ..report import preregistered as pre
@@ -100,7 +100,7 @@ def references(dataset: str, ids: Sequence[str]) -> list[list[str]]:
 
 def stored_runs(profile: Profile, dataset: str, model: str, label: str, check_inputs: bool = True) -> list[dict]:
     """The stored runs of ``label`` (one per seed), refusing any not on the frozen test inputs."""
-    folder = runner.runs_dir(profile, dataset, model)
+    folder = run_store.runs_dir(profile, dataset, model)
     runs = [read_json(p) for p in sorted(folder.glob(f"{label}-seed*.json"))
             if re.fullmatch(rf"{re.escape(label)}-seed\d+\.json", p.name)]
     if not runs:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .. import paper as published
-from ..harness import methods, runner
+from ..harness import methods, run_store, runner
 from ..harness.profile import Profile, load_profile, results_dir
 from ..harness.tempnet import FixedTemperature
 from ..metrics import METRIC_NAMES, compute_metrics
@@ -141,7 +141,7 @@ def sampled_base_table(profile: Profile, dataset: str, model_name: str | None = 
     (a stem ``report.document.CONTROLS`` lists)."""
     model_name = model_name or profile.base_models[0]
     control = sampled_base_runs(profile, runner.load_task(model_name, dataset, profile))
-    stored = [r for r in runner.load_runs(profile, dataset)
+    stored = [r for r in run_store.load_runs(profile, dataset)
               if r["model"] == model_name and r["method"] in ("Zeroshot", "TempNet")]
     rows = []
     for label, runs in (("Zeroshot (greedy)", [r for r in stored if r["method"] == "Zeroshot"]),
@@ -194,7 +194,7 @@ def icl_copying_table(profile: Profile, dataset: str, model_name: str | None = N
     Saved as ``icl_copying_<dataset>`` (a stem ``report.document.CONTROLS`` lists)."""
     model_name = model_name or profile.base_models[0]
     task = task or runner.load_task(model_name, dataset, profile)
-    stored = [r for r in runner.load_runs(profile, dataset) if r["model"] == model_name]
+    stored = [r for r in run_store.load_runs(profile, dataset) if r["model"] == model_name]
     ids = [ex.id for ex in task.test]
     zeroshot = next((r for r in stored if r["method"] == "Zeroshot" and r["test_ids"] == ids), None)
     if zeroshot is None:

@@ -41,7 +41,7 @@ from ..core.blackbox import BlackBoxLM
 from ..core.combine import proxy_combine
 from ..core.decode import generate
 from ..core.reweighter import make_reweighter
-from ..harness import grid, methods, runner
+from ..harness import grid, methods, runner, search
 from ..harness.profile import Profile, ablation_settings
 from ..harness.variants import expert_variant
 from ..report import tables, writer
@@ -82,7 +82,7 @@ def run_proxy(datasets: list[str], profile: Profile, *, model_names: list[str] |
             narrowed = None
             for method, seed, label, arch, narrow in pretrained_jobs(model_name, profile):
                 if narrow:
-                    narrowed = narrowed or runner.narrowed_profile(task, profile, "Plugin")
+                    narrowed = narrowed or search.narrowed_profile(task, profile, "Plugin")
                 records.append(runner.run_experiment(task, method, seed, narrowed if narrow else profile, arch=arch,
                                                      label=label, progress=False))
     return records
@@ -138,7 +138,7 @@ def cost_table(task: methods.Task, profile: Profile, *, prompts: int = 8, new_to
     (``prompts`` test prompts, exactly ``new_tokens`` each, batched, on this machine). With the
     profile's ``proxy.pretrained``, the ``-pretrained`` arms too (their anti-expert is one more
     small-model forward per token)."""
-    small = {"": runner.arch_for(task.base.name)}
+    small = {"": search.arch_for(task.base.name)}
     if profile.proxy.pretrained:
         small[PRETRAINED] = expert_variant(task.base.name, ablation_settings(profile).pretrained_layers).arch
     texts = [task.prompt(ex) for ex in task.test[:prompts]]

@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from .. import paper as published
 from ..data import prompts
-from ..harness import bdpl, costs, grid, methods, run_keys, runner
+from ..harness import bdpl, costs, grid, methods, run_keys, run_store, runner, search
 from ..harness.preflight_counts import TaskCounts, count_task
 from ..harness.profile import Bdpl, Profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
@@ -131,7 +131,7 @@ def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int
     if stored is not None:
         return stored
     path = bdpl.prompt_path(profile, task.dataset, task.base.name, seed, budget)
-    with runner.unit_lock(path.parent, path.stem):
+    with run_store.unit_lock(path.parent, path.stem):
         remove_stale_temporaries(path.parent)
         stored = stored_prompt(task, profile, seed, budget=budget, reward=reward)
         if stored is not None:  # learned meanwhile, or killed between the record and the checkpoint's removal
@@ -229,7 +229,7 @@ def run_bdpl(task: methods.Task, profile: Profile, seed: int, *, budget: int = b
     selection = None
     if seed != first:  # hyperparameters chosen on the first seed's prompt, as for every method
         first_prompt = learn_prompt(task, profile, first, budget=budget, reward=reward)
-        selection = runner.select_hparams(prefixed_task(task, first_prompt["prefix"]), "Plugin", profile,
+        selection = search.select_hparams(prefixed_task(task, first_prompt["prefix"]), "Plugin", profile,
                                           label=combined, progress=progress)
     runs = [
         runner.run_experiment(prefixed, "Zeroshot", seed, profile, label=alone, progress=progress),
@@ -367,9 +367,9 @@ def _bdpl_work(profile: Profile, counts: TaskCounts, budget: int, search: bool, 
 
 def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot", "Plugin")) -> list[dict]:
     """The main tables' stored runs of ``method_names`` on ``task`` made under the current
-    settings from the current inputs (``runner.load_runs``); nothing is run."""
+    settings from the current inputs (``run_store.load_runs``); nothing is run."""
     fingerprint, inputs = run_keys.settings_fingerprint(task, profile), run_keys.inputs_fingerprint(task)
-    return [r for r in runner.load_runs(profile, task.dataset)
+    return [r for r in run_store.load_runs(profile, task.dataset)
             if r["model"] == task.base.name and r["method"] in method_names and run_keys.is_current(r, fingerprint, inputs)]
 
 

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 
 from .. import paper as published
 from ..core.reweighter import count_parameters, make_reweighter
-from ..harness import flops, grid, methods, models, runner
+from ..harness import flops, grid, methods, models, runner, search
 from ..harness.lora import add_lora
 from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
@@ -59,13 +59,13 @@ def offline_flops(task: methods.Task, *, new_tokens: int = 64, lora_rank: int = 
     """Plugin vs LoRA on the task's base: FLOPs of decoding ``new_tokens`` tokens after a prompt
     of the mean test-prompt length, and trainable parameters.
 
-    Plugin = the base + the reweighting architecture of the Plugin runs (``runner.arch_for``);
+    Plugin = the base + the reweighting architecture of the Plugin runs (``search.arch_for``);
     LoRA = the base with rank-``lora_rank`` adapters (``lora.add_lora``), counted unmerged.
     """
     base = _meta_model(task.base.name)
     with torch.device("meta"):
         reweighter = make_reweighter(vocab_size=base.get_output_embeddings().weight.shape[0],
-                                     **runner.arch_for(task.base.name))
+                                     **search.arch_for(task.base.name))
     lora_model = add_lora(_meta_model(task.base.name), r=lora_rank)
     prompt_length = round(np.mean([len(ids) for ids in task.base.tokenizer(
         [task.prompt(ex) for ex in task.test])["input_ids"]]))

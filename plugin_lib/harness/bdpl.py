@@ -467,7 +467,7 @@ def is_learning_budget(profile: Profile, budget: int | None) -> bool:
 
 def prompt_path(profile: Profile, dataset: str, model: str, seed: int, budget: int | None = None) -> Path:
     """The learned prompt's record (``calls<budget>-seed<k>.json`` at a learning budget)."""
-    from .runner import runs_dir
+    from .run_store import runs_dir
 
     name = f"calls{budget}-seed{seed}.json" if is_learning_budget(profile, budget) else f"seed{seed}.json"
     return runs_dir(profile, dataset, model) / "bdpl-prompts" / name

@@ -128,7 +128,7 @@ def decode_steps(unit: Unit, counts: TaskCounts) -> int:
 
 def grid_size(profile, method: str) -> int:
     """Configurations a search tries, at most: a grid of two or more values may grow by
-    ``extend_edges`` values past its edge (``runner.select_hparams``). A coordinate search tries
+    ``extend_edges`` values past its edge (``search.select_hparams``). A coordinate search tries
     each hyperparameter's values with the others fixed, sharing the configuration it starts from."""
     sizes = [len(getattr(profile.grid, key)) for key in run_keys.grid_keys(method)]
     sizes = [n + (profile.grid.extend_edges if n > 1 else 0) for n in sizes]

@@ -42,7 +42,7 @@ class Grid:
     """Hyperparameters searched on hyper-validation loss (alpha: WeightedComb only).
 
     ``extend_edges``: how many times a searched value may be pushed past the grid's edge when
-    the chosen one sits there (``harness.runner.select_hparams``); 0 keeps the grid as listed.
+    the chosen one sits there (``harness.search.select_hparams``); 0 keeps the grid as listed.
     """
 
     lr: tuple[float, ...]
@@ -51,7 +51,7 @@ class Grid:
     extend_edges: int
     # "grid": every combination. "coordinate": one hyperparameter at a time (lr, then weight
     # decay, then alpha), each searched from the middle of its list with the others at their
-    # current choice, and pushed past an edge as above (harness.runner.select_hparams).
+    # current choice, and pushed past an edge as above (harness.search.select_hparams).
     search: Literal["grid", "coordinate"] = "grid"
 
 

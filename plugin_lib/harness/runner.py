@@ -1,32 +1,14 @@
 """Runs (dataset, base model, method, seed) experiments and stores each as one JSON file.
 
-A run's file, ``results/<profile>/runs/<dataset>/<model>/<method>-seed<k>.json``, holds the
-test predictions, the seven metrics, the chosen hyperparameters, the training history and the
-scale it was produced at (and, for a model behind an API, the requests, tokens and seconds it
-cost: ``api_usage``). Files are written atomically, and a run whose file exists is not
-redone (unless ``force``), so an interrupted notebook resumes where it stopped. Each record's
-hash goes into the store's manifest as it is written (``utils.record_manifest``).
-
-A stored run counts only if it was made from the same inputs: its ``settings`` (a hash of the
-profile's settings that shape it, :func:`settings_fingerprint`) and its ``inputs`` (a hash of
-the task's data, :func:`inputs_fingerprint`: every train, hyper-validation and test example's
-id, source and references, and the base model's spec) must both match the current ones.
-Otherwise it is stale and is made again, never silently reused; a record without ``inputs``
-is stale. The same holds for the grid-search records (``<label>-selection.json``).
+A run's record (``harness.run_store``) holds the test predictions, the seven metrics, the
+chosen hyperparameters (``harness.search``), the training history and the scale it was produced
+at (and, for a model behind an API, the requests, tokens and seconds it cost: ``api_usage``).
+A run whose current record exists is not redone (unless ``force``), so an interrupted notebook
+resumes where it stopped; a stale one (other settings or data) is made again.
 Arguments are checked before anything is loaded or written (:func:`check_run_arguments`).
-
-Hyperparameters are chosen on hyper-validation loss over the profile's grid with the first
-seed; later seeds reuse the choice. The grid search itself resumes: every configuration's
-loss is recorded as it finishes, together with the weights of the best one so far.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import errno
-import glob
-import hashlib
-import shutil
 import time
 from pathlib import Path
 
@@ -37,294 +19,18 @@ from .. import data
 from ..core.api import ApiBlackBox
 from ..core.blackbox import BlackBoxLM
 from ..metrics import compute_metrics
-from ..utils.io import atomic_write_json, atomic_write_with, read_json, remove_stale_temporaries
+from ..utils.io import atomic_write_with, remove_stale_temporaries
 from ..utils.provenance import provenance
-from ..utils.record_manifest import note_written
-from ..utils import malloc
-from ..utils.locks import StoreLock
-from . import methods, models
-from . import profile as config
+from ..utils.record_manifest import write_record
+from . import methods, models, run_store, search
+from .run_keys import config_tag, inputs_fingerprint, settings_fingerprint
 from .profile import Profile
-from .run_keys import (beyond_edge, config_tag, grid_edges, grid_keys, hparam_grid, inputs_fingerprint, is_current,
-                       settings_fingerprint)
-
-
-def runs_dir(profile: Profile, dataset: str, model: str) -> Path:
-    return config.results_dir(profile) / "runs" / dataset / model.replace("/", "--")
-
-
-def arch_for(model: str) -> dict:
-    return models.arch_for(model)
-
-
-def _load_if_current(path: Path, fingerprint: str, inputs: str) -> dict | None:
-    if not path.exists():
-        return None
-    record = read_json(path)
-    return record if is_current(record, fingerprint, inputs) else None
-
-
-def _write_record(path: Path, record: dict) -> None:
-    """A record, then its hash into the store's manifest: an edit made later is caught."""
-    atomic_write_json(path, record)
-    note_written(path)
-
-
-def unit_lock(folder: Path, name: str) -> StoreLock:
-    """The lock of one unit of work in a run folder (``.locks/<name>.lock``): the process that
-    holds it computes the unit; another waits, then finds the unit's record and reads it."""
-    return StoreLock(folder / ".locks" / f"{name}.lock")
-
-
-def fit_checkpoint(folder: Path, name: str, fingerprint: str, inputs: str) -> Path:
-    """Where the training of unit ``name`` keeps its state (``core.train.fit``) until its result
-    is stored, in ``<run folder>/.checkpoints/``: named after the unit (its hyperparameters among
-    them) and the fingerprints of its settings and its data, so that no training of other
-    settings or data resumes from it. The unit's checkpoints of other fingerprints untouched for
-    an hour, and temporaries of killed writers, are removed."""
-    kept = folder / ".checkpoints"
-    remove_stale_temporaries(kept)
-    key = hashlib.sha256(f"{fingerprint}:{inputs}".encode()).hexdigest()[:12]
-    path = kept / f"{name}-{key}.pt"
-    for other in kept.glob(f"{glob.escape(name)}-*.pt") if kept.is_dir() else ():
-        if other != path and len(other.stem) == len(path.stem) and time.time() - other.stat().st_mtime > 3600:
-            other.unlink(missing_ok=True)
-    return path
-
-
-def _save_state(model: torch.nn.Module, path: Path) -> None:
-    """The model's weights at ``path``, atomically (``atomic_write_with``)."""
-    try:
-        atomic_write_with(path, lambda f: torch.save(model.state_dict(), f))
-    except BaseException as err:
-        needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-        free = shutil.disk_usage(path.parent).free
-        if isinstance(err, (OSError, RuntimeError)) and free < 2 * needed:
-            # torch.save reports a full disk as "unexpected pos ...": say what it is and what to do.
-            raise OSError(errno.ENOSPC, f"the disk under {path.parent} is full ({free / 2**20:,.0f} MiB free; "
-                          f"these weights need {needed / 2**20:,.0f} MiB), so {path.name} was not written and no "
-                          "stored result was replaced. Free disk space, or point PLUGIN_RESULTS_DIR at a larger "
-                          "disk, and run again: finished runs are kept.") from err
-        raise
-
-
-@contextlib.contextmanager
-def _nothing_left_on_full_disk(checkpoint):
-    """A unit that fails on a full disk leaves no training checkpoint (``checkpoint()``: its
-    path, or None) behind: the file would hold the space the next attempt needs, and the error
-    says it is gone. Other failures keep it, so the unit resumes from it."""
-    try:
-        yield
-    except (OSError, RuntimeError) as err:
-        path = checkpoint()
-        size = path.stat().st_size if path is not None and path.exists() else 0
-        if size and (getattr(err, "errno", None) == errno.ENOSPC
-                     or shutil.disk_usage(path.parent).free < max(2 * size, 2**26)):
-            path.unlink(missing_ok=True)
-            said = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            raise OSError(errno.ENOSPC, f"{said.rstrip('.')}. Its training checkpoint {path.name} "
-                          f"({size / 2**20:,.0f} MiB) was removed, so the full disk keeps nothing of this "
-                          "unit; it trains from its start next time.") from err
-        raise
-
-
-def _selection_paths(task: methods.Task, method: str, profile: Profile, arch: dict | None, label: str | None
-                     ) -> tuple[Path, Path, str, str]:
-    """(selection record, best weights, settings fingerprint, inputs fingerprint) of a search."""
-    folder = runs_dir(profile, task.dataset, task.base.name)
-    label = label or method
-    arch = arch or arch_for(task.base.name)
-    fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
-    return (folder / f"{label}-selection.json", folder / f"{label}-best.pt", fingerprint,
-            inputs_fingerprint(task))
-
-
-def _selection_record(record_path: Path, fingerprint: str, inputs: str) -> dict:
-    """The stored selection record if current, else an empty one under these fingerprints."""
-    return (_load_if_current(record_path, fingerprint, inputs)
-            or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
-
-
-def stored_selection(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
-                     label: str | None = None) -> dict | None:
-    """The current selection record of a search (complete or not), or None."""
-    record_path, _, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
-    return _load_if_current(record_path, fingerprint, inputs)
-
-
-def _train_configs(task: methods.Task, method: str, profile: Profile, configs: list[dict], *, arch: dict | None,
-                   label: str | None, progress: bool) -> dict:
-    """Train the configurations of a search not yet recorded, with the first seed, together
-    (``core.train.fit_grid``: one pass over the data for all, as many at once as memory holds;
-    LoRA, which trains through the base, one at a time), and return the selection record.
-
-    Many processes may search one grid at once: each configuration is trained by the one that
-    holds its lock (taken in one order), and the shared record (and the best weights) change
-    only under the selection's lock, re-read there, so no process overwrites another's. Results
-    are recorded in ``configs``' order, so equal losses keep the first as the best."""
-    record_path, state_path, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
-    folder, label, arch = record_path.parent, label or method, arch or arch_for(task.base.name)
-
-    def fresh() -> dict:
-        return _selection_record(record_path, fingerprint, inputs)
-
-    tags = {config_tag(hparams): hparams for hparams in configs}
-    recorded = fresh()["configs"]
-    with contextlib.ExitStack() as held:
-        for tag in sorted(t for t in tags if t not in recorded):
-            held.enter_context(unit_lock(folder, f"{label}-{tag}"))
-        latest = fresh()
-        pending = [t for t in tags if t not in latest["configs"]]
-        checkpoints = {t: fit_checkpoint(folder, f"{label}-{t}", fingerprint, inputs) for t in tags}
-        while pending:
-            count = methods.configs_at_once(task, method, arch, len(pending))
-            chunk, pending = pending[:count], pending[count:]
-            with _nothing_left_on_full_disk(lambda: next((checkpoints[t] for t in chunk
-                                                          if checkpoints[t].exists()), None)):
-                if len(chunk) == 1:
-                    trained = [methods.train_method(task, method, arch, tags[chunk[0]], profile.seeds[0],
-                                                    profile.training, progress=progress,
-                                                    checkpoint=checkpoints[chunk[0]])]
-                else:
-                    trained = methods.train_methods(task, method, arch, [tags[t] for t in chunk], profile.seeds[0],
-                                                    profile.training, progress=progress,
-                                                    checkpoints=[checkpoints[t] for t in chunk])
-                with unit_lock(folder, f"{label}-selection"):
-                    latest = fresh()
-                    for tag, (model, result) in zip(chunk, trained):
-                        best = latest["best"]
-                        if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
-                            _save_state(model, state_path)
-                            latest["best"] = tag
-                        latest["configs"][tag] = {
-                            "hparams": tags[tag], "val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
-                            "epochs_run": result.epochs_run, "seconds": result.seconds, "history": result.history,
-                            "trained_with": len(chunk), "provenance": provenance(task.base.device)}
-                    _write_record(record_path, latest)
-            del trained
-            malloc.release()  # the chunk's models and optimisers are freed now: give their pages back
-        for checkpoint in checkpoints.values():
-            checkpoint.unlink(missing_ok=True)
-        return latest
-
-
-def train_config(task: methods.Task, method: str, profile: Profile, hparams: dict, *, arch: dict | None = None,
-                 label: str | None = None, progress: bool = False) -> float:
-    """One configuration of :func:`select_hparams`'s search (a unit of the grid,
-    ``harness.grid``): trained and recorded in the selection record unless it is there
-    already; its hyper-validation loss. The search then finds it recorded."""
-    record = _train_configs(task, method, profile, [hparams], arch=arch, label=label, progress=progress)
-    return record["configs"][config_tag(hparams)]["val_loss"]
-
-
-def narrowed_profile(task: methods.Task, profile: Profile, method: str = "Plugin", *, progress: bool = False
-                     ) -> Profile:
-    """The profile with its grid narrowed to the hyperparameters chosen for ``method`` on this
-    task (searched first if they are not stored yet): variants that reuse that choice."""
-    return narrowed_to(profile, select_hparams(task, method, profile, progress=progress))
-
-
-def narrowed_to(profile: Profile, selection: dict) -> Profile:
-    """The profile with its grid narrowed to a selection record's chosen hyperparameters."""
-    chosen = selection["configs"][selection["best"]]["hparams"]
-    return profile.replace(grid=dataclasses.replace(profile.grid, **{k: (v,) for k, v in chosen.items()}))
-
-
-def select_hparams(
-    task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None, label: str | None = None,
-    progress: bool = True,
-) -> dict:
-    """Hyperparameter search on hyper-validation loss with the profile's first seed (resumable):
-    the whole grid, or one hyperparameter at a time (``grid.search``), edges pushed alike.
-
-    Returns the selection record; the best configuration's weights are in ``<label>-best.pt``.
-    ``arch`` overrides the model family's reweighting architecture (ablations); ``label``
-    (default: the method) names the stored files, so variants do not overwrite each other.
-    """
-    label = label or method
-    arch = arch or arch_for(task.base.name)
-    record_path, _, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
-    folder = record_path.parent
-    remove_stale_temporaries(folder)
-
-    def fresh() -> dict:
-        return _selection_record(record_path, fingerprint, inputs)
-
-    record = fresh()
-    values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
-
-    def evaluate(configs: list[dict]) -> list[float]:
-        """The losses of ``configs``, those not recorded yet trained together first."""
-        if any(config_tag(hparams) not in record["configs"] for hparams in configs):
-            record.update(_train_configs(task, method, profile, configs, arch=arch, label=label, progress=progress))
-        return [record["configs"][config_tag(hparams)]["val_loss"] for hparams in configs]
-
-    # The same rule for every method: a choice at an edge pushes that edge one step further.
-    if profile.grid.search == "grid":
-        extensions = {k: 0 for k in values}
-        while True:
-            evaluate(list(hparam_grid(profile, method, values)))
-            chosen = record["configs"][record["best"]]["hparams"]
-            pushed = [k for k in grid_edges(values, chosen) if extensions[k] < profile.grid.extend_edges]
-            if not pushed:
-                break
-            for k in pushed:
-                values[k].append(beyond_edge(values[k], chosen[k], k))
-                extensions[k] += 1
-    else:  # coordinate: one hyperparameter at a time, from the middle of each list
-        current = {k: sorted(v)[len(v) // 2] for k, v in values.items()}
-        for key in values:
-            extended = 0
-            while True:
-                losses = dict(zip(values[key], evaluate([{**current, key: v} for v in values[key]])))
-                current[key] = min(losses, key=losses.get)  # the first of equals, in list order
-                step = beyond_edge(values[key], current[key], key)
-                if step is None or extended >= profile.grid.extend_edges:
-                    break
-                values[key].append(step)
-                extended += 1
-    if record.get("grid") != values:
-        with unit_lock(folder, f"{label}-selection"):
-            record.update(fresh())
-            record["grid"] = values  # the values searched, extensions included
-            _write_record(record_path, record)
-    return record
-
-
-def trained_model(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
-                  label: str | None = None) -> torch.nn.Module:
-    """The first seed's trained model of ``method`` (training it if the grid has not run yet).
-
-    Weights are not committed with the run records: on another machine the chosen
-    configuration is trained again (seeded, so it gives the same model) and stored.
-    """
-    label = label or method
-    arch = arch or arch_for(task.base.name)
-    selection = select_hparams(task, method, profile, arch=arch, label=label, progress=False)
-    folder = runs_dir(profile, task.dataset, task.base.name)
-    state = folder / f"{label}-best.pt"
-    if not state.exists():
-        with unit_lock(folder, f"{label}-best"):
-            if not state.exists():
-                hparams = selection["configs"][selection["best"]]["hparams"]
-                _, _, fingerprint, inputs = _selection_paths(task, method, profile, arch, label)
-                checkpoint = fit_checkpoint(folder, f"{label}-{selection['best']}", fingerprint, inputs)
-                with _nothing_left_on_full_disk(lambda: checkpoint):
-                    model, _ = methods.train_method(  # the chosen configuration's training again: its checkpoint
-                        task, method, arch, hparams, profile.seeds[0], profile.training, progress=False,
-                        checkpoint=checkpoint)
-                    _save_state(model, state)
-                checkpoint.unlink(missing_ok=True)
-                return model.eval()
-    model = methods.build_model(task, method, arch, profile.seeds[0])
-    model.load_state_dict(torch.load(state, map_location=task.base.device))
-    return model.eval()
 
 
 def _run_paths(task: methods.Task, method: str, seed: int, profile: Profile, arch: dict | None, label: str
                ) -> tuple[Path, str, str]:
     """(record, settings fingerprint, inputs fingerprint) of a run."""
-    path = runs_dir(profile, task.dataset, task.base.name) / f"{label}-seed{seed}.json"
+    path = run_store.runs_dir(profile, task.dataset, task.base.name) / f"{label}-seed{seed}.json"
     return path, settings_fingerprint(task, profile, arch if label != method else None, method), inputs_fingerprint(task)
 
 
@@ -333,7 +39,7 @@ def stored_run(task: methods.Task, method: str, seed: int, profile: Profile, *, 
     """The run's current record, or None (none stored, or a stale one): what
     :func:`run_experiment` would return without computing anything."""
     path, fingerprint, inputs = _run_paths(task, method, seed, profile, arch, label or method)
-    return _load_if_current(path, fingerprint, inputs)
+    return run_store.load_if_current(path, fingerprint, inputs)
 
 
 def run_experiment(
@@ -351,12 +57,12 @@ def run_experiment(
     label = label or method
     path, fingerprint, inputs = _run_paths(task, method, seed, profile, arch, label)
     folder = path.parent
-    arch = arch or arch_for(task.base.name)
-    stored = None if force else _load_if_current(path, fingerprint, inputs)
+    arch = arch or search.arch_for(task.base.name)
+    stored = None if force else run_store.load_if_current(path, fingerprint, inputs)
     if stored is not None:
         return stored
-    with unit_lock(folder, path.stem):  # one process computes this run; another waits and reads it
-        stored = None if force else _load_if_current(path, fingerprint, inputs)
+    with run_store.unit_lock(folder, path.stem):  # one process computes this run; another waits and reads it
+        stored = None if force else run_store.load_if_current(path, fingerprint, inputs)
         if stored is not None:
             return stored
         return _compute_run(task, method, label, seed, profile, arch=arch, path=path, fingerprint=fingerprint,
@@ -371,23 +77,23 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
     started = time.perf_counter()
     usage_before = task.base.usage.snapshot() if isinstance(task.base, ApiBlackBox) else None
     model, hparams, training, checkpoint = None, None, None, None
-    with _nothing_left_on_full_disk(lambda: checkpoint):
+    with run_store.nothing_left_on_full_disk(lambda: checkpoint):
         trains = methods.trained_as(method)  # a proxy arm's expert is NewModel's, its selection and weights too
         # ... under the arm's suffix: ProxyTuning-pretrained's expert is NewModel-pretrained
         train_label = label if trains == method else trains + label.removeprefix(method)
         if trains in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
-            selection = selection or select_hparams(task, trains, profile, arch=arch, label=train_label,
+            selection = selection or search.select_hparams(task, trains, profile, arch=arch, label=train_label,
                                                     progress=progress)
             chosen = selection["configs"][selection["best"]]
             hparams = chosen["hparams"]
             if seed == profile.seeds[0]:
-                model = trained_model(task, trains, profile, arch=arch, label=train_label)
+                model = search.trained_model(task, trains, profile, arch=arch, label=train_label)
                 training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
             elif trains != method:  # a proxy arm: one expert per seed, trained once for both arms
                 model, training = _expert(task, trains, train_label, arch, hparams, seed, profile, progress)
             else:
                 # kept until the record is stored: a kill while decoding does not train it again
-                checkpoint = fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
+                checkpoint = run_store.fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
                 model, result = methods.train_method(task, trains, arch, hparams, seed, profile.training,
                                                      progress=progress, checkpoint=checkpoint)
                 training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
@@ -431,7 +137,7 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
             # What this run asked of the server, per phase: teacher forcing (the base-output cache,
             # built by the run that needs it first; later runs read it from disk) and decoding.
             record["api_usage"] = task.base.usage.minus(usage_before).as_dict()
-        _write_record(path, record)
+        write_record(path, record)
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     return record
@@ -444,11 +150,11 @@ def _expert(task: methods.Task, method: str, label: str, arch: dict, hparams: di
     under a name keyed on the hyperparameters, settings and data, ``fit_checkpoint``; not
     committed): seeded, so each arm gets the model it would have trained itself. A labelled
     variant (a pretrained expert) is keyed on its architecture too."""
-    folder = runs_dir(profile, task.dataset, task.base.name)
+    folder = run_store.runs_dir(profile, task.dataset, task.base.name)
     name = f"{label}-expert-seed{seed}-{config_tag(hparams)}"
     fingerprint = settings_fingerprint(task, profile, None if label == method else arch, method)
-    kept = fit_checkpoint(folder, name, fingerprint, inputs_fingerprint(task))
-    with unit_lock(folder, name):
+    kept = run_store.fit_checkpoint(folder, name, fingerprint, inputs_fingerprint(task))
+    with run_store.unit_lock(folder, name):
         if kept.exists():
             stored = torch.load(kept, map_location=task.base.device, weights_only=True)
             model = methods.build_model(task, method, arch, seed)
@@ -497,7 +203,7 @@ def load_task(base: BlackBoxLM | str, dataset: str, profile: Profile, *, prompt_
     if isinstance(base, str):
         base = models.load_base_model(base, dtype=profile.dtype)
     return methods.make_task(base, dataset, profile, prompt_model=prompt_model,
-                             cache_dir=runs_dir(profile, dataset, base.states_name) / "cache")
+                             cache_dir=run_store.runs_dir(profile, dataset, base.states_name) / "cache")
 
 
 def run_table(
@@ -532,12 +238,6 @@ def table_jobs(profile: Profile, model_names: list[str] | None = None, method_na
                          for method in method_names or methods.METHODS
                          for seed in (profile.seeds[:1] if method in methods.UNSEEDED_METHODS else profile.seeds)]
             for model_name in model_names or profile.base_models}
-
-
-def load_runs(profile: Profile | str, dataset: str) -> list[dict]:
-    """All stored run records of a dataset in a profile."""
-    root = config.results_dir(profile) / "runs" / dataset
-    return [read_json(p) for p in sorted(root.glob("*/*-seed*.json"))]
 
 
 def notebook_datasets(profile: Profile, datasets: str | list[str] | None = None) -> list[str]:

@@ -16,7 +16,7 @@ import torch
 
 from ..core.reweighter import count_parameters
 from ..core.train import TokenObjective, small_model_log_probs
-from . import methods, models, runner
+from . import methods, models, runner, search
 from .finetune import decoder_layers, save_model_dir
 from .profile import Profile, cache_dir
 
@@ -95,7 +95,7 @@ def complexity_variants(model_name: str, layers: Sequence[int], pretrained_layer
                         *, pretrained: bool = True) -> list[Variant]:
     """The family's reweighting model with each number of layers, then (``pretrained``) the
     pretrained one."""
-    default = runner.arch_for(model_name)
+    default = search.arch_for(model_name)
     variants = [
         Variant(ONE_LAYER, None, "1 layer") if k == default["n_layer"]
         else Variant(f"Plugin-{k}L", {**default, "n_layer": k}, f"{k} layers")
@@ -106,7 +106,7 @@ def complexity_variants(model_name: str, layers: Sequence[int], pretrained_layer
 
 def architecture_variants(model_name: str) -> list[Variant]:
     """Transformer layer (the family's default), two-layer ReLU MLP and linear, same widths."""
-    default = runner.arch_for(model_name)
+    default = search.arch_for(model_name)
     width = default.get("hidden_size", 768)  # GPT2Config's default width for GPT-2 families
     inner = default.get("intermediate_size", 4 * width)
     return [
@@ -120,7 +120,7 @@ def architecture_variants(model_name: str) -> list[Variant]:
 def one_layer_profile(task: methods.Task, profile: Profile, *, progress: bool = False) -> Profile:
     """The profile with its grid narrowed to the hyperparameters chosen for the 1-layer Plugin
     (searched first if they are not stored yet)."""
-    return runner.narrowed_profile(task, profile, "Plugin", progress=progress)
+    return search.narrowed_profile(task, profile, "Plugin", progress=progress)
 
 
 def variant_runs(task: methods.Task, profile: Profile, variants: Sequence[Variant], seeds: Sequence[int],
@@ -164,7 +164,7 @@ def variant_frame(task: methods.Task, variants: Sequence[Variant], seed: int = 0
     (nats per target token) alone and inside the Plugin. A randomly initialised model is
     close to uniform, so its Plugin starts at about the base's own loss; a pretrained one
     starts wherever its own predictions put it."""
-    default = runner.arch_for(task.base.name)
+    default = search.arch_for(task.base.name)
     alone = TokenObjective(task.encoded("hyper"), task.base.tokenizer.pad_token_id, log_probs=small_model_log_probs)
     plugin = methods.objective(task, "Plugin", "hyper", {})
     rows = []

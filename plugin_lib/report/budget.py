@@ -7,7 +7,7 @@ Two flags per (model, method):
   and that last epoch is the profile's ``max_epochs``; more epochs might have helped it.
 - **chosen at a grid edge**: the selected value of a hyperparameter is the smallest or largest
   one searched (grids of two or more values), so the search may have stopped short of its
-  optimum. ``grid.extend_edges`` pushes such edges (``harness.runner.select_hparams``); with 0,
+  optimum. ``grid.extend_edges`` pushes such edges (``harness.search.select_hparams``); with 0,
   the flag stays.
 
 Beside the first flag, its size: the share of the run's hyper-validation gain (its first epoch's
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..data import DATASETS
-from ..harness import run_keys, runner
+from ..harness import run_keys, run_store
 from ..harness.profile import Profile, load_profile
 from ..utils.io import read_json
 from .claims import n_seeds
@@ -54,7 +54,7 @@ def searched_grid(profile: Profile, record: dict) -> dict[str, list[float]] | No
     profile's grid for records made before selections stored it; None for untrained methods."""
     if not record.get("training") or not record.get("hparams"):
         return None
-    selection = runner.runs_dir(profile, record["dataset"], record["model"]) / f"{record['method']}-selection.json"
+    selection = run_store.runs_dir(profile, record["dataset"], record["model"]) / f"{record['method']}-selection.json"
     if selection.exists():
         stored = read_json(selection).get("grid")
         if stored:
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     profile = load_profile(args.profile)
     for dataset in args.datasets:
-        frame = audit(runner.load_runs(profile, dataset), profile)
+        frame = audit(run_store.load_runs(profile, dataset), profile)
         print(f"{dataset}:", summary(frame) if len(frame) else "no trained run stored")
         if len(frame):
             print(frame.to_string(index=False, float_format="%.4f"), end="\n\n")

@@ -34,7 +34,8 @@ LIBRARIES = ("torch", "transformers", "numpy", "peft")
 METHOD_MODULES = ("plugin_lib/core", "plugin_lib/metrics", "plugin_lib/harness/methods.py", "plugin_lib/harness/tempnet.py",
                   "plugin_lib/harness/bdpl.py", "plugin_lib/harness/bdpl_rewards.py",
                   "plugin_lib/harness/finetune.py", "plugin_lib/harness/lora.py",
-                  "plugin_lib/harness/runner.py", "plugin_lib/harness/run_keys.py", "plugin_lib/harness/models.py")
+                  "plugin_lib/harness/runner.py", "plugin_lib/harness/run_store.py",
+                  "plugin_lib/harness/search.py", "plugin_lib/harness/run_keys.py", "plugin_lib/harness/models.py")
 
 
 def file_content(path: Path) -> bytes:

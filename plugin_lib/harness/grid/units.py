@@ -3,8 +3,8 @@
 A unit names a record of the run store and the call that makes it:
 
 - ``cache``: the base-output caches (train and hyper-validation) of a (dataset, base);
-- ``config``: one hyper-parameter configuration of a search (``runner.train_config``);
-- ``selection``: the search itself (``runner.select_hparams``): with every configuration of the
+- ``config``: one hyper-parameter configuration of a search (``search.train_config``);
+- ``selection``: the search itself (``search.select_hparams``): with every configuration of the
   grid recorded it only pushes the edges, if the profile allows it, and settles the choice;
 - ``run``: a seed run (``runner.run_experiment``);
 - ``finetune`` and ``bdpl``: a fine-tuned base (notebooks 06, 10) and a BDPL prompt with the
@@ -31,7 +31,7 @@ from pathlib import Path
 from ...core.blackbox import TopKBlackBox
 from ...core.cache import BaseOutputCache
 from ...utils import malloc
-from .. import finetune, methods, models, run_keys, runner
+from .. import finetune, methods, models, run_keys, run_store, runner, search
 from ..profile import Profile
 
 KINDS = ("cache", "config", "selection", "run", "finetune", "bdpl")
@@ -55,7 +55,7 @@ class Unit:
 
     ``key`` is the record's place in the store (``runs/<dataset>/<model>/<file stem>``), unique
     in a plan; ``needs``: keys of the units whose records it reads; ``narrow``: trained on the
-    hyper-parameters chosen for the task's Plugin (``runner.narrowed_profile``), so it needs
+    hyper-parameters chosen for the task's Plugin (``search.narrowed_profile``), so it needs
     that selection too."""
 
     kind: str
@@ -217,7 +217,7 @@ def stored_selection(unit: Unit) -> dict | None:
     """The current record (settings and inputs fingerprints checked) of a config or selection
     unit's search, complete or not; None if there is none or it was left by other settings."""
     task = planning_task(unit.task, unit.profile)
-    return runner.stored_selection(task, unit.method, unit.profile, arch=unit.arch_dict, label=unit.label)
+    return search.stored_selection(task, unit.method, unit.profile, arch=unit.arch_dict, label=unit.label)
 
 
 def is_done(unit: Unit) -> bool:
@@ -244,7 +244,7 @@ def is_done(unit: Unit) -> bool:
     if unit.kind == "cache":
         try:
             # The store's folder now (the planning task is shared across stores; runner.load_task's place).
-            folder = runner.runs_dir(unit.profile, task.dataset, task.base.states_name) / "cache"
+            folder = run_store.runs_dir(unit.profile, task.dataset, task.base.states_name) / "cache"
             return all(BaseOutputCache.is_stored(folder, task.base, task.encoded(split)) for split in ("train", "hyper"))
         except (OSError, ValueError):  # no tokenizer offline (a Hub base): the cache cannot be found here
             return False
@@ -253,10 +253,10 @@ def is_done(unit: Unit) -> bool:
 
 def _narrowed_if_chosen(task: methods.Task, profile: Profile) -> Profile | None:
     """The narrowed profile from the stored Plugin search, or None while that search is unfinished."""
-    record = runner.stored_selection(task, "Plugin", profile)
+    record = search.stored_selection(task, "Plugin", profile)
     if record is None or "grid" not in record:
         return None
-    return runner.narrowed_to(profile, record)
+    return search.narrowed_to(profile, record)
 
 
 # ---------------------------------------------------------------- execution, in a worker
@@ -338,13 +338,13 @@ def _execute(unit: Unit, pool: BasePool) -> dict:
         for split in ("train", "hyper"):
             task.base_cache(split)
     elif unit.kind == "config":
-        runner.train_config(task, unit.method, unit.profile, dict(unit.hparams), arch=unit.arch_dict,
+        search.train_config(task, unit.method, unit.profile, dict(unit.hparams), arch=unit.arch_dict,
                             label=unit.label)
     elif unit.kind == "selection":
-        runner.select_hparams(task, unit.method, unit.profile, arch=unit.arch_dict, label=unit.label,
+        search.select_hparams(task, unit.method, unit.profile, arch=unit.arch_dict, label=unit.label,
                               progress=False)
     elif unit.kind == "run":
-        profile = runner.narrowed_profile(task, unit.profile, "Plugin") if unit.narrow else unit.profile
+        profile = search.narrowed_profile(task, unit.profile, "Plugin") if unit.narrow else unit.profile
         runner.run_experiment(task, unit.method, unit.seed, profile, arch=unit.arch_dict, label=unit.label,
                               progress=False)
     else:

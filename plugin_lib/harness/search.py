@@ -1,0 +1,224 @@
+"""Hyperparameter search: the same rule for every trained method.
+
+Hyperparameters are chosen on hyper-validation loss over the profile's grid with the first
+seed (the whole grid, or one hyperparameter at a time); a choice at an edge of the grid pushes
+that edge one step further. Later seeds reuse the choice. The search resumes: every
+configuration's loss is recorded as it finishes (``<label>-selection.json``), together with the
+weights of the best one so far (``<label>-best.pt``), under the run store's locks
+(``harness.run_store``), so many processes can search one grid at once.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ..utils import malloc
+from ..utils.io import remove_stale_temporaries
+from ..utils.provenance import provenance
+from ..utils.record_manifest import write_record
+from . import methods, models, run_store
+from .profile import Profile
+from .run_keys import (beyond_edge, config_tag, grid_edges, grid_keys, hparam_grid, inputs_fingerprint,
+                       settings_fingerprint)
+
+
+def arch_for(model: str) -> dict:
+    """The reweighting architecture of a base model's family: the one place searches and runs ask
+    for it, so that a test can give them all a smaller one."""
+    return models.arch_for(model)
+
+
+def selection_paths(task: methods.Task, method: str, profile: Profile, arch: dict | None, label: str | None
+                    ) -> tuple[Path, Path, str, str]:
+    """(selection record, best weights, settings fingerprint, inputs fingerprint) of a search."""
+    folder = run_store.runs_dir(profile, task.dataset, task.base.name)
+    label = label or method
+    arch = arch or arch_for(task.base.name)
+    fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
+    return (folder / f"{label}-selection.json", folder / f"{label}-best.pt", fingerprint,
+            inputs_fingerprint(task))
+
+
+def _selection_record(record_path: Path, fingerprint: str, inputs: str) -> dict:
+    """The stored selection record if current, else an empty one under these fingerprints."""
+    return (run_store.load_if_current(record_path, fingerprint, inputs)
+            or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
+
+
+def stored_selection(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
+                     label: str | None = None) -> dict | None:
+    """The current selection record of a search (complete or not), or None."""
+    record_path, _, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
+    return run_store.load_if_current(record_path, fingerprint, inputs)
+
+
+def _train_configs(task: methods.Task, method: str, profile: Profile, configs: list[dict], *, arch: dict | None,
+                   label: str | None, progress: bool) -> dict:
+    """Train the configurations of a search not yet recorded, with the first seed, together
+    (``core.train.fit_grid``: one pass over the data for all, as many at once as memory holds;
+    LoRA, which trains through the base, one at a time), and return the selection record.
+
+    Many processes may search one grid at once: each configuration is trained by the one that
+    holds its lock (taken in one order), and the shared record (and the best weights) change
+    only under the selection's lock, re-read there, so no process overwrites another's. Results
+    are recorded in ``configs``' order, so equal losses keep the first as the best."""
+    record_path, state_path, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
+    folder, label, arch = record_path.parent, label or method, arch or arch_for(task.base.name)
+
+    def fresh() -> dict:
+        return _selection_record(record_path, fingerprint, inputs)
+
+    tags = {config_tag(hparams): hparams for hparams in configs}
+    recorded = fresh()["configs"]
+    with contextlib.ExitStack() as held:
+        for tag in sorted(t for t in tags if t not in recorded):
+            held.enter_context(run_store.unit_lock(folder, f"{label}-{tag}"))
+        latest = fresh()
+        pending = [t for t in tags if t not in latest["configs"]]
+        checkpoints = {t: run_store.fit_checkpoint(folder, f"{label}-{t}", fingerprint, inputs) for t in tags}
+        while pending:
+            count = methods.configs_at_once(task, method, arch, len(pending))
+            chunk, pending = pending[:count], pending[count:]
+            with run_store.nothing_left_on_full_disk(lambda: next((checkpoints[t] for t in chunk
+                                                          if checkpoints[t].exists()), None)):
+                if len(chunk) == 1:
+                    trained = [methods.train_method(task, method, arch, tags[chunk[0]], profile.seeds[0],
+                                                    profile.training, progress=progress,
+                                                    checkpoint=checkpoints[chunk[0]])]
+                else:
+                    trained = methods.train_methods(task, method, arch, [tags[t] for t in chunk], profile.seeds[0],
+                                                    profile.training, progress=progress,
+                                                    checkpoints=[checkpoints[t] for t in chunk])
+                with run_store.unit_lock(folder, f"{label}-selection"):
+                    latest = fresh()
+                    for tag, (model, result) in zip(chunk, trained):
+                        best = latest["best"]
+                        if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
+                            run_store.save_state(model, state_path)
+                            latest["best"] = tag
+                        latest["configs"][tag] = {
+                            "hparams": tags[tag], "val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
+                            "epochs_run": result.epochs_run, "seconds": result.seconds, "history": result.history,
+                            "trained_with": len(chunk), "provenance": provenance(task.base.device)}
+                    write_record(record_path, latest)
+            del trained
+            malloc.release()  # the chunk's models and optimisers are freed now: give their pages back
+        for checkpoint in checkpoints.values():
+            checkpoint.unlink(missing_ok=True)
+        return latest
+
+
+def train_config(task: methods.Task, method: str, profile: Profile, hparams: dict, *, arch: dict | None = None,
+                 label: str | None = None, progress: bool = False) -> float:
+    """One configuration of :func:`select_hparams`'s search (a unit of the grid,
+    ``harness.grid``): trained and recorded in the selection record unless it is there
+    already; its hyper-validation loss. The search then finds it recorded."""
+    record = _train_configs(task, method, profile, [hparams], arch=arch, label=label, progress=progress)
+    return record["configs"][config_tag(hparams)]["val_loss"]
+
+
+def narrowed_profile(task: methods.Task, profile: Profile, method: str = "Plugin", *, progress: bool = False
+                     ) -> Profile:
+    """The profile with its grid narrowed to the hyperparameters chosen for ``method`` on this
+    task (searched first if they are not stored yet): variants that reuse that choice."""
+    return narrowed_to(profile, select_hparams(task, method, profile, progress=progress))
+
+
+def narrowed_to(profile: Profile, selection: dict) -> Profile:
+    """The profile with its grid narrowed to a selection record's chosen hyperparameters."""
+    chosen = selection["configs"][selection["best"]]["hparams"]
+    return profile.replace(grid=dataclasses.replace(profile.grid, **{k: (v,) for k, v in chosen.items()}))
+
+
+def select_hparams(
+    task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None, label: str | None = None,
+    progress: bool = True,
+) -> dict:
+    """Hyperparameter search on hyper-validation loss with the profile's first seed (resumable):
+    the whole grid, or one hyperparameter at a time (``grid.search``), edges pushed alike.
+
+    Returns the selection record; the best configuration's weights are in ``<label>-best.pt``.
+    ``arch`` overrides the model family's reweighting architecture (ablations); ``label``
+    (default: the method) names the stored files, so variants do not overwrite each other.
+    """
+    label = label or method
+    arch = arch or arch_for(task.base.name)
+    record_path, _, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
+    folder = record_path.parent
+    remove_stale_temporaries(folder)
+
+    def fresh() -> dict:
+        return _selection_record(record_path, fingerprint, inputs)
+
+    record = fresh()
+    values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
+
+    def evaluate(configs: list[dict]) -> list[float]:
+        """The losses of ``configs``, those not recorded yet trained together first."""
+        if any(config_tag(hparams) not in record["configs"] for hparams in configs):
+            record.update(_train_configs(task, method, profile, configs, arch=arch, label=label, progress=progress))
+        return [record["configs"][config_tag(hparams)]["val_loss"] for hparams in configs]
+
+    # The same rule for every method: a choice at an edge pushes that edge one step further.
+    if profile.grid.search == "grid":
+        extensions = {k: 0 for k in values}
+        while True:
+            evaluate(list(hparam_grid(profile, method, values)))
+            chosen = record["configs"][record["best"]]["hparams"]
+            pushed = [k for k in grid_edges(values, chosen) if extensions[k] < profile.grid.extend_edges]
+            if not pushed:
+                break
+            for k in pushed:
+                values[k].append(beyond_edge(values[k], chosen[k], k))
+                extensions[k] += 1
+    else:  # coordinate: one hyperparameter at a time, from the middle of each list
+        current = {k: sorted(v)[len(v) // 2] for k, v in values.items()}
+        for key in values:
+            extended = 0
+            while True:
+                losses = dict(zip(values[key], evaluate([{**current, key: v} for v in values[key]])))
+                current[key] = min(losses, key=losses.get)  # the first of equals, in list order
+                step = beyond_edge(values[key], current[key], key)
+                if step is None or extended >= profile.grid.extend_edges:
+                    break
+                values[key].append(step)
+                extended += 1
+    if record.get("grid") != values:
+        with run_store.unit_lock(folder, f"{label}-selection"):
+            record.update(fresh())
+            record["grid"] = values  # the values searched, extensions included
+            write_record(record_path, record)
+    return record
+
+
+def trained_model(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
+                  label: str | None = None) -> torch.nn.Module:
+    """The first seed's trained model of ``method`` (training it if the grid has not run yet).
+
+    Weights are not committed with the run records: on another machine the chosen
+    configuration is trained again (seeded, so it gives the same model) and stored.
+    """
+    label = label or method
+    arch = arch or arch_for(task.base.name)
+    selection = select_hparams(task, method, profile, arch=arch, label=label, progress=False)
+    folder = run_store.runs_dir(profile, task.dataset, task.base.name)
+    state = folder / f"{label}-best.pt"
+    if not state.exists():
+        with run_store.unit_lock(folder, f"{label}-best"):
+            if not state.exists():
+                hparams = selection["configs"][selection["best"]]["hparams"]
+                _, _, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
+                checkpoint = run_store.fit_checkpoint(folder, f"{label}-{selection['best']}", fingerprint, inputs)
+                with run_store.nothing_left_on_full_disk(lambda: checkpoint):
+                    model, _ = methods.train_method(  # the chosen configuration's training again: its checkpoint
+                        task, method, arch, hparams, profile.seeds[0], profile.training, progress=False,
+                        checkpoint=checkpoint)
+                    run_store.save_state(model, state)
+                checkpoint.unlink(missing_ok=True)
+                return model.eval()
+    model = methods.build_model(task, method, arch, profile.seeds[0])
+    model.load_state_dict(torch.load(state, map_location=task.base.device))
+    return model.eval()
