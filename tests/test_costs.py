@@ -74,6 +74,10 @@ def test_a_run_two_notebooks_share_is_priced_once(every_dataset):
     assert sum(len(p.work) for p in plans.values()) == len(units)
     alone = preflight_plan.plan_notebooks(studies.units(profile, ["15"]), studies.notes(["15"]), False)[0]
     assert len(alone.work) > len(plans["15_proxy_tuning"].work)  # alone, 15 pays for what 01 and 07 ran
+    # A notebook's row is the sum of the tallies of the units it owns, field by field.
+    owned = [u for u in units if next(nb for nb in u.notebooks if nb in plans) == "07_fig3_reweighting_complexity"]
+    total = sum((costs.tally(u, False) for u in owned), costs.Tally())
+    assert total == plans["07_fig3_reweighting_complexity"].tally and total.trainings > 0 and total.disk_bytes > 0
 
 
 def test_the_registry_declares_every_notebook_once():

@@ -32,7 +32,7 @@ def planned(monkeypatch, tmp_path):
                         lambda profile, only=(), gpu_name=None: [p for p in plans if p.notebook in only])
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
-    return {plan.notebook: plan.cache_bytes + plan.model_bytes + plan.weights_bytes for plan in plans}
+    return {plan.notebook: plan.tally.disk_bytes for plan in plans}
 
 
 def test_the_shortfall_is_named_and_what_is_stored_counts(planned):

@@ -12,6 +12,7 @@ import io
 import json
 import operator
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -281,8 +282,19 @@ def test_the_plan_command_prints_units_states_and_wall_times(tmp_path, monkeypat
     assert main(["plan", "--profile", "smoke", "--only", "01", "--no-measure", "--csv", str(tmp_path / "u.csv")]) == 0
     out = capsys.readouterr().out
     assert "runs/e2e/smollm2-135m-instruct/Plugin-selection  selection  waiting" in out
-    assert "Wall time, one unit per GPU at a time: 1 GPU" in out and "32 GPUs" in out
+    assert "All: 17 units; pending: 17. Not timed, so no hours" in out
+    assert "device-hours" not in out and "Wall time" not in out  # no rates: no hours, not 0.00 of them
     assert len((tmp_path / "u.csv").read_text().splitlines()) == 1 + 17
+
+    from plugin_lib.harness import preflight_rates
+    rates = {"smollm2-135m-instruct": preflight_rates.Rates(
+        measured_with="a test's numbers", forward_tokens_per_s=1e4, train_pairs_per_s=50.0, decode_step_s=0.01,
+        plugin_step_s=0.012, device="cpu", grid_train_pairs_per_s=150.0)}
+    preflight_rates.save_rates(rates, tmp_path / "rates.json")
+    assert main(["plan", "--profile", "smoke", "--only", "01", "--rates", str(tmp_path / "rates.json")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^All: 17 units, [\d,.]+ device-hours at most", out, re.M)
+    assert "Wall time, one unit per GPU at a time: 1 GPU" in out and "32 GPUs" in out
 
 
 # ---------------------------------------------------------------- real engines

@@ -230,16 +230,17 @@ def test_preflight_plans_the_paper_profile_on_a_cpu(paper_data):
     assert e2e.pairs == 4299 and e2e.seeds == 5 and e2e.epochs == 80
     # Three bases: NewModel, TempNet, Plugin (3 + 2) x (4 + 2) each and WeightedComb x (3 + 2) more, at
     # most: every grid may grow by extend_edges = 2 past an edge.
-    assert e2e.configs == 3 * (30 + 30 + 30 + 150)
-    assert e2e.decode_tokens == 3 * (1 + 6 * 5) * 1847 * 64  # Zeroshot once (TempNet-greedy reuses it); six x 5 seeds
+    assert e2e.tally.configs == 3 * (30 + 30 + 30 + 150)
+    # Zeroshot once (TempNet-greedy reuses it); six x 5 seeds
+    assert e2e.tally.decode_tokens == 3 * (1 + 6 * 5) * 1847 * 64
     # Every notebook fits one 80 GB GPU, and the whole profile 80 GiB of disk (compact caches,
     # LoRA adapters for notebook 10's LLaMA-3.1-8B).
     assert max(p.peak_gpu for p in plans.values()) <= 80 * GIB
-    assert sum(p.cache_bytes + p.model_bytes + p.weights_bytes for p in plans.values()) <= 80 * GIB
-    assert plans["12_topk_logprobs"].cache_bytes == 0  # the views read notebook 01's stored states
+    assert sum(p.tally.disk_bytes for p in plans.values()) <= 80 * GIB
+    assert plans["12_topk_logprobs"].tally.cache_bytes == 0  # the views read notebook 01's stored states
     # Each trained method's chosen weights stay on disk (<label>-best.pt, float32): four per base.
     one_each = sum(4 * preflight_counts.reweighter_params(m) for m in load_profile("paper").base_models)
-    assert e2e.weights_bytes == 4 * one_each and "reweighting weights" in text
+    assert e2e.tally.weights_bytes == 4 * one_each and "reweighting weights" in text
 
 
 def test_rates_measured_on_a_gpu_plan_the_paper_profile_elsewhere(paper_data, tmp_path):
@@ -272,7 +273,7 @@ def test_the_colab_profile_fits_a_t4_session_per_gpt2_notebook(paper_data):
     for plan in plans:
         if plan.notebook not in llama:
             assert plan.peak_gpu <= 16e9, plan.notebook
-    assert sum(p.cache_bytes + p.model_bytes + p.weights_bytes for p in plans) <= 60 * GIB
+    assert sum(p.tally.disk_bytes for p in plans) <= 60 * GIB
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line[:2].isdigit()}
     for notebook in ("01_table1_e2e", "03_table3_commongen", "11_table8_lora"):
         assert rows[notebook][11] == "yes" and float(rows[notebook][12]) <= 12  # fits; hours at the cap
@@ -368,11 +369,12 @@ def test_the_preflight_prices_notebook_15s_pretrained_arms(paper_data):
                           for profile in (on, off))
     seeds, tasks = len(on.seeds), 4 * len(on.base_models)
     # E2E's Plugin-pretrained on the ablations' base is notebook 07's run, counted there.
-    assert with_arms.trainings - without.trainings == tasks * (2 * seeds + (seeds - 1)) - seeds
-    assert with_arms.configs == without.configs  # each narrowed run trains the 1-layer choice, no search
+    assert with_arms.tally.trainings - without.tally.trainings == tasks * (2 * seeds + (seeds - 1)) - seeds
+    assert with_arms.tally.configs == without.tally.configs  # each narrowed run trains the 1-layer choice, no search
     gpt2_small = pretrained_params("gpt2-medium", "gpt2", None)
     assert 124e6 < gpt2_small < 125e6  # GPT2-Small's published 124M
-    added = with_arms.weights_bytes - without.weights_bytes  # two chosen float32 models per task (one of 07's)
+    # two chosen float32 models per task (one of 07's)
+    added = with_arms.tally.weights_bytes - without.tally.weights_bytes
     assert added == pytest.approx((tasks * 2 - 1) * 4 * gpt2_small, rel=1e-6)
 
 
@@ -395,7 +397,7 @@ def test_a_search_is_priced_at_the_grid_rate_where_one_was_measured(paper_data):
     profile = load_profile("paper")
     e2e = {p.notebook: p for p in preflight_command.plans(profile)}["01_table1_e2e"]
     searched = sum(w.get("grid_pair_epochs", 0.0) for w in e2e.work)
-    assert searched == pytest.approx(e2e.configs * profile.training.max_epochs * e2e.pairs)
+    assert searched == pytest.approx(e2e.tally.configs * profile.training.max_epochs * e2e.pairs)
     assert sum(w.get("pair_epochs", 0.0) for w in e2e.work) == pytest.approx(
         3 * 4 * (len(profile.seeds) - 1) * profile.training.max_epochs * e2e.pairs)  # 4 trained methods, 3 bases
 

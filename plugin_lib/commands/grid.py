@@ -76,6 +76,10 @@ def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, sh
     for kind, n, done, ready, waiting, hours, likely_hours in planning.kind_summary(plan):
         print(f"{kind}  {n}  {done}  {ready}  {waiting}  {hours:,.2f}"
               + (f"  {likely_hours:,.2f}" if likely else ""), file=out)
+    if not any(plan.seconds.values()):  # no rates: hours of 0.00 would read as "free"
+        print(f"\nAll: {len(plan.units)} units; pending: {len(plan.pending())}. Not timed, so no hours (drop "
+              "--no-measure, or give --rates FILE).", file=out)
+        return
     total = sum(plan.seconds.get(u.key, 0.0) for u in plan.pending())
     critical, chain = plan.critical_path()
     print(f"\nAll: {len(plan.units)} units, {_hours(sum(plan.seconds.values()))} device-hours at most (the "

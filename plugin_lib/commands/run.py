@@ -56,7 +56,6 @@ from ..utils.locks import StoreLock
 
 PROG = "run_all.sh"  # the name users call it by, in every message (plugin-repro run is the same call)
 EXECUTORS = ("local", "ray", "slurm")
-GPU_PROFILES = ("paper", "colab")  # planned by the preflight before anything runs
 
 
 class Stop(Exception):
@@ -121,6 +120,7 @@ class Orchestrator:
 
     def __init__(self, options: Options):
         self.options = options
+        self.profile = ""  # the profile of this call, once chosen
         self.py = sys.executable
         self.child: subprocess.Popen | None = None
         self.temporary: Path | None = None
@@ -128,7 +128,7 @@ class Orchestrator:
     # ------------------------------------------------------------------ the call
     def run(self) -> int:
         self._environment()
-        profile = self._profile()
+        profile = self.profile = self._profile()
         notebooks = self._notebooks()
         self.out = self._results_folder(profile)
         lock = StoreLock(self.out / ".run_all.lock")
@@ -162,7 +162,7 @@ class Orchestrator:
         self.mode = 0o666 & ~_umask()
         wanted = self._stamps(profile, notebooks)
         to_run = [nb.stem for nb in notebooks if not self._finished(nb, wanted[nb])]
-        if to_run and profile not in GPU_PROFILES and not _skip_preflight():
+        if to_run and profile not in config.GPU_PROFILES and not _skip_preflight():
             if self._call(["-m", "plugin_lib.commands.preflight", "--profile", profile, "--disk-only", *to_run]):
                 raise Stop("the preflight's disk check stopped the run (its reason is above); nothing was run. "
                            "PLUGIN_SKIP_PREFLIGHT=1 runs anyway.")
@@ -216,7 +216,6 @@ class Orchestrator:
             root = Path(given) if given else REPO_ROOT / "results"
         root = root.absolute()
         os.environ["PLUGIN_RESULTS_DIR"] = str(root)
-        self.profile_name = profile
         return root / profile
 
     @property
@@ -228,7 +227,7 @@ class Orchestrator:
             return str(self.out)
 
     def _refuse(self) -> None:
-        raise Stop(f"another run_all.sh is already running for profile '{self.profile_name}' (it holds "
+        raise Stop(f"another run_all.sh is already running for profile '{self.profile}' (it holds "
                    f"{self.shown}/.run_all.lock). Wait for it to finish or stop it, then call again.", 3)
 
     def _data(self, profile: str) -> None:
@@ -246,7 +245,7 @@ class Orchestrator:
     def _preflight(self, profile: str) -> None:
         """The GPU profiles' plan before GPU-days are spent; it stops the call when memory or disk
         will not do (PLUGIN_SKIP_PREFLIGHT=1 skips it, e.g. a resumed run that saw it)."""
-        if profile not in GPU_PROFILES or _skip_preflight():
+        if profile not in config.GPU_PROFILES or _skip_preflight():
             return
         print(f"[run_all] preflight of profile '{profile}' (PLUGIN_SKIP_PREFLIGHT=1 skips it)", flush=True)
         only = ["--only", self.options.only] if self.options.only else []
@@ -328,7 +327,7 @@ class Orchestrator:
         self.temporary = executed / f".{name}.running.{os.getpid()}.ipynb"
         with open(log, "w", encoding="utf-8") as out:
             self.child = subprocess.Popen(
-                [self.py, "-m", "papermill", str(notebook), str(self.temporary), "-p", "profile", self.profile_name,
+                [self.py, "-m", "papermill", str(notebook), str(self.temporary), "-p", "profile", self.profile,
                  "--cwd", str(REPO_ROOT / "notebooks"), "--log-output", "--no-progress-bar"],
                 stdout=out, stderr=subprocess.STDOUT)
             status, self.child = self.child.wait(), None

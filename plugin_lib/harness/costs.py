@@ -15,6 +15,7 @@ to the family's (a pretrained or deeper model costs more per pair, :func:`model_
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -146,9 +147,18 @@ class Tally:
     trainings: int = 0
     decode_tokens: int = 0
     cache_bytes: int = 0
-    model_bytes: int = 0
-    weights_bytes: int = 0
+    model_bytes: int = 0  # fine-tuned checkpoints
+    weights_bytes: int = 0  # each trained method's chosen weights (``<label>-best.pt``, float32)
     target_tokens: int = 0
+
+    def __add__(self, other: Tally) -> Tally:
+        """Both tallies summed: a notebook's row is the sum of its units'."""
+        return Tally(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(Tally)})
+
+    @property
+    def disk_bytes(self) -> int:
+        """What it writes to disk: caches, fine-tuned checkpoints and chosen weights."""
+        return self.cache_bytes + self.model_bytes + self.weights_bytes
 
 
 def tally(unit: Unit, gpu: bool | GpuClass, counts: TaskCounts | None = None) -> Tally:

@@ -46,7 +46,6 @@ from .preflight_plan import Plan
 from .preflight_rates import (Rates, estimated_rates, expected_share, load_rates, measure_rates, reference_estimate,
                               save_rates)
 
-GPU_PROFILES = ("paper", "colab")  # profiles meant for a GPU; the others are planned on any machine
 
 
 @dataclass
@@ -100,7 +99,7 @@ def disk_check(profile: config.Profile, plans: Sequence[Plan], *, disk_free_gb: 
                out=sys.stdout) -> int:
     """Whether the disk holds what the notebooks of ``plans`` may still write: one line either
     way; 1 (and the shortfall named) when it does not."""
-    planned = sum(plan.cache_bytes + plan.model_bytes + plan.weights_bytes for plan in plans)
+    planned = sum(plan.tally.disk_bytes for plan in plans)
     stored = stored_bytes(profile)
     free = int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free()
     short, sentence = _disk_needed(planned, stored, free)
@@ -172,7 +171,7 @@ def planning_gpu(profile: config.Profile, gpu_name: str | None = None):
     """(the GPU class named, the dtypes the run will use: a GPU's where there is one, a GPU class
     is named, or the profile is meant for a GPU)."""
     card = gpus.gpu_class(gpu_name) if gpu_name else None
-    return card, card or torch.cuda.is_available() or profile.name in GPU_PROFILES
+    return card, card or torch.cuda.is_available() or profile.name in config.GPU_PROFILES
 
 
 def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float | None = None,
@@ -185,7 +184,7 @@ def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float 
     ``only``: check the GPU memory of the notebooks whose names start with it (run_all.sh --only).
     ``rates_file``: hours from rates another machine measured and saved (``save_rates_file``)."""
     card, gpu = planning_gpu(profile, gpu_name)
-    has_gpu, gpu_profile = torch.cuda.is_available(), profile.name in GPU_PROFILES
+    has_gpu, gpu_profile = torch.cuda.is_available(), profile.name in config.GPU_PROFILES
     started = time.perf_counter()
     layouts = _describe(profile, card, plans, gpu, out)
     rates = base_rates(profile, list(layouts), card=card, measure=measure and (has_gpu or not gpu_profile),
@@ -257,10 +256,10 @@ def _table(plans: Sequence[Plan], rates, factor: float, gpu, checks: Checks, car
             untimed.append(plan.notebook[:2])
         peak = plan.peak_gpu if gpu else 0
         fits = "-" if not peak or checks.gpu_memory is None else "yes" if peak <= checks.gpu_memory else "NO"
-        disk = plan.cache_bytes + plan.model_bytes + plan.weights_bytes
-        rows.append((plan.notebook, f"{plan.pairs:,}", f"{plan.target_tokens:,}", plan.configs or "",
-                     plan.seeds or "", plan.epochs or "", plan.trainings or "", f"{plan.decode_tokens:,}",
-                     _gib(plan.cache_bytes), _gib(disk), _gib(peak) if peak else "-", fits,
+        disk = plan.tally.disk_bytes
+        rows.append((plan.notebook, f"{plan.pairs:,}", f"{plan.tally.target_tokens:,}", plan.tally.configs or "",
+                     plan.seeds or "", plan.epochs or "", plan.tally.trainings or "", f"{plan.tally.decode_tokens:,}",
+                     _gib(plan.tally.cache_bytes), _gib(disk), _gib(peak) if peak else "-", fits,
                      _hours(seconds) if plan.work else "-", _hours(expected) if plan.work else "-",
                      plan.note or plan.problem))
         if not plan.notebook.startswith(only):
@@ -280,9 +279,9 @@ def _table(plans: Sequence[Plan], rates, factor: float, gpu, checks: Checks, car
 
 
 def _disk_line(profile: config.Profile, plans: Sequence[Plan], checks: Checks, out) -> None:
-    caches = sum(plan.cache_bytes for plan in plans)
-    finetuned = sum(plan.model_bytes for plan in plans)
-    weights = sum(plan.weights_bytes for plan in plans)
+    caches = sum(plan.tally.cache_bytes for plan in plans)
+    finetuned = sum(plan.tally.model_bytes for plan in plans)
+    weights = sum(plan.tally.weights_bytes for plan in plans)
     written = caches + finetuned + weights
     stored = stored_bytes(profile)
     print(f"\nDisk: base-output caches {_gib(caches)} GiB + fine-tuned models {_gib(finetuned)} GiB + "

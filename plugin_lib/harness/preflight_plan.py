@@ -27,23 +27,17 @@ class Plan:
     planned here (``problem``: its data is missing)."""
 
     notebook: str
+    tally: costs.Tally = costs.Tally()  # configurations, trainings, tokens decoded, bytes written
     pairs: int = 0
-    target_tokens: int = 0
-    configs: int = 0
     seeds: int = 0
     epochs: int = 0
-    trainings: int = 0
-    decode_tokens: int = 0
-    cache_bytes: int = 0
-    model_bytes: int = 0  # fine-tuned checkpoints written to disk
-    weights_bytes: int = 0  # each trained method's chosen weights (``<label>-best.pt``, float32)
     peak_gpu: int = 0
     note: str = ""
     problem: str = ""
     # The work the time estimate multiplies by rates, per base model (``costs.work``'s keys).
     work: list[dict] = field(default_factory=list)
 
-    def add(self, model: str, **work) -> None:
+    def add_work(self, model: str, **work) -> None:
         self.work.append({"model": model, **work})
 
 
@@ -65,18 +59,12 @@ def plan_notebooks(units: Sequence[Unit], notebooks: dict[str, str], gpu: bool |
             continue
         plan = plans[owner]
         found = costs.tally(unit, gpu, counts)
-        plan.configs += found.configs
-        plan.trainings += found.trainings
-        plan.decode_tokens += found.decode_tokens
-        plan.cache_bytes += found.cache_bytes
-        plan.model_bytes += found.model_bytes
-        plan.weights_bytes += found.weights_bytes
-        plan.target_tokens += found.target_tokens
+        plan.tally += found
         if unit.seed is not None:
             plan.seeds = max(plan.seeds, len(unit.profile.seeds))
         if found.trainings:
             plan.epochs = unit.profile.training.max_epochs
-        plan.add(costs.shape_of(unit), **costs.work(unit, gpu, counts))
+        plan.add_work(costs.shape_of(unit), **costs.work(unit, gpu, counts))
     for name, plan in plans.items():
         plan.pairs = sum(pairs[name].values())
     return list(plans.values())

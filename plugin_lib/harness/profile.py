@@ -418,8 +418,11 @@ def load_profile(name: str | Profile, **overrides: Any) -> Profile:
     return profile.replace(**given) if given else profile
 
 
+# Profiles meant for a GPU: the preflight plans them (and stops a machine that cannot run them)
+# before anything runs; the others are planned on any machine.
+GPU_PROFILES = ("paper", "colab")
 COLAB_DRIVE = Path("/content/drive/MyDrive")
-DRIVE_PROFILES = ("paper", "colab")
+DRIVE_PROFILES = ("paper", "colab")  # on Colab with Drive mounted, their results go to Drive
 
 
 def drive_dir() -> Path | None:

@@ -264,7 +264,7 @@ def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
     probed = False
     for unit in plan.units:
         profile = unit.profile
-        gpu = has_gpu or profile.name in preflight.GPU_PROFILES
+        gpu = has_gpu or profile.name in config.GPU_PROFILES
         model = costs.shape_of(unit)
         counts = costs.counts_of(unit)
         plan.gpu_bytes[unit.key] = costs.gpu_bytes(unit, gpu)
@@ -311,7 +311,7 @@ def _rates(model: str, profile: Profile, measure: bool, rates_file: str | None) 
         return preflight.base_rates(profile, [model], rates_file=rates_file)[model]
     if not measure:
         return None
-    if torch.cuda.is_available() or profile.name not in preflight.GPU_PROFILES:
+    if torch.cuda.is_available() or profile.name not in config.GPU_PROFILES:
         return preflight.base_rates(profile, [model])[model]
     reference = reference_rates(model)
     if reference is None:
