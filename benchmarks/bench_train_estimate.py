@@ -29,6 +29,7 @@ from plugin_lib.harness import models
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.serving.artifact import BaseSpec
 from plugin_lib.serving.inputs import Pair
+from plugin_lib.serving.recipe import TrainingRecipe
 from plugin_lib.serving.training import train_plugin
 
 MODULES = ("argparse", "ast", "calendar", "collections", "csv", "difflib", "email.utils", "fractions", "ftplib",
@@ -91,12 +92,11 @@ def main() -> None:
     pairs = stdlib_pairs(args.pairs)
     profile = load_profile(args.profile)
     patience = args.patience or args.epochs
-    profile = profile.replace(training={**profile.section("training"), "max_epochs": args.epochs,
-                                        "patience": patience})
+    recipe = TrainingRecipe.from_profile(profile).replace(max_epochs=args.epochs, patience=patience)
     spec = BaseSpec("model", args.base)
     lines: list[str] = []
     started = time.perf_counter()
-    plugin = train_plugin(models.load_base_model(args.base), spec, pairs, profile, announce=lines.append,
+    plugin = train_plugin(models.load_base_model(args.base), spec, pairs, recipe, announce=lines.append,
                           progress=False)
     wall = time.perf_counter() - started
     record = plugin.training

@@ -195,6 +195,7 @@ def test_the_estimate_comes_before_any_work_and_a_resume_counts_what_is_left(smo
     from plugin_lib.harness.profile import load_profile
     from plugin_lib.serving.artifact import BaseSpec
     from plugin_lib.serving.inputs import read_pairs
+    from plugin_lib.serving.recipe import TrainingRecipe
     from plugin_lib.serving.training import train_plugin
 
     events: list[str] = []
@@ -210,7 +211,8 @@ def test_the_estimate_comes_before_any_work_and_a_resume_counts_what_is_left(smo
     arch = {"arch": "llama", "n_layer": 1, "hidden_size": 32, "num_attention_heads": 1, "intermediate_size": 64}
     kept = dict(cache_dir=tmp_path / "outputs", resume_dir=tmp_path / "resume", arch=arch, progress=False,
                 announce=events.append)
-    first = train_plugin(smollm2, spec, pairs, load_profile("smoke"), **kept)
+    recipe = TrainingRecipe.from_profile(load_profile("smoke"))
+    first = train_plugin(smollm2, spec, pairs, recipe, **kept)
     assert events[0].startswith("estimated ") and "base outputs" in events[0] and "refit on every pair" in events[0]
     # One pass of the base over every pair: the grid's two parts and the refit read it.
     assert events[1:] == [f"base outputs of {len(pairs)} pairs"]
@@ -218,7 +220,7 @@ def test_the_estimate_comes_before_any_work_and_a_resume_counts_what_is_left(smo
     assert set(record["phases"]) == {"base_outputs_s", "grid_s", "refit_s"}
     assert record["estimate"]["grid_configs"] == len(record["configs"]) and record["estimate"]["total_s"] > 0
     events.clear()
-    train_plugin(smollm2, spec, pairs, load_profile("smoke"), **kept)  # as after an interrupt: all finished
+    train_plugin(smollm2, spec, pairs, recipe, **kept)  # as after an interrupt: all finished
     assert "base outputs found stored; grid done" in events[0], events[0]
 
 

@@ -390,10 +390,11 @@ def test_train_takes_budget_and_size_from_flags_estimates_first_and_refits(tmp_p
 def test_an_interrupted_training_resumes_and_base_outputs_are_reused(smollm2, tmp_path, monkeypatch):
     from plugin_lib.core.train import TokenObjective
     from plugin_lib.harness.profile import load_profile
+    from plugin_lib.serving.recipe import TrainingRecipe
     from plugin_lib.serving.training import train_plugin
 
     pairs, spec = read_pairs(PAIRS), BaseSpec("model", "smollm2-135m-instruct")
-    profile = load_profile("smoke")
+    profile = TrainingRecipe.from_profile(load_profile("smoke"))
     arch = {"arch": "llama", "n_layer": 1, "hidden_size": 32, "num_attention_heads": 1, "intermediate_size": 64}
     kept = dict(cache_dir=tmp_path / "outputs", resume_dir=tmp_path / "resume", arch=arch, progress=False)
     first = train_plugin(smollm2, spec, pairs, profile, **kept)
@@ -433,3 +434,29 @@ def test_a_model_card_without_a_refit_says_it_saw_the_training_part_only():
 
     said = _what_it_saw({"pairs": 600, "train_pairs": 360, "hyper_pairs": 240})
     assert said.startswith("The saved model trained on the 360 training pairs only (no refit)")
+
+
+def test_a_training_recipe_is_the_profile_s_settings_and_can_be_written_by_hand():
+    """The user's train reads a ``TrainingRecipe``: a profile's (its grid, budget, seed, limits and
+    decoding defaults, as the runner reads them), or one written without any profile."""
+    from plugin_lib.harness import run_keys
+    from plugin_lib.harness.profile import load_profile
+    from plugin_lib.serving.recipe import TrainingRecipe
+
+    for name in ("smoke", "local", "paper"):
+        profile = load_profile(name)
+        recipe = TrainingRecipe.from_profile(profile)
+        assert recipe.configs(recipe.grid()) == run_keys.hparam_grid(profile, "Plugin")
+        assert (recipe.max_epochs, recipe.patience, recipe.seed, recipe.max_prompt_tokens, recipe.name) == (
+            profile.training.max_epochs, profile.training.patience, profile.seeds[0], profile.tokens.max_prompt, name)
+    own = dict(lr=(1e-3,), weight_decay=(0.0, 0.01), extend_edges=0, max_epochs=2, patience=1, batch_size=4,
+               warmup_ratio=0.1, seed=3, max_prompt_tokens=64, max_target_tokens=32, max_new_tokens=16,
+               repetition_penalty=1.0)
+    recipe = TrainingRecipe(**own)
+    assert recipe.name == "custom" and recipe.configs(recipe.grid()) == [
+        {"lr": 1e-3, "weight_decay": 0.0}, {"lr": 1e-3, "weight_decay": 0.01}]
+    assert recipe.config({"lr": 1e-3, "weight_decay": 0.0}, seed=3, max_epochs=1).max_epochs == 1
+    with pytest.raises(ValueError, match="learning rates must be positive"):
+        TrainingRecipe(**{**own, "lr": (0.0,)})
+    with pytest.raises(TypeError):
+        TrainingRecipe(lr=(1e-3,))  # every setting is given: none is invented here

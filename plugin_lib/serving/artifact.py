@@ -96,6 +96,11 @@ class BaseSpec:
     def display(self) -> str:
         return f"{self.name} (top-{self.top_k}, {self.rule})" if self.kind == "endpoint" else self.name
 
+    def reweighter_arch(self) -> dict:
+        """The authors' reweighting model for this base's family: the registry's family, or
+        LLaMA-like for anything else (an endpoint, a Hub id), whose 1-layer model fits any vocabulary."""
+        return models.reweighter_spec(models.model_spec(self.name)["family"] if self.kind == "model" else "llama")
+
     def load(self, tokenizer=None) -> BlackBoxLM:
         """The black box. An endpoint needs ``tokenizer``, a local copy of the server's."""
         if self.kind == "model":

@@ -80,9 +80,9 @@ def train(
         pairs = read_pairs(data)
         if out.exists() and any(out.iterdir()) and not (out / CONFIG_FILE).exists():
             fail(f"{out} exists and is not a Plugin artifact: choose a new directory (an artifact there is replaced).")
-        chosen = _training_profile(profile, epochs, lr, weight_decay)  # without --profile, torch looks for a GPU
+        recipe = _training_recipe(profile, epochs, lr, weight_decay)  # without --profile, torch looks for a GPU
         with _only_writer(out):
-            plugin = _train(base, data, out, pairs, chosen, profile, refit, top_k, chat, seed, model, api_key_env,
+            plugin = _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, model, api_key_env,
                             tokenizer, reweighter_layers, reweighter_width)
     except user_errors() as err:
         fail(str(err))
@@ -91,7 +91,7 @@ def train(
                f"hyper-validation loss {record['val_loss']:.4f} (epoch {record['best_epoch']})")
 
 
-def _train(base, data, out, pairs, chosen, profile, refit, top_k, chat, seed, model, api_key_env, tokenizer,
+def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, model, api_key_env, tokenizer,
            layers, width):
     """``train``'s work once its input is checked and ``out`` is ours; an interrupt (Ctrl-C,
     SIGTERM) ends it with one line saying that the same command resumes."""
@@ -102,7 +102,7 @@ def _train(base, data, out, pairs, chosen, profile, refit, top_k, chat, seed, mo
     arch = reweighter_arch(spec, layers, width)
     if spec.kind == "endpoint" and not tokenizer:
         fail("an endpoint base needs --tokenizer (a local copy of the server's tokenizer).")
-    typer.echo(f"{len(pairs)} pairs from {data}; base {spec.display}; profile {chosen.name}"
+    typer.echo(f"{len(pairs)} pairs from {data}; base {spec.display}; profile {recipe.name}"
                f"{'' if profile else ' (chosen for this machine; --profile overrides)'}", err=True)
     # An interrupted call resumes: every configuration's state is kept beside the output until it is written.
     resume = out.parent / f".{out.name}.resume-{data_sha256(pairs)[:12]}"
@@ -110,7 +110,7 @@ def _train(base, data, out, pairs, chosen, profile, refit, top_k, chat, seed, mo
         typer.echo(f"resuming from {resume}", err=True)
     with _interrupts_resume(out, resume):
         black_box = spec.load(_tokenizer(tokenizer) if spec.kind == "endpoint" else None)
-        plugin = train_plugin(black_box, spec, pairs, chosen, prompt_format="chat" if chat else "plain", seed=seed,
+        plugin = train_plugin(black_box, spec, pairs, recipe, prompt_format="chat" if chat else "plain", seed=seed,
                               arch=arch, refit=refit, cache_dir=config.cache_dir() / "train-outputs",
                               resume_dir=resume, announce=lambda line: typer.echo(line, err=True))
         plugin.save_pretrained(out)
@@ -154,15 +154,15 @@ def _interrupts_resume(out: Path, resume: Path):
         signal.signal(signal.SIGTERM, previous)
 
 
-def _training_profile(name: str | None, epochs: int | None, lrs: list[float] | None, decays: list[float] | None):
-    """The profile ``train`` uses, with the budget and grid the flags set."""
-    chosen = load_profile(name or config.auto_profile())
-    if epochs is not None:
-        chosen = chosen.replace(training={**chosen.section("training"), "max_epochs": epochs})
+def _training_recipe(name: str | None, epochs: int | None, lrs: list[float] | None, decays: list[float] | None):
+    """The profile's recipe (``recipe.TrainingRecipe``), with the budget and grid the flags set."""
+    from .recipe import TrainingRecipe
+
     if any(x <= 0 for x in lrs or []) or any(x < 0 for x in decays or []):
         raise ValueError("--lr must be positive and --weight-decay at least 0.")
-    grid = {k: list(v) for k, v in (("lr", lrs), ("weight_decay", decays)) if v}
-    return chosen.replace(grid={**chosen.section("grid"), **grid}) if grid else chosen
+    changes = {"max_epochs": epochs, "lr": tuple(lrs or ()), "weight_decay": tuple(decays or ())}
+    recipe = TrainingRecipe.from_profile(load_profile(name or config.auto_profile()))
+    return recipe.replace(**{k: v for k, v in changes.items() if v})
 
 
 @app.command()

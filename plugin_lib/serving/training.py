@@ -3,10 +3,11 @@
 The file is JSONL (one object per line) or CSV, with the columns ``prompt`` and ``completion``.
 Pairs are grouped by unique prompt and divided 60/40 into a training part and a
 hyper-validation part (``data.split_hyper_validation``, as for the paper's datasets). Every
-configuration of the profile's grid (learning rate x weight decay) is trained with the profile's
-budget (AdamW, warmup, early stopping on hyper-validation loss), a choice at an edge pushes the
-grid further as the runner does (``harness.run_keys.beyond_edge``), and the configuration with the
-lowest hyper-validation loss is kept. The base's outputs are computed once for all of them (and
+configuration of the recipe's grid (learning rate x weight decay; ``recipe.TrainingRecipe``, a
+profile's or one's own) is trained with its budget (AdamW, warmup, early stopping on
+hyper-validation loss), a choice at an edge pushes the grid further as the runner does
+(``harness.run_keys.beyond_edge``), and the configuration with the lowest hyper-validation loss
+is kept. The base's outputs are computed once for all of them (and
 kept for a later run on the same pairs), and the configurations train together, each batch read
 once for all (``core.train.fit_grid``); an interrupted run resumes each configuration where it
 stopped; then the choice is trained again on every pair (``refit``, the default), so the saved
@@ -27,11 +28,11 @@ from ..core.train import (GridRun, TokenObjective, TrainConfig, configs_that_fit
                           reachable_plugin_log_probs)
 from ..data.datasets import Example, split_hyper_validation, training_pairs
 from ..data.prompts import format_for_model
-from ..harness import models, run_keys
-from ..harness.profile import Profile
+from ..harness import run_keys
 from . import estimate
 from .artifact import BaseSpec, DecodingSettings, PluginModel, package_version
 from .inputs import Pair, data_sha256
+from .recipe import TrainingRecipe
 
 def as_examples(pairs: list[Pair]) -> list[Example]:
     """One ``Example`` per unique prompt, its completions as references (first-seen order)."""
@@ -45,7 +46,7 @@ def as_examples(pairs: list[Pair]) -> list[Example]:
 def reweighter_arch(spec: BaseSpec, layers: int | None = None, width: int | None = None) -> dict:
     """The family's reweighting model (the authors'), with ``layers`` blocks and hidden width
     ``width`` where given (a LLaMA-style model keeps its 4x feed-forward ratio)."""
-    arch = models.reweighter_spec(_family(spec))
+    arch = spec.reweighter_arch()
     if layers is not None:
         if layers < 1:
             raise ValueError(f"--reweighter-layers must be at least 1, got {layers}.")
@@ -64,11 +65,11 @@ def reweighter_arch(spec: BaseSpec, layers: int | None = None, width: int | None
     return arch
 
 
-def _encoded(base: BlackBoxLM, examples, profile: Profile, prompt_format: str):
+def _encoded(base: BlackBoxLM, examples, recipe: TrainingRecipe, prompt_format: str):
     return encode_pairs(base.tokenizer, [format_for_model(ex.source, base.tokenizer, prompt_format == "chat")
                                          for ex, _ in training_pairs(examples)],
                         [reference for _, reference in training_pairs(examples)],
-                        max_prompt_tokens=profile.tokens.max_prompt, max_target_tokens=profile.tokens.max_target)
+                        max_prompt_tokens=recipe.max_prompt_tokens, max_target_tokens=recipe.max_target_tokens)
 
 
 def _objective(base: BlackBoxLM, encoded, cache: BaseOutputCache) -> TokenObjective:
@@ -81,26 +82,27 @@ def _rows(cache: BaseOutputCache, first: int, end: int) -> BaseOutputCache:
     return BaseOutputCache(cache.rows[lo:hi], cache.offsets[first:end + 1] - lo, cache.placement, cache.head)
 
 
-def _estimate(base: BlackBoxLM, arch: dict, encoded, split: int, profile: Profile, values: dict, seed: int,
+def _estimate(base: BlackBoxLM, arch: dict, encoded, split: int, recipe: TrainingRecipe, values: dict, seed: int,
               cache_dir: Path | None, resume_dir, refit: bool) -> estimate.Plan:
     """``estimate.plan`` of this call: the rates timed here, the grid's configurations less what a
     resumed run finished, the edge extensions at most."""
-    grid = run_keys.hparam_grid(profile, "Plugin", values)
-    done = [estimate.epochs_done(_resume_file(resume_dir, arch, h, _config(profile, h, seed)),
-                                 profile.training.max_epochs) for h in grid]
-    grown = {k: v + [None] * (profile.grid.extend_edges if len(v) > 1 else 0) for k, v in values.items()}  # beyond_edge
-    edges = len(run_keys.hparam_grid(profile, "Plugin", grown)) - len(grid) if profile.grid.extend_edges else 0
-    rates = estimate.measure_rates(base, arch, encoded[:split], profile.training.batch_size, seed)
+    grid = recipe.configs(values)
+    done = [estimate.epochs_done(_resume_file(resume_dir, arch, h, recipe.config(h, seed)), recipe.max_epochs)
+            for h in grid]
+    grown = {k: v + [None] * (recipe.extend_edges if len(v) > 1 else 0) for k, v in values.items()}  # beyond_edge
+    edges = len(recipe.configs(grown)) - len(grid) if recipe.extend_edges else 0
+    rates = estimate.measure_rates(base, arch, encoded[:split], recipe.batch_size, seed)
     stored = cache_dir is not None and BaseOutputCache.is_stored(cache_dir, base, encoded)
-    return estimate.plan(rates, encoded[:split], encoded[split:], profile, configs=len(grid), edge_configs=edges,
+    return estimate.plan(rates, encoded[:split], encoded[split:], recipe, configs=len(grid), edge_configs=edges,
                          epochs_done=done, base_stored=stored, refit=refit, seed=seed)
 
 
-def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profile: Profile, *,
+def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], recipe: TrainingRecipe, *,
                  prompt_format: str = "plain", seed: int | None = None, arch: dict | None = None,
                  progress: bool = True, cache_dir: str | Path | None = None, resume_dir: str | Path | None = None,
                  refit: bool = True, announce=None) -> PluginModel:
-    """A ``PluginModel`` trained on ``pairs`` by the profile's grid and budget.
+    """A ``PluginModel`` trained on ``pairs`` by the recipe's grid and budget (a profile's:
+    ``TrainingRecipe.from_profile``). ``seed``: default the recipe's.
 
     ``cache_dir``: where the base's outputs are kept and found again by a later run on the same
     pairs. ``resume_dir``: every configuration's training state, so an interrupted call resumes
@@ -108,19 +110,18 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
     the chosen configuration again on all pairs for the chosen number of epochs, so the saved
     model has seen every pair (scikit-learn's ``refit=True``). ``announce``: gets
     the whole cost's estimate (``estimate.py``) before any work."""
-    seed = profile.seeds[0] if seed is None else seed
+    seed = recipe.seed if seed is None else seed
     arch = arch or reweighter_arch(base_spec)
-    decoding = DecodingSettings(max_new_tokens=profile.decoding.max_new_tokens,
-                                repetition_penalty=profile.decoding.repetition_penalty,
-                                prompt_format=prompt_format, max_prompt_tokens=profile.tokens.max_prompt)
+    decoding = DecodingSettings(max_new_tokens=recipe.max_new_tokens, repetition_penalty=recipe.repetition_penalty,
+                                prompt_format=prompt_format, max_prompt_tokens=recipe.max_prompt_tokens)
     train, hyper = split_hyper_validation(as_examples(pairs), seed=seed)
     cache_dir = Path(cache_dir) if cache_dir is not None else None
-    encoded = _encoded(base, train + hyper, profile, prompt_format)  # train's pairs first, then hyper's
+    encoded = _encoded(base, train + hyper, recipe, prompt_format)  # train's pairs first, then hyper's
     split = len(training_pairs(train))
-    values = {k: list(getattr(profile.grid, k)) for k in run_keys.grid_keys("Plugin")}
+    values = recipe.grid()
     planned = None
     if announce is not None:  # before any work: the whole cost, timed here
-        planned = _estimate(base, arch, encoded, split, profile, values, seed, cache_dir, resume_dir, refit)
+        planned = _estimate(base, arch, encoded, split, recipe, values, seed, cache_dir, resume_dir, refit)
         announce(planned.describe())
     # The base's outputs once for every pair: the grid reads its two parts, the refit all of it.
     phases, started = {}, time.perf_counter()
@@ -131,20 +132,20 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
                   "hyper": _objective(base, encoded[split:], _rows(cache, split, len(encoded)))}
 
     grid_started = time.perf_counter()
-    results, best = _search(base, arch, objectives, profile, values, seed, resume_dir, progress)
+    results, best = _search(base, arch, objectives, recipe, values, seed, resume_dir, progress)
     model, chosen = best
     record = {
         "pairs": len(pairs), "prompts": len(train) + len(hyper),
         "train_pairs": len(objectives["train"]), "hyper_pairs": len(objectives["hyper"]),
-        "data_sha256": data_sha256(pairs), "profile": profile.name, "seed": seed, "arch": arch,
-        "max_epochs": profile.training.max_epochs,
+        "data_sha256": data_sha256(pairs), "profile": recipe.name, "seed": seed, "arch": arch,
+        "max_epochs": recipe.max_epochs,
         "grid": values, "configs": list(results.values()), "hparams": chosen["hparams"],
         "val_loss": chosen["val_loss"], "best_epoch": chosen["best_epoch"],
     }
     phases["grid_s"] = round(time.perf_counter() - grid_started, 1)
     if refit:
         refit_started = time.perf_counter()
-        model, record["refit"] = _refit(base, arch, profile, chosen, everything, seed, progress)
+        model, record["refit"] = _refit(base, arch, recipe, chosen, everything, seed, progress)
         phases["refit_s"] = round(time.perf_counter() - refit_started, 1)
     record["seconds"] = round(time.perf_counter() - started, 1)
     record["phases"] = phases
@@ -154,22 +155,22 @@ def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], profi
     return PluginModel(base, model.eval(), base_spec=base_spec, decoding=decoding, training=record)
 
 
-def _search(base: BlackBoxLM, arch: dict, objectives: dict, profile: Profile, values: dict, seed: int,
+def _search(base: BlackBoxLM, arch: dict, objectives: dict, recipe: TrainingRecipe, values: dict, seed: int,
             resume_dir: str | Path | None, progress: bool) -> tuple[dict, tuple]:
-    """The profile's grid over ``values`` (grown past an edge the choice sits on, as the runner
+    """The recipe's grid over ``values`` (grown past an edge the choice sits on, as the runner
     does): every configuration's result, and the best (its model, its result)."""
     results: dict[tuple, dict] = {}
     best = None
     extensions = {k: 0 for k in values}
     while True:
-        todo = [h for h in run_keys.hparam_grid(profile, "Plugin", values) if tuple(sorted(h.items())) not in results]
+        todo = [h for h in recipe.configs(values) if tuple(sorted(h.items())) not in results]
         while todo:  # the configurations together (fit_grid: one pass over the data), as many as memory holds
             first = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
             count = configs_that_fit(first, len(todo)) if grid_pays(base.device, objectives["train"].cache) else 1
             chunk, todo = todo[:count], todo[count:]
             runs = []
             for hparams in chunk:
-                cfg = _config(profile, hparams, seed)
+                cfg = recipe.config(hparams, seed)
                 model = first if not runs else make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(
                     base.device)
                 runs.append(GridRun(model, objectives["train"], objectives["hyper"], cfg,
@@ -180,19 +181,12 @@ def _search(base: BlackBoxLM, arch: dict, objectives: dict, profile: Profile, va
                 if best is None or result.best_val_loss < best[1]["val_loss"]:
                     best = (run.model, results[tuple(sorted(hparams.items()))])
             del runs, first
-        pushed = [k for k in run_keys.grid_edges(values, best[1]["hparams"]) if extensions[k] < profile.grid.extend_edges]
+        pushed = [k for k in run_keys.grid_edges(values, best[1]["hparams"]) if extensions[k] < recipe.extend_edges]
         if not pushed:
             return results, best
         for k in pushed:
             values[k].append(run_keys.beyond_edge(values[k], best[1]["hparams"][k], k))
             extensions[k] += 1
-
-
-def _config(profile: Profile, hparams: dict, seed: int, **changes) -> TrainConfig:
-    settings = dict(lr=hparams["lr"], weight_decay=hparams["weight_decay"], seed=seed,
-                    max_epochs=profile.training.max_epochs, patience=profile.training.patience,
-                    batch_size=profile.training.batch_size, warmup_ratio=profile.training.warmup_ratio)
-    return TrainConfig(**{**settings, **changes})
 
 
 def _resume_file(resume_dir, arch: dict, hparams: dict, cfg: TrainConfig) -> Path | None:
@@ -204,20 +198,13 @@ def _resume_file(resume_dir, arch: dict, hparams: dict, cfg: TrainConfig) -> Pat
     return Path(resume_dir) / f"config-{key}.pt"
 
 
-def _refit(base: BlackBoxLM, arch: dict, profile: Profile, chosen: dict, everything: TokenObjective, seed: int,
+def _refit(base: BlackBoxLM, arch: dict, recipe: TrainingRecipe, chosen: dict, everything: TokenObjective, seed: int,
            progress: bool):
     """The chosen configuration trained again on every pair for its chosen number of epochs
     (no pair is held out, so nothing stops it early)."""
     epochs = max(1, chosen["best_epoch"])
     model = make_reweighter(vocab_size=base.vocab_size, seed=seed, **arch).to(base.device)
-    cfg = _config(profile, chosen["hparams"], seed, max_epochs=epochs, patience=epochs + 1)
+    cfg = recipe.config(chosen["hparams"], seed, max_epochs=epochs, patience=epochs + 1)
     result = fit(model, everything, everything, cfg, progress=progress)
     return model, {"pairs": len(everything), "epochs": epochs, "train_loss": result.history[-1]["train_loss"]}
 
-
-def _family(spec: BaseSpec) -> str:
-    """The reweighter family of the base: the registry's, or LLaMA-like for anything else
-    (an endpoint, a Hub id), whose 1-layer model fits any vocabulary."""
-    if spec.kind == "model":
-        return models.model_spec(spec.name)["family"]
-    return "llama"

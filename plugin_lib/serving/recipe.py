@@ -1,0 +1,74 @@
+"""What the user's ``train`` takes from a profile, and nothing else: a ``TrainingRecipe``.
+
+The Plugin trained on a user's own pairs needs a grid (learning rates, weight decays, how far a
+choice at an edge pushes it), a training budget, token limits and decoding defaults. A profile of
+``profiles.yaml`` supplies them (:meth:`TrainingRecipe.from_profile`, what ``plugin-repro train
+--profile`` does), but a recipe can be written by hand too: training on one's own model does not
+go through the paper's ``Profile``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+from ..core.train import TrainConfig
+from ..harness.profile import Profile
+
+HPARAMS = ("lr", "weight_decay")  # the Plugin's grid, in the runner's order (harness.run_keys.grid_keys)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingRecipe:
+    """Every value is given (the settings live in profiles.yaml; ``from_profile`` reads them)."""
+
+    lr: tuple[float, ...]           # learning rates searched
+    weight_decay: tuple[float, ...]  # weight decays searched
+    extend_edges: int               # how many steps a choice at an edge of the grid may push that edge
+    max_epochs: int                 # the training budget, per configuration
+    patience: int                   # epochs without a better hyper-validation loss before stopping
+    batch_size: int
+    warmup_ratio: float
+    seed: int                       # of the 60/40 split and of training
+    max_prompt_tokens: int          # prompts and targets are cut to these when training
+    max_target_tokens: int
+    max_new_tokens: int             # the trained artifact's decoding defaults
+    repetition_penalty: float
+    name: str = "custom"            # where it came from (a profile's name), recorded with the model
+
+    def __post_init__(self):
+        if not self.lr or not self.weight_decay:
+            raise ValueError("a recipe needs at least one learning rate and one weight decay.")
+        if any(x <= 0 for x in self.lr) or any(x < 0 for x in self.weight_decay):
+            raise ValueError("learning rates must be positive and weight decays at least 0.")
+        if self.max_epochs < 1 or self.batch_size < 1 or self.extend_edges < 0:
+            raise ValueError("max_epochs and batch_size must be at least 1, extend_edges at least 0.")
+
+    @classmethod
+    def from_profile(cls, profile: Profile) -> TrainingRecipe:
+        """The profile's grid, training budget, first seed, token limits and decoding defaults."""
+        return cls(lr=tuple(profile.grid.lr), weight_decay=tuple(profile.grid.weight_decay),
+                   extend_edges=profile.grid.extend_edges, max_epochs=profile.training.max_epochs,
+                   patience=profile.training.patience, batch_size=profile.training.batch_size,
+                   warmup_ratio=profile.training.warmup_ratio, seed=profile.seeds[0],
+                   max_prompt_tokens=profile.tokens.max_prompt, max_target_tokens=profile.tokens.max_target,
+                   max_new_tokens=profile.decoding.max_new_tokens,
+                   repetition_penalty=profile.decoding.repetition_penalty, name=profile.name)
+
+    def replace(self, **changes) -> TrainingRecipe:
+        return dataclasses.replace(self, **changes)
+
+    def grid(self) -> dict[str, list[float]]:
+        """The values searched, one list per hyperparameter (the search may push them further)."""
+        return {k: list(getattr(self, k)) for k in HPARAMS}
+
+    def configs(self, values: dict[str, list[float]]) -> list[dict]:
+        """Every configuration of ``values``, in the runner's order."""
+        return [dict(zip(HPARAMS, combo)) for combo in itertools.product(*(values[k] for k in HPARAMS))]
+
+    def config(self, hparams: dict, seed: int, **changes) -> TrainConfig:
+        """One configuration's training settings (``changes``: a refit's own epochs)."""
+        settings = dict(lr=hparams["lr"], weight_decay=hparams["weight_decay"], seed=seed,
+                        max_epochs=self.max_epochs, patience=self.patience, batch_size=self.batch_size,
+                        warmup_ratio=self.warmup_ratio)
+        return TrainConfig(**{**settings, **changes})
