@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 from devices import assert_forward_close
@@ -53,6 +55,31 @@ def test_profiles_are_complete_and_overridable():
             assert reweighter_spec(spec["family"])["arch"] in ("gpt2", "llama")
     assert load_profile("smoke", seeds=[7]).seeds == (7,)
     assert load_profile("smoke").seeds == (0,)  # overrides do not leak
+
+
+def test_the_profile_schema_keeps_every_value_given_and_names_each_wrong_one():
+    """profiles.yaml is read by pydantic (strict): every value written there is the value loaded,
+    and a wrong one is an error naming its field."""
+    from plugin_lib.harness.profile import settings
+
+    def same(loaded, given, where):
+        if isinstance(given, dict):
+            for key, value in given.items():
+                same(loaded[key], value, f"{where}.{key}")
+        else:
+            assert loaded == given, where
+
+    for name in profile_names():
+        same(load_profile(name).as_dict(), settings()["profiles"][name], name)
+    for wrong, said in [({"seeds": "notalist"}, "smoke.seeds: Input should be a list, got 'notalist'"),
+                        ({"seeds": []}, "smoke.seeds: Tuple should have at least 1 item"),
+                        ({"seeds": [True]}, "smoke.seeds.0: Input should be a valid integer, got True."),
+                        ({"seeds": ["1"]}, "smoke.seeds.0: Input should be a valid integer, got '1'."),
+                        ({"training": {"max_epochs": 3}}, "smoke.training.patience: Field required"),
+                        ({"rows": {"train": 1, "validation": 1, "test": 1, "tset": 1}},
+                         "smoke.rows.tset: Unexpected keyword argument")]:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            load_profile("smoke", **wrong)
 
 
 def test_data_dir_errors_say_what_to_do(monkeypatch, tmp_path):

@@ -477,10 +477,10 @@ def test_a_configuration_trained_ahead_is_the_grids_own_unit_of_it():
 
 
 def test_fresh_from_takes_one_profile_or_several_and_refuses_anything_else():
-    from plugin_lib.harness.profile import TestInputs, _convert
+    from plugin_lib.harness.profile import TestInputs, validated
 
     spec = {"seed": 1, "fill_from_validation": True, "dedupe_references": True}
-    assert _convert({**spec, "fresh_from": "local"}, TestInputs, "t").profiles == ("local",)
-    assert _convert({**spec, "fresh_from": ["local", "confirm"]}, TestInputs, "t").profiles == ("local", "confirm")
-    with pytest.raises(TypeError, match="fresh_from"):
-        _convert({**spec, "fresh_from": 3}, TestInputs, "t")
+    assert validated({**spec, "fresh_from": "local"}, TestInputs, "t").profiles == ("local",)
+    assert validated({**spec, "fresh_from": ["local", "confirm"]}, TestInputs, "t").profiles == ("local", "confirm")
+    with pytest.raises(ValueError, match="fresh_from"):
+        validated({**spec, "fresh_from": 3}, TestInputs, "t")

@@ -181,5 +181,5 @@ def test_the_profile_chooses_the_prompts():
     assert styles == {"paper": "authors", "local": "appendix", "confirm": "authors", "smoke": "authors",
                       "paper-twin": "authors", "paper-twin-gpu": "authors", "colab": "authors", "wave3": "authors"}
     assert load_profile("local", prompts="authors").prompts == "authors"
-    with pytest.raises(ValueError, match="'prompts' must be one of \\['authors', 'appendix'\\]"):
+    with pytest.raises(ValueError, match="smoke.prompts: Input should be 'authors' or 'appendix', got 'paper'"):
         load_profile("smoke", prompts="paper")

@@ -16,16 +16,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
-import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import pydantic
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
+
+# Lists in profiles.yaml are never empty (an empty grid or seed list would fail far from here).
+Floats = Annotated[tuple[float, ...], pydantic.Field(min_length=1)]
+Ints = Annotated[tuple[int, ...], pydantic.Field(min_length=1)]
+Names = Annotated[tuple[str, ...], pydantic.Field(min_length=1)]
 
 
 @dataclass(frozen=True)
@@ -45,9 +51,9 @@ class Grid:
     the chosen one sits there (``harness.search.select_hparams``); 0 keeps the grid as listed.
     """
 
-    lr: tuple[float, ...]
-    weight_decay: tuple[float, ...]
-    alpha: tuple[float, ...]
+    lr: Floats
+    weight_decay: Floats
+    alpha: Floats
     extend_edges: int
     # "grid": every combination. "coordinate": one hyperparameter at a time (lr, then weight
     # decay, then alpha), each searched from the middle of its list with the others at their
@@ -105,7 +111,7 @@ class ProxySettings:
     Their hyperparameters follow notebook 07's rule for its pretrained model,
     ``ablations.complexity_hparams``, so Plugin-pretrained is one run in both notebooks."""
 
-    alphas: tuple[float, ...] = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
+    alphas: Floats = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0)
     top_p: float = 0.9
     pretrained: bool = False
 
@@ -136,12 +142,12 @@ class Wrapper:
     """Tables 5 and 8 (notebooks 05 and 11): datasets (None: all four), BDPL's call budget
     and its optimiser."""
 
-    datasets: tuple[str, ...] | None
+    datasets: Names | None
     bdpl_budget: int
     bdpl: Bdpl
     # Larger call budgets tried in order, beside ``bdpl_budget``, to find one at which BDPL
     # learns (its premise holds on hyper-validation); None: only ``bdpl_budget``.
-    bdpl_learning_budgets: tuple[int, ...] | None = None
+    bdpl_learning_budgets: Ints | None = None
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,7 @@ class TestInputs:
     no profile named decodes or trains on. ``dedupe_references``: a candidate whose reference
     equals a training or hyper-validation reference is left out."""
 
-    fresh_from: str | tuple[str, ...]
+    fresh_from: str | Names
     seed: int
     fill_from_validation: bool
     dedupe_references: bool
@@ -184,15 +190,15 @@ class Ablations:
     """Notebooks 06-08. Seeds None: the profile's seeds."""
 
     model: str
-    finetune_epochs: tuple[int, ...]
+    finetune_epochs: Ints
     finetune: Finetune
     finetune_pool_pairs: int | None
-    layers: tuple[int, ...]
+    layers: Ints
     pretrained_layers: int | None
     complexity_hparams: str
-    base_quality_seeds: tuple[int, ...] | None
-    complexity_seeds: tuple[int, ...] | None
-    architecture_seeds: tuple[int, ...] | None
+    base_quality_seeds: Ints | None
+    complexity_seeds: Ints | None
+    architecture_seeds: Ints | None
 
 
 @dataclass(frozen=True)
@@ -229,7 +235,7 @@ class Theorem1:
 
     source: Source
     tokens: TokenGrid
-    seeds: tuple[int, ...]
+    seeds: Ints
     ridge: float
     fit_from: int
     bootstrap: int
@@ -258,8 +264,8 @@ class Api:
     k: int
     rule: str
     rows: Rows
-    seeds: tuple[int, ...]
-    methods: tuple[str, ...]
+    seeds: Ints
+    methods: Names
     decode_batch_size: int
     echo_pairs: int
     server: ApiServer
@@ -270,9 +276,9 @@ class Profile:
     """One way of running the package (``paper``, ``local``, ``smoke``, ...), as in profiles.yaml."""
 
     name: str
-    base_models: tuple[str, ...]
+    base_models: Names
     dtype: str
-    seeds: tuple[int, ...]
+    seeds: Ints
     rows: Rows
     grid: Grid
     training: Training
@@ -300,13 +306,12 @@ class Profile:
     proxy: ProxySettings = dataclasses.field(default_factory=ProxySettings)
 
     def replace(self, **overrides: Any) -> Profile:
-        """A copy with top-level fields replaced, each checked against its declared type."""
+        """A copy with top-level fields replaced, the whole checked against the schema."""
         unknown = set(overrides) - {f.name for f in dataclasses.fields(self)} - {"name"}
         if unknown:
             raise ValueError(f"Unknown profile field(s) {sorted(unknown)}; known: "
                              f"{sorted(f.name for f in dataclasses.fields(self))}.")
-        hints = typing.get_type_hints(Profile)
-        return dataclasses.replace(self, **{k: _convert(v, hints[k], k) for k, v in overrides.items()})
+        return validated({**dataclasses.asdict(self), **overrides}, Profile, self.name)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (tuples as lists), e.g. for fingerprints."""
@@ -315,6 +320,10 @@ class Profile:
     def section(self, name: str) -> dict[str, Any]:
         """One section as plain values: ``profile.section("training")``."""
         return self.as_dict()[name]
+
+
+for _section in [v for v in list(globals().values()) if dataclasses.is_dataclass(v) and v.__module__ == __name__]:
+    _section.__pydantic_config__ = pydantic.ConfigDict(extra="forbid")  # a misspelt key is an error, not ignored
 
 
 def ablation_settings(profile: Profile, **overrides: Any) -> Ablations:
@@ -341,54 +350,37 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _convert(value: Any, hint: Any, where: str) -> Any:
-    """``value`` as type ``hint``: nested dataclasses from dicts, tuples from lists; a clear
-    error for a value of the wrong type (a papermill ``-p seeds notalist`` among them)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Literal:
-        if value not in args:
-            raise ValueError(f"Profile field {where!r} must be one of {list(args)}, got {value!r}.")
-        return value
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        for kind in inner[:-1]:  # a union of several types: the first that takes the value
-            try:
-                return _convert(value, kind, where)
-            except (TypeError, ValueError):
-                continue
-        return _convert(value, inner[-1], where)
-    if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint):
-            return value
-        if not isinstance(value, dict):
-            raise TypeError(f"Profile field {where!r} must be a mapping, got {value!r}.")
-        hints = typing.get_type_hints(hint)
-        names = {f.name for f in dataclasses.fields(hint)}
-        required = {f.name for f in dataclasses.fields(hint)
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-        if not required <= set(value) <= names:
-            raise ValueError(f"Profile field {where!r} needs the keys {sorted(required)} (optional: "
-                             f"{sorted(names - required)}); got {sorted(value)}.")
-        return hint(**{k: _convert(v, hints[k], f"{where}.{k}") for k, v in value.items()})
-    if origin is tuple:
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not value:
-            raise TypeError(f"Profile field {where!r} must be a non-empty list, got {value!r}.")
-        return tuple(_convert(v, args[0], f"{where}[]") for v in value)
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"Profile field {where!r} must be a number, got {value!r}.")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"Profile field {where!r} must be an integer, got {value!r}.")
-        return value
-    if hint is str:
-        if not isinstance(value, str):
-            raise TypeError(f"Profile field {where!r} must be a string, got {value!r}.")
-        return value
+def _json_ready(value: Any) -> Any:
+    """Plain values: sections given as dataclasses (a copy's own) become mappings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
     return value
+
+
+@functools.cache
+def _schema(hint: Any) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(hint)
+
+
+def validated(value: Any, hint: Any, where: str) -> Any:
+    """``value`` (plain data, as in profiles.yaml) as type ``hint`` by pydantic, strictly: no
+    number read from a string, no bool taken for a number, no unknown or missing key, no empty
+    list; a clear error naming each wrong field otherwise (a papermill ``-p seeds notalist``
+    among them). Read as JSON, where lists stand for tuples."""
+    try:
+        # a numpy scalar as its number; anything else not JSON as its repr, which the schema then names
+        text = json.dumps(_json_ready(value), default=lambda o: o.item() if hasattr(o, "item") else repr(o))
+        return _schema(hint).validate_json(text, strict=True)
+    except pydantic.ValidationError as err:
+        errors = err.errors(include_url=False)
+        inner = [e for e in errors if not any(o["loc"][:len(e["loc"])] == e["loc"] != o["loc"] for o in errors)]
+        wrong = "; ".join(f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].replace('valid array', 'list')}"
+                          + (f", got {e['input']!r}" if e["type"] != "missing" else "") for e in inner)
+        raise ValueError(f"Profile field(s) wrong: {wrong}.") from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -413,7 +405,7 @@ def load_profile(name: str | Profile, **overrides: Any) -> Profile:
         profiles = settings()["profiles"]
         if not isinstance(name, str) or name not in profiles:
             raise ValueError(f"Unknown profile {name!r}. Choose one of: {', '.join(profiles)}.")
-        profile = _convert({**profiles[name], "name": name}, Profile, name)
+        profile = validated({**profiles[name], "name": name}, Profile, name)
     given = {k: v for k, v in overrides.items() if v is not None}
     return profile.replace(**given) if given else profile
 
