@@ -26,6 +26,7 @@ import sys
 
 from plugin_lib.commands import confirmation_wave2
 from plugin_lib.commands import studies
+from plugin_lib.core import grid_search
 from plugin_lib.harness import run_keys, search
 from plugin_lib.harness.grid import units as grid_units
 from plugin_lib.harness.profile import load_profile
@@ -47,7 +48,7 @@ def coordinate_axis(losses: dict[str, float], values: dict[str, list[float]], ex
                 return left
             on_axis = {v: losses[run_keys.config_tag({**current, key: v})] for v in values[key]}
             current[key] = min(on_axis, key=on_axis.get)  # the first of equals, in list order
-            step = run_keys.beyond_edge(values[key], current[key], key)
+            step = grid_search.beyond_edge(values[key], current[key], key)
             if step is None or extended >= extend_edges:
                 break
             values[key].append(step)

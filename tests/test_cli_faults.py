@@ -183,7 +183,7 @@ def test_a_java_that_starts_but_cannot_tokenize_is_named(tmp_path, monkeypatch):
 
 def test_padded_tokens_count_each_batch_at_its_longest():
     from plugin_lib.core.pairs import EncodedPair
-    from plugin_lib.serving.estimate import padded_tokens
+    from plugin_lib.core.train_estimate import padded_tokens
 
     pairs = [EncodedPair(tuple(range(n)), 1) for n in (3, 5, 2, 9, 4)]
     assert padded_tokens(pairs, [0, 1, 2, 3, 4], 2) == 2 * 5 + 2 * 9 + 1 * 4
@@ -226,7 +226,7 @@ def test_the_estimate_comes_before_any_work_and_a_resume_counts_what_is_left(smo
 
 def test_the_training_record_is_json(tmp_path):
     """What train writes next to the estimate stays plain JSON (numbers, no dataclasses)."""
-    from plugin_lib.serving.estimate import Plan
+    from plugin_lib.core.train_estimate import Plan
 
     plan = Plan(base_s=1.0, grid_s=2.0, grid_configs=1, epochs_left=2, least_epochs_left=1, epoch_s=1.0,
                 edges_s=0.0, edge_configs=0, refit_epoch_s=0.5, refit_epochs=2)

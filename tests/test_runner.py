@@ -4,6 +4,7 @@ import errno
 import pytest
 import torch
 
+from plugin_lib.core import grid_search
 from plugin_lib.core.train import TokenObjective
 from plugin_lib.harness import methods, run_keys, run_store, runner, search
 from plugin_lib.utils import record_manifest
@@ -118,15 +119,15 @@ def test_missing_weights_are_retrained_from_the_recorded_choice(task, profile):
 # -- equal budget: grid edges (issue 16) ---------------------------------------------------------
 
 def test_beyond_edge_steps_past_the_edge_where_the_choice_sits():
-    assert run_keys.beyond_edge([1e-3, 5e-3], 1e-3, "lr") == pytest.approx(2e-4)
-    assert run_keys.beyond_edge([1e-3, 5e-3], 5e-3, "lr") == pytest.approx(2.5e-2)
-    assert run_keys.beyond_edge([5e-5, 5e-4, 5e-3], 5e-4, "lr") is None  # inside the grid
-    assert run_keys.beyond_edge([0.01], 0.01, "weight_decay") is None  # one value: no edge
+    assert grid_search.beyond_edge([1e-3, 5e-3], 1e-3, "lr") == pytest.approx(2e-4)
+    assert grid_search.beyond_edge([1e-3, 5e-3], 5e-3, "lr") == pytest.approx(2.5e-2)
+    assert grid_search.beyond_edge([5e-5, 5e-4, 5e-3], 5e-4, "lr") is None  # inside the grid
+    assert grid_search.beyond_edge([0.01], 0.01, "weight_decay") is None  # one value: no edge
     # alpha is a mixture weight in (0, 1): the spacing while it stays inside, then half the gap.
-    assert run_keys.beyond_edge([0.25, 0.5, 0.75], 0.25, "alpha") == pytest.approx(0.125)
-    assert run_keys.beyond_edge([0.25, 0.5, 0.75], 0.75, "alpha") == pytest.approx(0.875)
-    assert run_keys.beyond_edge([0.3, 0.5, 0.7], 0.3, "alpha") == pytest.approx(0.1)
-    assert run_keys.grid_edges({"lr": [1e-3, 5e-3], "weight_decay": [0.01]}, {"lr": 1e-3, "weight_decay": 0.01}) == ["lr"]
+    assert grid_search.beyond_edge([0.25, 0.5, 0.75], 0.25, "alpha") == pytest.approx(0.125)
+    assert grid_search.beyond_edge([0.25, 0.5, 0.75], 0.75, "alpha") == pytest.approx(0.875)
+    assert grid_search.beyond_edge([0.3, 0.5, 0.7], 0.3, "alpha") == pytest.approx(0.1)
+    assert grid_search.grid_edges({"lr": [1e-3, 5e-3], "weight_decay": [0.01]}, {"lr": 1e-3, "weight_decay": 0.01}) == ["lr"]
 
 
 def _fake_training(trained, best_lr):

@@ -439,6 +439,7 @@ def test_a_model_card_without_a_refit_says_it_saw_the_training_part_only():
 def test_a_training_recipe_is_the_profile_s_settings_and_can_be_written_by_hand():
     """The user's train reads a ``TrainingRecipe``: a profile's (its grid, budget, seed, limits and
     decoding defaults, as the runner reads them), or one written without any profile."""
+    from plugin_lib.core.grid_search import configurations
     from plugin_lib.harness import run_keys
     from plugin_lib.harness.profile import load_profile
     from plugin_lib.serving.recipe import TrainingRecipe
@@ -446,16 +447,16 @@ def test_a_training_recipe_is_the_profile_s_settings_and_can_be_written_by_hand(
     for name in ("smoke", "local", "paper"):
         profile = load_profile(name)
         recipe = TrainingRecipe.from_profile(profile)
-        assert recipe.configs(recipe.grid()) == run_keys.hparam_grid(profile, "Plugin")
+        assert configurations(recipe.grid()) == run_keys.hparam_grid(profile, "Plugin")
         assert (recipe.max_epochs, recipe.patience, recipe.seed, recipe.max_prompt_tokens, recipe.name) == (
             profile.training.max_epochs, profile.training.patience, profile.seeds[0], profile.tokens.max_prompt, name)
     own = dict(lr=(1e-3,), weight_decay=(0.0, 0.01), extend_edges=0, max_epochs=2, patience=1, batch_size=4,
                warmup_ratio=0.1, seed=3, max_prompt_tokens=64, max_target_tokens=32, max_new_tokens=16,
                repetition_penalty=1.0)
     recipe = TrainingRecipe(**own)
-    assert recipe.name == "custom" and recipe.configs(recipe.grid()) == [
+    assert recipe.name == "custom" and configurations(recipe.grid()) == [
         {"lr": 1e-3, "weight_decay": 0.0}, {"lr": 1e-3, "weight_decay": 0.01}]
-    assert recipe.config({"lr": 1e-3, "weight_decay": 0.0}, seed=3, max_epochs=1).max_epochs == 1
+    assert (recipe.train_config(seed=3).seed, recipe.train_config(seed=3).max_epochs) == (3, 2)
     with pytest.raises(ValueError, match="learning rates must be positive"):
         TrainingRecipe(**{**own, "lr": (0.0,)})
     with pytest.raises(TypeError):

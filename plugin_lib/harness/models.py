@@ -366,10 +366,11 @@ def load_api_model(name: str, *, base_url: str | None = None, check: bool = True
     if not url:
         raise ValueError(f"Where does {base!r} listen? Set the environment variable {variable} (e.g. "
                          "http://127.0.0.1:8080) or pass base_url=.")
+    tokenizer = api_tokenizer(spec)  # a missing local copy fails before any connection is made
     client = CompletionsClient(url, api_key_env=spec.get("api_key_env", "PLUGIN_API_KEY"),
                                timeout_s=float(spec.get("timeout_s", 120)), max_retries=int(spec.get("max_retries", 4)),
                                max_concurrency=int(spec.get("max_concurrency", 4)))
-    return ApiBlackBox(client, api_tokenizer(spec), view[1], rule=view[2], name=name,
+    return ApiBlackBox(client, tokenizer, view[1], rule=view[2], name=name,
                        teacher_forcing=spec.get("teacher_forcing", "stepwise"), max_k=spec.get("max_k"),
                        model=spec.get("model"), speculate=int(spec.get("speculate", 1)), check=check)
 
@@ -398,11 +399,11 @@ def load_base_model(name: str, *, dtype: str | torch.dtype | None = None, device
     view = parse_model_name(name)
     if model_spec(view[0] if view is not None else name).get("source") == "api":
         return load_api_model(name)
-    if view is not None:
-        base, k, rule = view
-        return TopKBlackBox(load_base_model(base, dtype=dtype, device=device), k, rule, name=name)
-    model, tokenizer = load_causal_lm(name, dtype=dtype, device=device)
-    return BlackBoxLM(model, tokenizer, name)
+    if view is None:
+        model, tokenizer = load_causal_lm(name, dtype=dtype, device=device)
+        return BlackBoxLM(model, tokenizer, name)
+    base, k, rule = view
+    return TopKBlackBox(load_base_model(base, dtype=dtype, device=device), k, rule, name=name)
 
 
 def parse_model_name(name: str) -> tuple[str, int | None, str] | None:

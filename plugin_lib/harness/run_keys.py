@@ -1,8 +1,8 @@
 """What keys a stored run and a grid search (``harness.runner`` stores them).
 
 - The grid: its hyperparameters per method (``grid_keys``), every configuration
-  (``hparam_grid``), the step past an edge where a choice sits (``beyond_edge``), and a
-  configuration's name in a selection record (``config_tag``).
+  (``hparam_grid``; the step past an edge where a choice sits is ``core.grid_search.beyond_edge``),
+  and a configuration's name in a selection record (``config_tag``).
 - A stored run counts only if its ``settings`` (:func:`settings_fingerprint`: the profile's
   settings that shape it) and its ``inputs`` (:func:`inputs_fingerprint`: every example's id,
   source and references, and the base's spec) both match the current ones (:func:`is_current`).
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from .. import data
+from ..core.grid_search import configurations
 from . import methods, models
 from . import profile as config
 from .profile import Profile
@@ -28,30 +28,8 @@ def grid_keys(method: str) -> list[str]:
 
 def hparam_grid(profile: Profile, method: str, values: dict[str, list[float]] | None = None) -> list[dict]:
     """Every configuration of the profile's grid (or of ``values``, one list per key)."""
-    keys = grid_keys(method)
-    values = values or {k: list(getattr(profile.grid, k)) for k in keys}
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(values[k] for k in keys))]
-
-
-def beyond_edge(values: Sequence[float], chosen: float, key: str) -> float | None:
-    """The next value past the grid's edge where ``chosen`` sits, or None (not at an edge, or
-    a single value). Rates and decays step geometrically by the edge's own ratio; alpha, a
-    mixture weight in (0, 1), steps by the edge's spacing, or halves the gap to 0 or 1."""
-    ordered = sorted(values)
-    if len(ordered) < 2 or chosen not in (ordered[0], ordered[-1]):
-        return None
-    low = chosen == ordered[0]
-    edge, inner = (ordered[0], ordered[1]) if low else (ordered[-1], ordered[-2])
-    if key != "alpha":
-        return edge * edge / inner
-    step = edge - (inner - edge)
-    bound = 0.0 if low else 1.0
-    return step if (step > 0 if low else step < 1) else (edge + bound) / 2
-
-
-def grid_edges(values: dict[str, list[float]], hparams: dict) -> list[str]:
-    """The hyperparameters whose chosen value sits at the edge of a grid of two or more values."""
-    return [k for k, v in values.items() if k in hparams and beyond_edge(v, hparams[k], k) is not None]
+    values = values or {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
+    return configurations({k: values[k] for k in grid_keys(method)})
 
 
 def config_tag(hparams: dict) -> str:

@@ -21,8 +21,8 @@ from ..utils.provenance import provenance
 from ..utils.record_manifest import write_record
 from . import methods, models, run_store
 from .profile import Profile
-from .run_keys import (beyond_edge, config_tag, grid_edges, grid_keys, hparam_grid, inputs_fingerprint,
-                       settings_fingerprint)
+from ..core.grid_search import beyond_edge, grid_edges
+from .run_keys import config_tag, grid_keys, hparam_grid, inputs_fingerprint, settings_fingerprint
 
 
 def arch_for(model: str) -> dict:

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..data import DATASETS
-from ..harness import run_keys, run_store
+from ..core import grid_search
+from ..harness import run_store
 from ..harness.profile import Profile, load_profile
 from ..utils.io import read_json
 from .claims import n_seeds
@@ -76,7 +77,7 @@ def audit(records: list[dict], profile: Profile) -> pd.DataFrame:
                                     "still improving at cap": 0, "late gains": [], "best epochs": [],
                                     "cap": profile.training.max_epochs,
                                     "patience": profile.training.patience, "chosen": record["hparams"],
-                                    "at grid edge": run_keys.grid_edges(grid, record["hparams"])})
+                                    "at grid edge": grid_search.grid_edges(grid, record["hparams"])})
         row["seeds"] += 1
         row["best epochs"].append(record["training"]["best_epoch"])
         if still_improving(record["training"], profile.training.max_epochs):

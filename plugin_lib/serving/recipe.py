@@ -9,7 +9,6 @@ go through the paper's ``Profile``.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from dataclasses import dataclass
 
 from ..core.train import TrainConfig
@@ -59,16 +58,12 @@ class TrainingRecipe:
         return dataclasses.replace(self, **changes)
 
     def grid(self) -> dict[str, list[float]]:
-        """The values searched, one list per hyperparameter (the search may push them further)."""
+        """The values searched, one list per hyperparameter in the runner's order (the search may
+        push them further: ``core.grid_search``)."""
         return {k: list(getattr(self, k)) for k in HPARAMS}
 
-    def configs(self, values: dict[str, list[float]]) -> list[dict]:
-        """Every configuration of ``values``, in the runner's order."""
-        return [dict(zip(HPARAMS, combo)) for combo in itertools.product(*(values[k] for k in HPARAMS))]
-
-    def config(self, hparams: dict, seed: int, **changes) -> TrainConfig:
-        """One configuration's training settings (``changes``: a refit's own epochs)."""
-        settings = dict(lr=hparams["lr"], weight_decay=hparams["weight_decay"], seed=seed,
-                        max_epochs=self.max_epochs, patience=self.patience, batch_size=self.batch_size,
-                        warmup_ratio=self.warmup_ratio)
-        return TrainConfig(**{**settings, **changes})
+    def train_config(self, seed: int) -> TrainConfig:
+        """The training budget of every configuration (``core.grid_search.with_hparams`` sets
+        its learning rate and weight decay)."""
+        return TrainConfig(lr=self.lr[0], weight_decay=self.weight_decay[0], seed=seed, max_epochs=self.max_epochs,
+                           patience=self.patience, batch_size=self.batch_size, warmup_ratio=self.warmup_ratio)

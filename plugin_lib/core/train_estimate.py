@@ -1,4 +1,5 @@
-"""What ``train`` will cost, said before any work: the base's outputs, the grid, the refit.
+"""What training on pairs will cost (``core.grid_search.train_on_pairs``, the user's ``train``),
+said before any work: the base's outputs, the grid, the refit.
 
 Each phase's rate is timed here on a few batches drawn as training draws them (after one batch of
 warm-up), as seconds per padded token, and multiplied by the padded tokens the phase reads: the
@@ -17,12 +18,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.blackbox import BlackBoxLM
-from ..core.pairs import EncodedPair
-from ..core.reweighter import make_reweighter
-from ..core.cache import BaseOutputCache
-from ..core.train import TokenObjective, reachable_plugin_log_probs
-from .recipe import TrainingRecipe
+from .blackbox import BlackBoxLM
+from .pairs import EncodedPair
+from .reweighter import make_reweighter
+from .cache import BaseOutputCache
+from .train import TokenObjective, TrainConfig, reachable_plugin_log_probs
 
 BASE_BATCH = 8  # BaseOutputCache.build's batch
 HYPER_BATCH = 16  # core.train.mean_nlls's batch
@@ -157,17 +157,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def plan(rates: Rates, train: list[EncodedPair], hyper: list[EncodedPair], recipe: TrainingRecipe, *, configs: int,
+def plan(rates: Rates, train: list[EncodedPair], hyper: list[EncodedPair], config: TrainConfig, *, configs: int,
          edge_configs: int, epochs_done: list[int], base_stored: bool, refit: bool, seed: int) -> Plan:
     """The phases' seconds (``Plan``); ``epochs_done``: one entry per configuration, the epochs
     its checkpoint holds (a finished one counts ``max_epochs``)."""
-    batch, max_epochs = recipe.batch_size, recipe.max_epochs
+    batch, max_epochs = config.batch_size, config.max_epochs
     everything = list(train) + list(hyper)
     step_tokens = shuffled_tokens(train, batch, seed)
     score_tokens = padded_tokens(hyper, list(range(len(hyper))), HYPER_BATCH)
     epoch = rates.step * step_tokens + rates.score * score_tokens
     left = sum(max(0, max_epochs - done) for done in epochs_done)
-    earliest = min(max_epochs, recipe.patience + 1)  # best at epoch 1, then patience epochs worse
+    earliest = min(max_epochs, config.patience + 1)  # best at epoch 1, then patience epochs worse
     least = sum(max(0, earliest - done) for done in epochs_done)
     base_s = 0.0 if base_stored else rates.base * padded_tokens(everything, list(range(len(everything))), BASE_BATCH)
     refit_epoch = (rates.step * shuffled_tokens(everything, batch, seed)
