@@ -76,21 +76,21 @@ def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, sh
     for kind, n, done, ready, waiting, hours, likely_hours in planning.kind_summary(plan):
         print(f"{kind}  {n}  {done}  {ready}  {waiting}  {hours:,.2f}"
               + (f"  {likely_hours:,.2f}" if likely else ""), file=out)
-    if not any(plan.seconds.values()):  # no rates: hours of 0.00 would read as "free"
-        print(f"\nAll: {len(plan.units)} units; pending: {len(plan.pending())}. Not timed, so no hours (drop "
-              "--no-measure, or give --rates FILE).", file=out)
-        return
-    total = sum(plan.seconds.get(u.key, 0.0) for u in plan.pending())
-    critical, chain = plan.critical_path()
-    print(f"\nAll: {len(plan.units)} units, {_hours(sum(plan.seconds.values()))} device-hours at most (the "
-          "preflight's total at the same rates).", file=out)
-    print(f"Pending: {len(plan.pending())} units, {_hours(total)} device-hours at most; critical path "
-          f"{_hours(critical)} h over {len(chain)} units.", file=out)
 
     def walls(seconds=None) -> str:
         return "; ".join(f"{n} GPU{'s' if n > 1 else ''} {_hours(plan.wall_seconds(n, seconds))} h" for n in (1, 8, 32))
 
-    print(f"Wall time, one unit per GPU at a time: {walls()}.", file=out)
+    if any(plan.seconds.values()):
+        total = sum(plan.seconds.get(u.key, 0.0) for u in plan.pending())
+        critical, chain = plan.critical_path()
+        print(f"\nAll: {len(plan.units)} units, {_hours(sum(plan.seconds.values()))} device-hours at most (the "
+              "preflight's total at the same rates).", file=out)
+        print(f"Pending: {len(plan.pending())} units, {_hours(total)} device-hours at most; critical path "
+              f"{_hours(critical)} h over {len(chain)} units.", file=out)
+        print(f"Wall time, one unit per GPU at a time: {walls()}.", file=out)
+    else:  # no rates: hours of 0.00 would read as "free"
+        print(f"\nAll: {len(plan.units)} units; pending: {len(plan.pending())}. Not timed, so no hours (drop "
+              "--no-measure, or give --rates FILE).", file=out)
     if plan.stored:
         print(f"Done: {sum(s == 'done' for s in plan.state.values())} units; the records of {len(plan.stored)} of them "
               f"({', '.join(planning.STORED_KINDS)}) store {_hours(sum(plan.stored.values()))} process-hours "
