@@ -66,6 +66,8 @@ def resume_file(resume_dir: str | Path | None, arch: dict, config: TrainConfig) 
     besides the data (the caller's folder is the data's)."""
     if resume_dir is None:
         return None
+    # lr and weight decay are in repr(config) too; kept in the key so that the state files of a
+    # call interrupted before this module existed keep their names and resume
     hparams = {"lr": config.lr, "weight_decay": config.weight_decay}
     key = hashlib.sha256(json.dumps([arch, hparams, repr(config)], sort_keys=True).encode()).hexdigest()[:16]
     return Path(resume_dir) / f"config-{key}.pt"

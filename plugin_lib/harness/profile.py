@@ -350,15 +350,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _json_ready(value: Any) -> Any:
-    """Plain values: sections given as dataclasses (a copy's own) become mappings."""
+def _as_json(value: Any) -> Any:
+    """What ``json.dumps`` cannot write itself: a section given as a dataclass as its mapping, a
+    numpy scalar as its number, anything else as its repr (which the schema then names)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value))
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    return value
+        return dataclasses.asdict(value)
+    return value.item() if hasattr(value, "item") else repr(value)
 
 
 @functools.cache
@@ -372,9 +369,7 @@ def validated(value: Any, hint: Any, where: str) -> Any:
     list; a clear error naming each wrong field otherwise (a papermill ``-p seeds notalist``
     among them). Read as JSON, where lists stand for tuples."""
     try:
-        # a numpy scalar as its number; anything else not JSON as its repr, which the schema then names
-        text = json.dumps(_json_ready(value), default=lambda o: o.item() if hasattr(o, "item") else repr(o))
-        return _schema(hint).validate_json(text, strict=True)
+        return _schema(hint).validate_json(json.dumps(value, default=_as_json), strict=True)
     except pydantic.ValidationError as err:
         errors = err.errors(include_url=False)
         inner = [e for e in errors if not any(o["loc"][:len(e["loc"])] == e["loc"] != o["loc"] for o in errors)]

@@ -4,7 +4,7 @@ one still counts.
 A run's record is ``results/<profile>/runs/<dataset>/<model>/<method>-seed<k>.json``; a grid
 search's is ``<label>-selection.json`` beside it, with the chosen weights in ``<label>-best.pt``.
 Records are written atomically and their hashes go into the store's manifest
-(``utils.record_manifest.write_record``, which search and runs call).
+(``utils.record_manifest.write_record``).
 
 A stored record counts only if it was made from the same inputs: its ``settings`` (a hash of
 the profile's settings that shape it, ``run_keys.settings_fingerprint``) and its ``inputs`` (a
@@ -32,6 +32,7 @@ from ..utils.locks import StoreLock
 from . import profile as config
 from .profile import Profile
 from .run_keys import is_current
+
 
 def runs_dir(profile: Profile, dataset: str, model: str) -> Path:
     return config.results_dir(profile) / "runs" / dataset / model.replace("/", "--")

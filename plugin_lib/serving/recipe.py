@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from ..core.train import TrainConfig
 from ..harness.profile import Profile
-
-HPARAMS = ("lr", "weight_decay")  # the Plugin's grid, in the runner's order (harness.run_keys.grid_keys)
+from ..harness.run_keys import grid_keys
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +59,7 @@ class TrainingRecipe:
     def grid(self) -> dict[str, list[float]]:
         """The values searched, one list per hyperparameter in the runner's order (the search may
         push them further: ``core.grid_search``)."""
-        return {k: list(getattr(self, k)) for k in HPARAMS}
+        return {k: list(getattr(self, k)) for k in grid_keys("Plugin")}
 
     def train_config(self, seed: int) -> TrainConfig:
         """The training budget of every configuration (``core.grid_search.with_hparams`` sets
