@@ -28,19 +28,15 @@ from plugin_lib.harness.models import load_base_model
 
 
 class HeadEverywhere(TokenObjective):
-    """Computes the small model's output head at every position, then keeps the targets."""
+    """Computes the small model's output head at every position, then keeps the targets.
 
-    def nll(self, model, indices):
-        device = next(model.parameters()).device
-        batch = {k: v.to(device) for k, v in collate([self.pairs[i] for i in indices], self.pad_token_id).items()}
-        positions = target_positions(batch["labels"])
-        small = reweighter_logits(model, batch["input_ids"], batch["attention_mask"])[positions]
-        base = self.base_log_probs(batch, positions, indices)
-        targets = shift_labels(batch["labels"])[positions]
-        return F.nll_loss(self.log_probs(base, small), targets, reduction="sum"), targets.numel()
+    It overrides ``batch_nll``, the step ``fit`` takes on each batch (``nll`` is not called in
+    training), so the variant is measured, not the default."""
 
-    def base_log_probs(self, batch, positions, indices):
-        return self.cache.get(indices)
+    def batch_nll(self, model, batch):
+        small = reweighter_logits(model, batch["input_ids"], batch["attention_mask"])[batch["positions"]]
+        loss = F.nll_loss(self.log_probs(batch["base"], small), batch["targets"], reduction="sum")
+        return loss, batch["targets"].numel()
 
 
 class RecomputeBase(HeadEverywhere):
@@ -48,8 +44,13 @@ class RecomputeBase(HeadEverywhere):
 
     base = None
 
-    def base_log_probs(self, batch, positions, indices):
-        return F.log_softmax(self.base.logits(batch["input_ids"], batch["attention_mask"])[positions].float(), -1)
+    def batch(self, indices, device):
+        batch = {k: v.to(device) for k, v in collate([self.pairs[i] for i in indices], self.pad_token_id).items()}
+        positions = target_positions(batch["labels"])
+        with torch.no_grad():
+            logits = self.base.logits(batch["input_ids"], batch["attention_mask"])[positions]
+        return {**batch, "positions": positions, "targets": shift_labels(batch["labels"])[positions],
+                "base": F.log_softmax(logits.float(), -1).to(device)}
 
 
 def main() -> None:

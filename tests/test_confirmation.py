@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from plugin_lib.experiments import confirmation
+from plugin_lib.report import claim_summary
 from plugin_lib.harness import bdpl, run_keys, run_store, search
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.metrics import METRIC_NAMES
@@ -243,13 +244,13 @@ def test_comparisons_are_named_by_what_varies_among_them():
         return [{"method": method, "model": model}]
 
     deeper = [(runs("Plugin-2L"), runs("Plugin")), (runs("Plugin-4L"), runs("Plugin"))]
-    assert confirmation.versus_labels(deeper) == ["Plugin-2L vs Plugin", "Plugin-4L vs Plugin"]
+    assert claim_summary.versus_labels(deeper) == ["Plugin-2L vs Plugin", "Plugin-4L vs Plugin"]
     tuned = f"{BASE}-e2e-val-outside120-200pairs-6f7d019f2c-5ep"
     bases = [(runs("Plugin"), runs("Zeroshot")), (runs("Plugin", tuned), runs("Zeroshot", tuned))]
-    assert confirmation.versus_labels(bases) == ["on original", "on fine-tuned 5 ep"]
-    assert confirmation.versus_labels([(runs("Plugin", tuned), runs("Plugin"))]) == [
+    assert claim_summary.versus_labels(bases) == ["on original", "on fine-tuned 5 ep"]
+    assert claim_summary.versus_labels([(runs("Plugin", tuned), runs("Plugin"))]) == [
         "Plugin on fine-tuned 5 ep vs on original"]
-    assert confirmation.versus_labels([(runs("Plugin", f"{BASE}@top5-residual"),
+    assert claim_summary.versus_labels([(runs("Plugin", f"{BASE}@top5-residual"),
                                         runs("Zeroshot", f"{BASE}@top5-residual"))]) == ["vs Zeroshot"]
 
 
@@ -361,12 +362,12 @@ def test_git_keeps_the_search_states_that_the_sync_keeps_and_ignores_them_in_a_s
 def test_summaries_never_print_a_p_value_as_zero():
     from plugin_lib.report import preregistered as pre
 
-    assert confirmation.p_text(0.0004997501249375312) == "< 0.001"  # 1/2001, the smallest bootstrap p
-    assert confirmation.p_text(0.0019990004997) == "0.002" and confirmation.p_text(0.057) == "0.057"
+    assert claim_summary.p_text(0.0004997501249375312) == "< 0.001"  # 1/2001, the smallest bootstrap p
+    assert claim_summary.p_text(0.0019990004997) == "0.002" and claim_summary.p_text(0.057) == "0.057"
     coverage = next(c for c in pre.CLAIMS if c.key == "adidas_coverage")
     ratio = {"verdict": pre.REPRODUCED, "difference": 0.176, "p": 0.0004997, "ci95": [0.161, 0.191],
              "n": {"inputs": 200, "seeds": 3}}
-    assert confirmation.summary(coverage, ratio) == "share +0.176 (p < 0.001, 95% CI +0.161..+0.191); 200 inputs, 3 seeds"
+    assert claim_summary.summary(coverage, ratio) == "share +0.176 (p < 0.001, 95% CI +0.161..+0.191); 200 inputs, 3 seeds"
 
 
 def test_a_summary_names_only_the_sizes_a_claim_has():
@@ -374,7 +375,7 @@ def test_a_summary_names_only_the_sizes_a_claim_has():
 
     theorem = next(c for c in pre.CLAIMS if c.key == "theorem1")
     slope = {"verdict": pre.REPRODUCED, "slope": -1.006, "ci95": [-1.029, -0.984], "n": {"inputs": None, "seeds": 10}}
-    assert confirmation.summary(theorem, slope) == "slope -1.006 (95% CI -1.029..-0.984); 10 seeds"
+    assert claim_summary.summary(theorem, slope) == "slope -1.006 (95% CI -1.029..-0.984); 10 seeds"
 
 
 def test_the_sync_never_replaces_a_committed_claim_and_puts_it_back_into_the_store(tmp_path):

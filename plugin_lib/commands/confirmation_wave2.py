@@ -28,8 +28,8 @@ from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
 from ..utils.io import atomic_write_json, read_json
 from ..experiments import table5, table8
-from ..experiments.confirmation import (PROFILE, Missing, Roles, claim_states, judge_each, margin_verdicts, references,
-                                         summary, versus_labels)
+from ..experiments.confirmation import PROFILE, Missing, Roles, claim_states, judge_each, margin_verdicts, references
+from ..report.claim_summary import summary, versus_labels
 from .confirmation import command_line
 from ..harness.variants import complexity_variants, variant_jobs
 

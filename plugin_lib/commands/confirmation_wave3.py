@@ -19,9 +19,10 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..experiments import proxy
-from ..experiments.confirmation import Roles, claim_states, judge_each, references, summary
+from ..experiments.confirmation import Roles, claim_states, judge_each, references
 from ..harness import flops, grid
 from ..harness.profile import Profile, load_profile
+from ..report.claim_summary import summary
 from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report import preregistered_wave3 as wave3
