@@ -4,6 +4,7 @@ through the API. Token keys and llama-cpp-python's real server: ``test_api_llama
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -365,6 +366,22 @@ def test_retry_after_is_honoured(fake, tiny_base):
     started = time.perf_counter()
     assert client.get("/v1/models") == {"data": [{"id": "fake"}]}
     assert time.perf_counter() - started >= 1.0 and server.requests == 2
+
+
+def test_the_waits_are_the_backoff_schedule(fake, tiny_base, monkeypatch):
+    """The waits tenacity takes are the schedule the client always had: backoff_s * 2**k capped
+    at max_backoff_s, times a jitter in [0.5, 1), and the server's Retry-After where it gives
+    one (here 0); each wait is counted as a retry."""
+    server = fake(script=[(503, "", ())] * 3 + [(429, "", [("Retry-After", "0")]), (502, "", ())])
+    waits = []
+    main = threading.main_thread()  # the fake server's threads sleep too (its delay, 0 here)
+    monkeypatch.setattr(time, "sleep", lambda s: waits.append(s) if threading.current_thread() is main else None)
+    monkeypatch.setattr(random, "random", lambda: 0.5)  # the jitter's middle: x0.75
+    client = api_client(server.url, max_retries=5, backoff_s=0.1, max_backoff_s=0.3)
+    assert client.get("/v1/models") == {"data": [{"id": "fake"}]}
+    assert waits == pytest.approx([0.075, 0.15, 0.225, 0.0, 0.225])
+    assert server.requests == 6 and client.usage.phases["checks"].retries == 5
+    assert client.usage.phases["checks"].requests == 1
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])

@@ -1,7 +1,7 @@
 """The HTTP side of a black box behind an OpenAI-compatible completions API (``core.api``):
 its errors, what each phase of work cost (``Usage``), and ``CompletionsClient``: JSON over
-httpx with time-outs, retries with backoff on 408/429/502/503/504 and on a 500 without a
-message (``Retry-After`` honoured), a cap on requests in flight, and the API key read from an
+httpx with time-outs, retries (tenacity) with backoff on 408/429/502/503/504 and on a 500
+without a message (``Retry-After`` honoured), a cap on requests in flight, and the API key read from an
 environment variable at each request and kept nowhere else.
 """
 from __future__ import annotations
@@ -10,10 +10,10 @@ import json
 import os
 import random
 import threading
-import time
 from dataclasses import dataclass, field
 
 import httpx
+import tenacity
 
 RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
 PHASES = ("checks", "teacher_forcing", "decoding")
@@ -33,6 +33,14 @@ class ApiRequestError(ApiError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+class _Transient(Exception):
+    """A failure another attempt may not have: no answer, or a status worth retrying."""
+
+    def __init__(self, failure: str, retry_after: float | None = None):
+        super().__init__(failure)
+        self.retry_after = retry_after
 
 
 class NoLogProbs(ApiError):
@@ -142,39 +150,48 @@ class CompletionsClient:
                 setattr(usage, name, getattr(usage, name) + value)
 
     def request(self, method: str, path: str, body: dict | None = None, *, phase: str = "checks") -> dict:
-        """The JSON answer of ``method path``; retried as the module docstring says."""
+        """The JSON answer of ``method path``; retried as the module docstring says (tenacity)."""
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            retry=tenacity.retry_if_exception_type(_Transient),
+            wait=self._wait, before_sleep=lambda _state: self.count(phase, retries=1), reraise=True)
+        try:
+            answer = retrying(self._attempt, method, path, body)
+        except _Transient as failed:
+            raise ApiUnavailable(
+                f"{method} {self.root + path}: {failed}, after {self.max_retries + 1} attempt(s). Is the server "
+                f"running and reachable at {self.root}? (time-out {self.timeout_s} s per request)") from None
+        self.count(phase, requests=1)
+        return answer
+
+    def _attempt(self, method: str, path: str, body: dict | None) -> dict:
+        """One request: its JSON answer, ApiRequestError when the server rejected it, or
+        _Transient when another attempt may succeed."""
+        try:
+            with self._slots:
+                response = self._http.request(method, path, json=body, headers=self._auth())
+        except httpx.TransportError as err:  # refused, reset, timed out: nothing answered
+            raise _Transient(f"no answer ({type(err).__name__}: {err})") from err
         url = self.root + path
-        for attempt in range(self.max_retries + 1):
-            retry_after = None
+        if response.is_success:
             try:
-                with self._slots:
-                    response = self._http.request(method, path, json=body, headers=self._auth())
-            except httpx.TransportError as err:  # refused, reset, timed out: nothing answered
-                failure = f"no answer ({type(err).__name__}: {err})"
-            else:
-                if response.is_success:
-                    try:
-                        answer = response.json()
-                    except ValueError:
-                        raise ApiRequestError(f"{method} {url} answered HTTP {response.status_code} with something "
-                                              f"other than JSON: {response.text[:200]!r}",
-                                              response.status_code) from None
-                    self.count(phase, requests=1)
-                    return answer
-                status, message = response.status_code, _error_message(response)
-                if not _is_transient(status, message):
-                    raise ApiRequestError(f"{method} {url} was rejected with HTTP {status}: "
-                                          f"{message or '(no message)'}", status)
-                failure = f"HTTP {status} {message or ''}".strip()
-                retry_after = _retry_after(response.headers.get("Retry-After"))
-            if attempt == self.max_retries:
-                raise ApiUnavailable(
-                    f"{method} {url}: {failure}, after {self.max_retries + 1} attempt(s). Is the server running "
-                    f"and reachable at {self.root}? (time-out {self.timeout_s} s per request)")
-            self.count(phase, retries=1)
-            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt)
-            time.sleep(retry_after if retry_after is not None else delay * (0.5 + random.random() / 2))
-        raise AssertionError("unreachable")
+                return response.json()
+            except ValueError:
+                raise ApiRequestError(f"{method} {url} answered HTTP {response.status_code} with something "
+                                      f"other than JSON: {response.text[:200]!r}", response.status_code) from None
+        status, message = response.status_code, _error_message(response)
+        if not _is_transient(status, message):
+            raise ApiRequestError(f"{method} {url} was rejected with HTTP {status}: {message or '(no message)'}",
+                                  status)
+        raise _Transient(f"HTTP {status} {message or ''}".strip(), _retry_after(response.headers.get("Retry-After")))
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """The server's Retry-After, else exponential backoff (capped) with jitter in [0.5, 1)."""
+        retry_after = state.outcome.exception().retry_after
+        if retry_after is not None:
+            return retry_after
+        delay = min(self.max_backoff_s, self.backoff_s * 2 ** (state.attempt_number - 1))
+        return delay * (0.5 + random.random() / 2)
 
     def post(self, path: str, body: dict, *, phase: str = "checks") -> dict:
         return self.request("POST", path, body, phase=phase)
