@@ -15,7 +15,11 @@ PLUGIN_DATA_DIR; a fixed list without it). Prints, per base:
      (log-probabilities) and compact (final hidden states; core.cache);
   4. Plugin training rate (pairs/s) from the full cache on the GPU, in pinned host memory and
      memory-mapped from disk, and from the compact cache on the GPU (the paper profile's
-     layout), in one run.
+     layout), in one run;
+  5. for the bases of ``--graphs-models`` (the LLaMA-8B twin), decoding at the largest batch from
+     static KV caches, the steps compiled and replayed as CUDA graphs (``core.decode``'s
+     ``static_cache``), against the dynamic cache: Plugin/base with and without, the speed-up
+     of each, and the share of rows whose tokens are the same.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import time
 
 import torch
 
-from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
+from plugin_lib.core.decode import STATIC_PAD, PluginLogitsProcessor, compiled_step, greedy_decode_uncached
 from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.core.cache import BaseOutputCache, release_gpu_caches
 from plugin_lib.core.pairs import encode_pairs
@@ -76,13 +80,36 @@ def timed(fn, repeats: int = 2) -> float:
     return best
 
 
-def decode(base, reweighter, enc, new_tokens, penalty=1.1):
-    processors = [PluginLogitsProcessor(reweighter, enc.attention_mask, repetition_penalty=penalty)] if reweighter \
-        else []
+def decode(base, reweighter, enc, new_tokens, penalty=1.1, static=False, step=None):
+    length = enc.input_ids.shape[1] + new_tokens
+    processors = [PluginLogitsProcessor(reweighter, enc.attention_mask, repetition_penalty=penalty,
+                                        static_length=length if static else None, step=step)] if reweighter else []
     kwargs = {} if reweighter else {"repetition_penalty": penalty}
+    if static:
+        kwargs["cache_implementation"] = "static"  # transformers compiles the base's step on a GPU
     return base.generate(enc.input_ids, enc.attention_mask, logits_processor=processors, do_sample=False,
                          max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                          pad_token_id=base.tokenizer.pad_token_id, **kwargs)
+
+
+def static_decoding(base, reweighter, texts, batch, n, repeats, device) -> None:
+    """Section 5: static caches (CUDA graphs on a GPU) against the dynamic cache."""
+    enc = base.tokenizer(texts[:batch], return_tensors="pt", padding=True, pad_to_multiple_of=STATIC_PAD)
+    step = compiled_step(reweighter) if device.type == "cuda" else None
+    started = time.perf_counter()
+    static_ids = decode(base, reweighter, enc, n, static=True, step=step)  # compiles, then records the graphs
+    first = time.perf_counter() - started
+    t = {}
+    for static in (False, True):
+        t[static, "base"] = timed(lambda: decode(base, None, enc, n, static=static), repeats)
+        t[static, "Plugin"] = timed(lambda: decode(base, reweighter, enc, n, static=static,
+                                                   step=step if static else None), repeats)
+    same = (static_ids == decode(base, reweighter, enc, n)).all(1).float().mean().item()
+    what = "static caches and CUDA graphs" if device.type == "cuda" else "static caches (a CPU: no graphs)"
+    print(f"5. {what}, batch {batch}: Plugin/base {t[True, 'Plugin'] / t[True, 'base']:.3f} with, "
+          f"{t[False, 'Plugin'] / t[False, 'base']:.3f} without; base x{t[False, 'base'] / t[True, 'base']:.2f}, "
+          f"Plugin x{t[False, 'Plugin'] / t[True, 'Plugin']:.2f} faster with; {same:.0%} of {batch} rows the same "
+          f"tokens both ways; the first call, compiling, {first:.0f} s")
 
 
 def bench(name: str, args) -> None:
@@ -151,6 +178,8 @@ def bench(name: str, args) -> None:
               + f" (compact / memory-mapped x{rates['compact'] / rates['memory-mapped']:.2f})")
         del placements, mapped, cache, compact
     release_gpu_caches()
+    if name in args.graphs_models:
+        static_decoding(base, reweighter, texts, max(args.batches), n, args.repeats, device)
     del base, reweighter
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -163,6 +192,8 @@ def main() -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--train-pairs", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--graphs-models", nargs="*", default=["llama-3.1-8b-twin"],
+                        help="bases timed with static caches and CUDA graphs too (section 5; each compiles)")
     parser.add_argument("--cpu", action="store_true",
                         help="run the small twins on the CPU (checks the script; the numbers mean nothing for a GPU)")
     args = parser.parse_args()
@@ -172,6 +203,7 @@ def main() -> int:
         return 0
     if args.cpu:
         args.models = [m if m.endswith("-small") else f"{m}-small" for m in args.models]
+        args.graphs_models = [m if m.endswith("-small") else f"{m}-small" for m in args.graphs_models]
         args.new_tokens, args.batches, args.train_pairs, args.repeats = 8, [2, 4], 16, 1
     print(f"Shape twins ({models.TWIN_LABEL}); torch {torch.__version__}")
     torch.manual_seed(0)

@@ -7,6 +7,11 @@ search all work over p_t. ``generate`` is the batched helper the experiments use
 ``greedy_decode_uncached`` is the straightforward loop that re-runs both models over the whole
 sequence at every step (the authors' approach); it is the reference the tests and the
 benchmark compare against.
+
+With ``static_cache``, both models decode from KV caches of a fixed size, so every step has the
+same shapes: on a GPU, transformers compiles the base's step and this module the reweighting
+model's, and CUDA graphs replay them without a kernel launch each (docs/gpu.md). The tokens are
+today's path's (tests/test_decode_static.py).
 """
 from __future__ import annotations
 
@@ -14,13 +19,29 @@ from collections.abc import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
-from transformers import LogitsProcessor, LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+from transformers import (LogitsProcessor, LogitsProcessorList, PreTrainedModel, RepetitionPenaltyLogitsProcessor,
+                          StaticCache)
 
 from .blackbox import BlackBoxLM
 from .combine import combine_log_probs
 from .reweighter import check_vocabulary, position_ids_from_mask, reweighter_logits
 
 Combine = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# Prompts decoded with a static cache are left-padded to a multiple of this many tokens, so a
+# run's batches share a few cache sizes (each size is one compiled step, one set of graphs).
+STATIC_PAD = 32
+
+
+def has_static_cache(model: torch.nn.Module) -> bool:
+    """Whether ``model`` can decode from transformers' ``StaticCache`` and be compiled whole
+    (a context-free model or an expert pair keeps its own cache)."""
+    return isinstance(model, PreTrainedModel) and bool(getattr(model, "_can_compile_fullgraph", False))
+
+
+def compiled_step(model: torch.nn.Module) -> Callable:
+    """``model``'s forward compiled for one token at a time with fixed shapes; on a GPU,
+    ``reduce-overhead`` replays it as CUDA graphs."""
+    return torch.compile(model, mode="reduce-overhead", dynamic=False, fullgraph=False)
 
 
 def repetition_penalty_processor(
@@ -42,6 +63,10 @@ class PluginLogitsProcessor(LogitsProcessor):
         combine: how base and reweighting logits become log-probabilities (default: the
             Plugin's product; WeightedComb passes its mixture).
         repetition_penalty: applied to each model's logits before they are combined.
+        static_length: decode the reweighting model from a ``StaticCache`` of this many
+            positions (prompt and new tokens), where it has one (``has_static_cache``).
+        step: what runs the one-token steps of the static path, e.g. ``compiled_step(model)``
+            (default: the model itself).
 
     One processor serves one ``generate`` call; ``reset()`` makes it reusable.
     """
@@ -53,11 +78,15 @@ class PluginLogitsProcessor(LogitsProcessor):
         *,
         combine: Combine = combine_log_probs,
         repetition_penalty: float | None = None,
+        static_length: int | None = None,
+        step: Callable | None = None,
     ):
         self.reweighter = reweighter.eval()
         self.prompt_attention_mask = prompt_attention_mask
         self.combine = combine
         self.repetition_penalty = repetition_penalty
+        self.static_length = static_length if static_length and has_static_cache(reweighter) else None
+        self.step = step if step is not None else self.reweighter
         self.reset()
 
     def reset(self) -> None:
@@ -65,6 +94,7 @@ class PluginLogitsProcessor(LogitsProcessor):
         self._seen: torch.Tensor | None = None
         self._mask: torch.Tensor | None = None
         self._penalty = None
+        self._static_mask: torch.Tensor | None = None
 
     @torch.no_grad()
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -93,6 +123,8 @@ class PluginLogitsProcessor(LogitsProcessor):
         new_ids = new_ids.to(device)
         if getattr(self.reweighter, "is_context_free", False):
             return self.reweighter(new_ids[:, -1:]).logits[:, -1]
+        if self.static_length is not None:
+            return self._static_step(new_ids, mask)
         out = self.reweighter(
             input_ids=new_ids,
             attention_mask=mask,
@@ -103,6 +135,29 @@ class PluginLogitsProcessor(LogitsProcessor):
         )
         self._cache = out.past_key_values
         return out.logits[:, -1]
+
+    def _static_step(self, new_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The step from a static cache: the attention mask is kept at the cache's full length
+        (positions not reached yet are masked anyway), so every one-token step has one shape."""
+        length = mask.shape[1]
+        if length > self.static_length:
+            raise RuntimeError(f"generate went past the static cache's {self.static_length} positions: give the "
+                               "processor static_length = prompt length + max_new_tokens.")
+        if self._static_mask is None:
+            self._cache = StaticCache(config=self.reweighter.config, max_cache_len=self.static_length)
+            self._static_mask = mask.new_zeros(mask.shape[0], self.static_length)
+        self._static_mask[:, :length] = mask  # also after beam search reorders the rows
+        forward = self.step if new_ids.shape[1] == 1 else self.reweighter  # the prompt: once, uncompiled
+        out = forward(
+            input_ids=new_ids,
+            attention_mask=self._static_mask,
+            position_ids=position_ids_from_mask(mask)[:, -new_ids.shape[1]:],
+            past_key_values=self._cache,
+            cache_position=torch.arange(length - new_ids.shape[1], length, device=mask.device),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1].clone()  # a CUDA graph's output is overwritten by its next replay
 
     def _first_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
         mask = self.prompt_attention_mask
@@ -140,13 +195,16 @@ def generate(
     max_prompt_tokens: int | None = None,
     combine: Combine = combine_log_probs,
     progress: bool = True,
+    static_cache: bool = False,
     **generate_kwargs,
 ) -> list[str]:
     """Texts generated for ``prompts`` by the base alone or with a reweighting model.
 
     Prompts are batched with left padding, longest first (similar lengths share a batch);
     outputs come back in the order of ``prompts``. Greedy unless ``generate_kwargs`` say
-    otherwise (``do_sample=True, top_p=0.9``, ``num_beams=4``, ...).
+    otherwise (``do_sample=True, top_p=0.9``, ``num_beams=4``, ...). ``static_cache``: both
+    models decode from caches of a fixed size, prompts padded to a multiple of ``STATIC_PAD``;
+    on a GPU their steps are compiled and run as CUDA graphs (the module docstring).
     """
     if reweighter is not None:
         check_vocabulary(base.vocab_size, reweighter)
@@ -155,6 +213,11 @@ def generate(
     texts: list[str] = [""] * len(prompts)
     generate_kwargs.setdefault("do_sample", False)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    step = None
+    if static_cache:
+        generate_kwargs.setdefault("cache_implementation", "static")  # transformers compiles it on a GPU
+        if reweighter is not None and base.device.type == "cuda" and has_static_cache(reweighter):
+            step = compiled_step(reweighter.eval())
     for batch in tqdm(batches, desc="generate", disable=not progress or len(batches) < 2):
         enc = tokenizer(
             [prompts[i] for i in batch],
@@ -162,6 +225,7 @@ def generate(
             padding=True,
             truncation=max_prompt_tokens is not None,
             max_length=max_prompt_tokens,
+            pad_to_multiple_of=STATIC_PAD if static_cache else None,
         )
         prompt_length = enc.input_ids.shape[1]
         if reweighter is None:
@@ -169,7 +233,8 @@ def generate(
         else:
             processors = [
                 PluginLogitsProcessor(
-                    reweighter, enc.attention_mask, combine=combine, repetition_penalty=repetition_penalty
+                    reweighter, enc.attention_mask, combine=combine, repetition_penalty=repetition_penalty,
+                    static_length=prompt_length + max_new_tokens if static_cache else None, step=step,
                 )
             ]
         out = base.generate(

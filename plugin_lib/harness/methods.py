@@ -136,6 +136,7 @@ class Task:
     prompt_style: str = "authors"  # data.prompts.STYLES; the profile's ``prompts``
     tempnet: TempNetSettings | None = None  # the profile's, for TempNet (make_task sets it)
     cache_layout: str = "auto"  # the profile's (core.cache.BaseOutputCache.build)
+    static_decoding: bool = False  # decode.generate's static_cache: the profile's "gpu" with the base on one
     # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -243,6 +244,7 @@ def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model:
         prompt_style=profile.prompts,
         tempnet=profile.tempnet,
         cache_layout=profile.cache_layout,
+        static_decoding=profile.static_decoding == "gpu" and base.device.type == "cuda",
     )
 
 
@@ -400,6 +402,7 @@ def predict(
         max_new_tokens=decoding.max_new_tokens,
         repetition_penalty=decoding.repetition_penalty,
         progress=progress,
+        static_cache=task.static_decoding,
     )
     test_prompts = [task.prompt(ex) for ex in task.test]
     truncate = dict(max_prompt_tokens=task.max_prompt_tokens)

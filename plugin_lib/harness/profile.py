@@ -301,6 +301,10 @@ class Profile:
     # final hidden states turned back into them by the base's output layer (exact; a fraction of
     # the disk), or "auto" (compact on a GPU or where the full one would not fit; printed).
     cache_layout: Literal["auto", "full", "compact"] = "auto"
+    # Decoding from static KV caches, the steps compiled and replayed as CUDA graphs
+    # (core.decode, docs/gpu.md): "gpu" where the base is on a GPU, else "never". Same tokens, so
+    # not a setting a stored run is keyed on (as the device is not); a record says it was used.
+    static_decoding: Literal["gpu", "never"] = "never"
     # Proxy-tuning and DExperts (notebook 15); a profile without the section (the frozen
     # ``confirm``) gets these defaults.
     proxy: ProxySettings = dataclasses.field(default_factory=ProxySettings)

@@ -133,6 +133,8 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
             "seconds": time.perf_counter() - started,
             "provenance": provenance(task.base.device),
         }
+        if task.static_decoding and method != "TempNet":  # TempNet samples with its own loop
+            record["static_decoding"] = True  # same tokens up to the kernels' rounding, as on another device
         if usage_before is not None:
             # What this run asked of the server, per phase: teacher forcing (the base-output cache,
             # built by the run that needs it first; later runs read it from disk) and decoding.
