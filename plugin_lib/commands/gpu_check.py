@@ -1,13 +1,15 @@
 """``plugin-repro gpu-check``: the standing GPU checklist as one command, sized for a lent GPU.
 
-On a CUDA GPU, in minutes:
+On a CUDA GPU, in minutes, in this order (what no GPU has measured yet first, so that a lent
+GPU's ``--deadline-s`` cuts the rest):
 
-1. every notebook top to bottom with papermill in the ``paper-twin-gpu`` profile: the paper
+1. the paper profile's preflight with rates measured here (``--save-rates``), the rate of a
+   grid trained together among them;
+2. ``benchmarks/bench_gpu.py`` on a quiet GPU, static decoding's CUDA graphs among it;
+3. every notebook top to bottom with papermill in the ``paper-twin-gpu`` profile: the paper
    profile's code path on the *full-size* shape twins of its three bases, at smoke-sized rows,
    several notebooks at a time;
-2. ``pytest -m gpu`` (tests/test_gpu.py, the full-size twins);
-3. ``benchmarks/bench_gpu.py`` on a quiet GPU;
-4. the paper profile's preflight with rates measured here (``--save-rates``).
+4. ``pytest -m gpu`` (tests/test_gpu.py, the full-size twins).
 
 Everything goes to ``results/gpu/<gpu>_<date>/`` (``--out``): the executed notebooks (stripped
 as run_all.sh strips them), each step's log, ``steps.csv`` (status and seconds of every step and
@@ -251,19 +253,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if data.status != "passed":
         print(f"[gpu-check] the data of {profile} are not ready: see {out / 'data_check.log'}", file=sys.stderr)
         return 1
-    if names:  # first: what no GPU machine had run before this command
-        check.notebooks(names)
-    if "tests" not in args.skip:
-        check.command("pytest -m gpu", [py, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p",
-                                        "no:cacheprovider", "--durations=5"], "pytest_gpu.log",
-                      extra_env=None if gpu else {"PLUGIN_GPU_TESTS_ON_CPU": "1"})
-    if "bench" not in args.skip:
-        check.command("bench_gpu.py", [py, "benchmarks/bench_gpu.py", *([] if gpu else ["--cpu"])], "bench_gpu.log")
+    # What no GPU has measured yet comes first, so a lent GPU's deadline cuts the rest: the rates
+    # (the preflight's hours), then the benchmark (static decoding's graphs), then the notebooks
+    # (all 15 passed on an H200 on 2026-11-28) and the GPU tests.
     if "rates" not in args.skip:
         rates_profile = "paper" if gpu else CPU_PROFILE
         check.command(f"preflight --profile {rates_profile} --save-rates",
                       [py, "-m", "plugin_lib.commands.preflight", "--profile", rates_profile, "--plan-only",
                        "--save-rates", str(out / f"{rates_profile}_rates.json")], "preflight.log")
+    if "bench" not in args.skip:
+        check.command("bench_gpu.py", [py, "benchmarks/bench_gpu.py", *([] if gpu else ["--cpu"])], "bench_gpu.log")
+    if names:
+        check.notebooks(names)
+    if "tests" not in args.skip:
+        check.command("pytest -m gpu", [py, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p",
+                                        "no:cacheprovider", "--durations=5"], "pytest_gpu.log",
+                      extra_env=None if gpu else {"PLUGIN_GPU_TESTS_ON_CPU": "1"})
     failed = [r.step for r in check.results if r.status != "passed"]
     print(f"[gpu-check] {len(check.results) - len(failed)} of {len(check.results)} steps passed"
           + (f"; not passed: {', '.join(failed)}" if failed else "") + f". Summary: {out / 'SUMMARY.md'}", flush=True)
