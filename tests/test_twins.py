@@ -384,7 +384,7 @@ def test_a_search_is_priced_at_the_grid_rate_where_one_was_measured(paper_data):
     says which. Rates saved before the grid rate existed still load."""
     measured = REPO_ROOT / "results" / "gpu" / "h200_2026-11-27" / "paper_rates.json"
     old = preflight_rates.load_rates(measured, ["gpt2-xl"])["gpt2-xl"]
-    assert old.grid_train_pairs_per_s is None
+    assert old.grid_train_pairs_per_s is None and old.static_decoding is False
     work = {"model": "gpt2-xl", "grid_pair_epochs": 1e6, "pair_epochs": 2e5}
     assert old.seconds(work) == pytest.approx(1.2e6 / old.train_pairs_per_s)
     faster = dataclasses.replace(old, grid_train_pairs_per_s=4 * old.train_pairs_per_s)
@@ -393,6 +393,10 @@ def test_a_search_is_priced_at_the_grid_rate_where_one_was_measured(paper_data):
     out = io.StringIO()
     preflight_command.run("paper", plan_only=True, rates_file=str(measured), out=out)
     assert "a search's configurations priced one by one" in out.getvalue()
+    assert "static caches" not in out.getvalue()  # the decoding rates' basis: timed without graphs
+    out = io.StringIO()
+    preflight._rates_lines(load_profile("paper"), {"gpt2-xl": dataclasses.replace(old, static_decoding=True)}, None, out)
+    assert "at batch 32 from static caches with CUDA graphs;" in out.getvalue()
     # The plan: every configuration of notebook 01's searches, at the cap, is grid work; later seeds are not.
     profile = load_profile("paper")
     e2e = {p.notebook: p for p in preflight_command.plans(profile)}["01_table1_e2e"]

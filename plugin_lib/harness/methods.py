@@ -427,7 +427,8 @@ def predict(
     if method in PROXY_ARMS:
         combine = functools.partial(proxy_combine, alpha=hparams["alpha"], top_p=hparams.get("top_p"))
         return generate(task.base, test_prompts, model, combine=combine, **settings, **truncate)
-    # TempNet: sampled at its temperature, seeded.
+    # TempNet: sampled at its temperature, seeded, by its own loop (no static caches).
+    del settings["static_cache"]
     sampling = tempnet_settings(task)
     texts, _ = tempnet_generate(task.base, test_prompts, model, seed=seed, top_p=sampling.top_p,
                                 top_k=sampling.top_k, per_token=sampling.per == "token",

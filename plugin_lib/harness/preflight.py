@@ -301,4 +301,5 @@ def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], card, 
               f"{r.forward_tokens_per_s:,.0f} tokens/s, training {r.train_pairs_per_s:,.1f} pairs/s, "
               f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
               f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
-              f"{profile.decoding.batch_size}; {_grid_basis(r)}.", file=out)
+              f"{profile.decoding.batch_size}{' from static caches with CUDA graphs' if r.static_decoding else ''}; "
+              f"{_grid_basis(r)}.", file=out)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.decode import PluginLogitsProcessor
+from ..core.decode import PluginLogitsProcessor, compiled_step
 from ..core.reweighter import make_reweighter
 from ..core.cache import BaseOutputCache, cache_dtype, choose_placement, host_available_bytes
 from ..core.pairs import EncodedPair
@@ -41,6 +41,9 @@ class Rates:
     # each batch read once for all), per model; None where a grid does not pay (the runner then
     # trains one by one) or the rates predate it (a file saved before 2026-11-29).
     grid_train_pairs_per_s: float | None = None
+    # Whether the decoding steps were timed from static caches with CUDA graphs (the profile's
+    # static_decoding "gpu", core.decode); False in files saved before 2026-11-29.
+    static_decoding: bool = False
 
     def seconds(self, work: dict, pair_tokens_fallback: float = 0.0) -> float:
         s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
@@ -90,9 +93,23 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     reweighter = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for(model)).to(base.device)
     settings = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
                     pad_token_id=base.tokenizer.pad_token_id)
+    # The decoding the run will use: from static caches with CUDA graphs where the profile says so
+    # (core.decode; the first call compiles, the second records the graphs: both before timing).
+    static = gpu and profile.static_decoding == "gpu"
+    step = compiled_step(reweighter) if static else None
+    if static:
+        settings["cache_implementation"] = "static"
+
+    def plugin_call():
+        processor = PluginLogitsProcessor(reweighter, mask, static_length=prompt.shape[1] + steps if static else None,
+                                          step=step)
+        return base.generate(prompt, mask, logits_processor=[processor], **settings)
+
+    if static:  # one more warm-up each: _timed's own then replays the graphs
+        base.generate(prompt, mask, **settings)
+        plugin_call()
     alone = _timed(lambda: base.generate(prompt, mask, **settings), warm_up=gpu)
-    plugin = _timed(lambda: base.generate(prompt, mask, logits_processor=[PluginLogitsProcessor(reweighter, mask)],
-                                          **settings), warm_up=gpu)
+    plugin = _timed(plugin_call, warm_up=gpu)
 
     target = max(2, length // 4)
     train_batch = profile.training.batch_size
@@ -107,7 +124,7 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     grid = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch) \
         if grid_pays(base.device, objective.cache) else None
     rates = Rates(runner_model, batch * length / forward, train_batch / train, alone / steps, plugin / steps,
-                  base.device.type, train_batch / grid if grid else None)
+                  base.device.type, train_batch / grid if grid else None, static)
     del base, reweighter, objective
     if gpu:
         torch.cuda.empty_cache()
