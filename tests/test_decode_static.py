@@ -42,6 +42,16 @@ def test_static_cache_for_the_base_alone_and_weightedcomb(tiny_base, small_rewei
     assert static == dynamic
 
 
+@pytest.mark.parametrize("search", [{"num_beams": 3}, {"do_sample": True, "top_p": 0.9}])
+def test_static_cache_with_beam_search_and_sampling(tiny_base, small_reweighter, prompts, search):
+    """Beam search reorders the rows of both caches between steps; sampling draws from p_t."""
+    rw = small_reweighter("llama")
+    torch.manual_seed(0)
+    dynamic = generate(tiny_base, prompts, rw, max_new_tokens=8, progress=False, **search)
+    torch.manual_seed(0)
+    assert generate(tiny_base, prompts, rw, max_new_tokens=8, progress=False, static_cache=True, **search) == dynamic
+
+
 def test_static_cache_on_the_real_model(smollm2, small_reweighter, prompts):
     """SmolLM2 (30 layers, grouped-query attention) as the base: its near-ties are real ones."""
     dynamic, static = _pair(smollm2, prompts, small_reweighter("llama"), max_new_tokens=16, repetition_penalty=1.1)
