@@ -412,3 +412,27 @@ def test_the_grid_rate_is_measured_on_configurations_sharing_each_batch(tiny_bas
     objective = TokenObjective(pairs, 0, cache=BaseOutputCache(rows, np.arange(5) * 4))
     arch = {"arch": "llama", "n_layer": 1, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2}
     assert preflight_rates._grid_step_s(objective, arch, tiny_base.vocab_size, torch.device("cpu"), 2) > 0
+
+
+def test_lora_is_priced_at_its_measured_rate_where_one_was_measured(paper_data, tokenizer):
+    """Training through the base: at the LoRA rate measure_rates times (one step of the adapters,
+    set up as methods.make_lora), else estimated from the forward rate, and the preflight says which."""
+    from conftest import make_tiny_base
+
+    pairs = [EncodedPair(tuple(range(3, 15)), 8) for _ in range(4)]
+    base = make_tiny_base(tokenizer)  # its own: the measurement adds adapters to the weights it is given
+    assert preflight_rates._lora_step_s(base, pairs, 2) > 0
+    assert {n.split(".")[-3] for n, p in base._model.named_parameters() if p.requires_grad} == {"lora_A", "lora_B"}
+    measured = REPO_ROOT / "results" / "gpu" / "h200_2026-11-27" / "paper_rates.json"
+    old = preflight_rates.load_rates(measured, ["gpt2-xl"])["gpt2-xl"]
+    assert old.lora_tokens_per_s is None  # saved before the LoRA rate existed
+    work = {"lora_tokens": 1e6}
+    assert old.seconds(work) == pytest.approx(4 * 1e6 / old.forward_tokens_per_s)  # 4 passes: recomputed on a GPU
+    timed = dataclasses.replace(old, lora_tokens_per_s=5000.0)
+    assert timed.seconds(work) == pytest.approx(200.0)
+    out = io.StringIO()
+    preflight._rates_lines(load_profile("paper"), {"gpt2-xl": old, "llama-3.1-8b": timed}, None, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("LoRA estimated from the forward rate (4 forward passes a token, activations "
+                             "recomputed: no LoRA rate here).")
+    assert "LoRA trained at 5,000 tokens/s (measured with" in lines[1]

@@ -111,6 +111,15 @@ def disk_check(profile: config.Profile, plans: Sequence[Plan], *, disk_free_gb: 
     return 0
 
 
+def _lora_basis(r: Rates) -> str:
+    """How training through the base is priced: LoRA at its measured rate, or from the forward's."""
+    passes = "4 forward passes a token, activations recomputed" if r.device == "cuda" else "3 forward passes a token"
+    if r.lora_tokens_per_s:
+        return (f"LoRA trained at {r.lora_tokens_per_s:,.0f} tokens/s (measured with {r.measured_with}; "
+                f"the cost of {r.forward_tokens_per_s / r.lora_tokens_per_s:.1f} forward passes)")
+    return f"LoRA estimated from the forward rate ({passes}: no LoRA rate here)"
+
+
 def _grid_basis(r: Rates) -> str:
     """How a search's configurations are priced: the measured rate of configurations trained
     together, or one by one (no such rate: the rates predate it, or a grid does not pay there)."""
@@ -302,4 +311,4 @@ def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], card, 
               f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
               f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
               f"{profile.decoding.batch_size}{' from static caches with CUDA graphs' if r.static_decoding else ''}; "
-              f"{_grid_basis(r)}.", file=out)
+              f"{_grid_basis(r)}; {_lora_basis(r)}.", file=out)

@@ -20,6 +20,8 @@ from ..core.pairs import EncodedPair
 from ..core.train import TokenObjective, configs_that_fit, grid_pays
 from . import gpus, models
 from .gpus import GpuClass
+from .lora import add_lora, checkpoint_activations, lora_objective
+from .methods import LoraModel
 from .preflight_counts import TaskCounts, base_shape, cache_layout, count_task, dtype_bytes, load_dtype, shape_model
 from .profile import Profile
 
@@ -44,17 +46,25 @@ class Rates:
     # Whether the decoding steps were timed from static caches with CUDA graphs (the profile's
     # static_decoding "gpu", core.decode); False in files saved before 2026-11-29.
     static_decoding: bool = False
+    # LoRA training through the base (tokens/s: forward, backward and AdamW on the adapters, as
+    # methods.make_lora sets it up); None in files saved before 2026-11-29, which then estimate it
+    # from the forward rate.
+    lora_tokens_per_s: float | None = None
 
     def seconds(self, work: dict, pair_tokens_fallback: float = 0.0) -> float:
         s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
         s += work.get("pair_epochs", 0.0) / self.train_pairs_per_s
         s += work.get("grid_pair_epochs", 0.0) / (self.grid_train_pairs_per_s or self.train_pairs_per_s)
         s += work.get("decode_steps", 0) * self.decode_step_s + work.get("plugin_steps", 0) * self.plugin_step_s
-        # Training through the base: forward + backward, about 3 forward passes per token (4 for
-        # LoRA on a GPU, which recomputes activations); full fine-tuning runs in float32 (about
-        # twice the half-precision cost on a GPU).
+        # Training through the base: LoRA at its measured rate, else (and full fine-tuning) as
+        # forward + backward, about 3 forward passes per token (4 for LoRA on a GPU, which
+        # recomputes activations); full fine-tuning runs in float32 (about twice the
+        # half-precision cost on a GPU).
         recompute = 1 if self.device == "cuda" else 0
-        s += (3 + recompute) * work.get("lora_tokens", 0.0) / self.forward_tokens_per_s
+        if self.lora_tokens_per_s:
+            s += work.get("lora_tokens", 0.0) / self.lora_tokens_per_s
+        else:
+            s += (3 + recompute) * work.get("lora_tokens", 0.0) / self.forward_tokens_per_s
         float32 = 2 if self.device == "cuda" else 1
         s += 3 * float32 * work.get("finetune_tokens", 0.0) / self.forward_tokens_per_s
         return s
@@ -123,12 +133,24 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     train = _step_s(objective, [reweighter], train_batch)
     grid = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch) \
         if grid_pays(base.device, objective.cache) else None
+    lora = _lora_step_s(base, pairs, train_batch)  # the last: it puts adapters into the base's weights
     rates = Rates(runner_model, batch * length / forward, train_batch / train, alone / steps, plugin / steps,
-                  base.device.type, train_batch / grid if grid else None, static)
+                  base.device.type, train_batch / grid if grid else None, static, train_batch * length / lora)
     del base, reweighter, objective
     if gpu:
         torch.cuda.empty_cache()
     return rates
+
+
+def _lora_step_s(base, pairs: list[EncodedPair], batch_size: int) -> float:
+    """Seconds of one LoRA training step through ``base`` on a batch of ``pairs``, set up as
+    ``methods.make_lora`` sets it up (rank 8 on the query and value projections, activations
+    recomputed on a GPU), on the base's own weights: measured last, as it adds adapters to them."""
+    model = base._model  # noqa: SLF001 - the measurement's own copy, loaded for it and dropped after
+    if base.device.type == "cuda":
+        checkpoint_activations(model)
+    adapted = LoraModel(add_lora(model, seed=0))
+    return _step_s(lora_objective(pairs, base.tokenizer.pad_token_id), [adapted], batch_size)
 
 
 def _grid_step_s(objective: TokenObjective, arch: dict, vocab_size: int, device: torch.device, batch_size: int
