@@ -436,3 +436,19 @@ def test_lora_is_priced_at_its_measured_rate_where_one_was_measured(paper_data, 
     assert lines[0].endswith("LoRA estimated from the forward rate (4 forward passes a token, activations "
                              "recomputed: no LoRA rate here).")
     assert "LoRA trained at 5,000 tokens/s (measured with" in lines[1]
+
+
+def test_a_lora_step_that_does_not_fit_leaves_the_other_rates(paper_data, monkeypatch):
+    """On a GPU the LoRA step is measured last; if it runs out of memory, the base's other rates
+    (the grid rate among them) are still measured and saved, and LoRA's hours are estimated."""
+    from plugin_lib.harness.preflight_counts import count_task
+
+    def no_room(*_args):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (a test's)")
+
+    monkeypatch.setattr(preflight_rates, "_lora_step_s", no_room)
+    profile = load_profile("paper-twin")
+    model = profile.base_models[0]
+    with pytest.warns(UserWarning, match="did not fit in the GPU's memory"):
+        rates = preflight_rates.measure_rates(model, profile, count_task("e2e", model, profile), torch.device("cpu"))
+    assert rates.lora_tokens_per_s is None and rates.train_pairs_per_s > 0 and rates.plugin_step_s > 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,9 +134,16 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     train = _step_s(objective, [reweighter], train_batch)
     grid = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch) \
         if grid_pays(base.device, objective.cache) else None
-    lora = _lora_step_s(base, pairs, train_batch)  # the last: it puts adapters into the base's weights
-    rates = Rates(runner_model, batch * length / forward, train_batch / train, alone / steps, plugin / steps,
-                  base.device.type, train_batch / grid if grid else None, static, train_batch * length / lora)
+    try:  # the last: it puts adapters into the base's weights
+        lora = _lora_step_s(base, pairs, train_batch)
+    except torch.cuda.OutOfMemoryError as err:  # the other rates stand; LoRA's hours are then estimated
+        warnings.warn(f"{runner_model}: a LoRA training step did not fit in the GPU's memory here ({err}); "
+                      "LoRA's hours are estimated from the forward rate.", stacklevel=2)
+        lora = None
+    rates = Rates(measured_with=runner_model, forward_tokens_per_s=batch * length / forward,
+                  train_pairs_per_s=train_batch / train, decode_step_s=alone / steps, plugin_step_s=plugin / steps,
+                  device=base.device.type, grid_train_pairs_per_s=train_batch / grid if grid else None,
+                  static_decoding=static, lora_tokens_per_s=train_batch * length / lora if lora else None)
     del base, reweighter, objective
     if gpu:
         torch.cuda.empty_cache()
