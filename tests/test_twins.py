@@ -416,7 +416,7 @@ def test_the_grid_rate_is_measured_on_configurations_sharing_each_batch(tiny_bas
 
 def test_lora_is_priced_at_its_measured_rate_where_one_was_measured(paper_data, tokenizer):
     """Training through the base: at the LoRA rate measure_rates times (one step of the adapters,
-    set up as methods.make_lora), else estimated from the forward rate, and the preflight says which."""
+    set up as methods.lora_on), else estimated from the forward rate, and the preflight says which."""
     from conftest import make_tiny_base
 
     pairs = [EncodedPair(tuple(range(3, 15)), 8) for _ in range(4)]

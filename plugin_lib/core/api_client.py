@@ -1,8 +1,8 @@
 """The HTTP side of a black box behind an OpenAI-compatible completions API (``core.api``):
 its errors, what each phase of work cost (``Usage``), and ``CompletionsClient``: JSON over
 httpx with time-outs, retries (tenacity) with backoff on 408/429/502/503/504 and on a 500
-without a message (``Retry-After`` honoured), a cap on requests in flight, and the API key read from an
-environment variable at each request and kept nowhere else.
+without a message (``Retry-After`` honoured), a cap on requests in flight, and the API key
+read from an environment variable at each request and kept nowhere else.
 """
 from __future__ import annotations
 

@@ -293,7 +293,13 @@ class LoraModel(nn.Module):
 def make_lora(task: Task, seed: int) -> LoraModel:
     """Rank-8 LoRA on a fresh copy of the base (the black box's own weights stay untouched)."""
     model, _ = models.load_causal_lm(task.base.name, dtype=task.base.dtype, device=task.base.device)
-    if task.base.device.type == "cuda":
+    return lora_on(model, seed)
+
+
+def lora_on(model: nn.Module, seed: int) -> LoraModel:
+    """Rank-8 LoRA put into ``model``'s own weights, activations recomputed on a GPU: how every
+    LoRA run trains (``make_lora``), and what the preflight times (``preflight_rates``)."""
+    if next(model.parameters()).device.type == "cuda":
         checkpoint_activations(model)
     return LoraModel(add_lora(model, seed=seed))
 
@@ -391,6 +397,12 @@ def train_methods(
 # ---------------------------------------------------------------- decoding
 
 
+def static_decoding(task: Task, method: str) -> bool:
+    """Whether ``predict`` decodes ``method`` from static caches: where the task says so
+    (``Task.static_decoding``), for every method but TempNet, which samples with its own loop."""
+    return task.static_decoding and method != "TempNet"
+
+
 def predict(
     task: Task, method: str, model: nn.Module | None, seed: int, decoding: Decoding, hparams: dict | None = None,
     *, progress: bool = True,
@@ -402,8 +414,9 @@ def predict(
         max_new_tokens=decoding.max_new_tokens,
         repetition_penalty=decoding.repetition_penalty,
         progress=progress,
-        static_cache=task.static_decoding,
     )
+    if static_decoding(task, method):
+        settings["static_cache"] = True
     test_prompts = [task.prompt(ex) for ex in task.test]
     truncate = dict(max_prompt_tokens=task.max_prompt_tokens)
     if method in ("Zeroshot", "TempNet-greedy"):
@@ -427,8 +440,7 @@ def predict(
     if method in PROXY_ARMS:
         combine = functools.partial(proxy_combine, alpha=hparams["alpha"], top_p=hparams.get("top_p"))
         return generate(task.base, test_prompts, model, combine=combine, **settings, **truncate)
-    # TempNet: sampled at its temperature, seeded, by its own loop (no static caches).
-    del settings["static_cache"]
+    # TempNet: sampled at its temperature, seeded, by its own loop.
     sampling = tempnet_settings(task)
     texts, _ = tempnet_generate(task.base, test_prompts, model, seed=seed, top_p=sampling.top_p,
                                 top_k=sampling.top_k, per_token=sampling.per == "token",

@@ -21,8 +21,8 @@ from ..core.pairs import EncodedPair
 from ..core.train import TokenObjective, configs_that_fit, grid_pays
 from . import gpus, models
 from .gpus import GpuClass
-from .lora import add_lora, checkpoint_activations, lora_objective
-from .methods import LoraModel
+from .lora import lora_objective
+from .methods import lora_on
 from .preflight_counts import TaskCounts, base_shape, cache_layout, count_task, dtype_bytes, load_dtype, shape_model
 from .profile import Profile
 
@@ -48,7 +48,7 @@ class Rates:
     # static_decoding "gpu", core.decode); False in files saved before 2026-11-29.
     static_decoding: bool = False
     # LoRA training through the base (tokens/s: forward, backward and AdamW on the adapters, as
-    # methods.make_lora sets it up); None in files saved before 2026-11-29, which then estimate it
+    # methods.lora_on sets it up); None in files saved before 2026-11-29, which then estimate it
     # from the forward rate.
     lora_tokens_per_s: float | None = None
 
@@ -151,13 +151,10 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
 
 
 def _lora_step_s(base, pairs: list[EncodedPair], batch_size: int) -> float:
-    """Seconds of one LoRA training step through ``base`` on a batch of ``pairs``, set up as
-    ``methods.make_lora`` sets it up (rank 8 on the query and value projections, activations
-    recomputed on a GPU), on the base's own weights: measured last, as it adds adapters to them."""
-    model = base._model  # noqa: SLF001 - the measurement's own copy, loaded for it and dropped after
-    if base.device.type == "cuda":
-        checkpoint_activations(model)
-    adapted = LoraModel(add_lora(model, seed=0))
+    """Seconds of one LoRA training step through ``base`` on a batch of ``pairs``, set up as the
+    runs set it up (``methods.lora_on``), on the base's own weights: measured last, as it adds
+    adapters to them."""
+    adapted = lora_on(base._model, seed=0)  # noqa: SLF001 - the measurement's own copy, dropped after
     return _step_s(lora_objective(pairs, base.tokenizer.pad_token_id), [adapted], batch_size)
 
 

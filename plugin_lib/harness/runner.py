@@ -133,7 +133,7 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
             "seconds": time.perf_counter() - started,
             "provenance": provenance(task.base.device),
         }
-        if task.static_decoding and method != "TempNet":  # TempNet samples with its own loop
+        if methods.static_decoding(task, method):
             record["static_decoding"] = True  # same tokens up to the kernels' rounding, as on another device
         if usage_before is not None:
             # What this run asked of the server, per phase: teacher forcing (the base-output cache,
