@@ -1,6 +1,8 @@
-"""A grid trained together (``core.train.fit_grid``) against its configurations one by one.
+"""A grid trained together (``core.train.fit_grid``), and stepped as one stacked model
+(``fit_grid(stack=True)``, ``core.stacked``), against its configurations one by one.
 
-    python benchmarks/bench_fused.py [--configs 12] [--pairs 24] [--epochs 3] [--shapes llama-3.1-8b gpt2-xl]
+    python benchmarks/bench_fused.py [--configs 12] [--pairs 64] [--epochs 3] [--shapes llama-3.1-8b gpt2-xl]
+                                     [--layouts compact full]
 
 For each base shape, a base-output cache of random final hidden states behind an output layer
 of the paper model's exact shape (LLaMA-3.1-8B: 4,096 x 128,256, untied; GPT2-XL: 1,600 x
@@ -8,8 +10,9 @@ of the paper model's exact shape (LLaMA-3.1-8B: 4,096 x 128,256, untied; GPT2-XL
 the full one (the log-probabilities, precomputed). The family's reweighting model (LLaMA: 1
 layer, 256 wide; GPT-2: 1 layer, 768 wide) trains on synthetic pairs under the paper's grid
 (lr 5e-5, 5e-4, 5e-3 x weight decay 10, 1, 0.1, 0.01: 12 configurations), with early stopping,
-both ways in one run. It prints the seconds of each, their ratio, the configuration each way
-chooses (lowest hyper-validation loss) and the largest difference of a configuration's loss.
+the three ways in one run. It prints the seconds of each, the ratio to one by one, whether each
+way chooses the same configuration (lowest hyper-validation loss) and best epochs, and the
+largest difference of a configuration's loss.
 On a GPU (``--device cuda``) the states are in bfloat16 as the paper profile keeps them. On a
 CPU the LLaMA grid's 12 models with their AdamW states take about 16 GB; the runner trains as
 many together as half the memory holds (``methods.configs_at_once``). The first steps of a grid
@@ -29,6 +32,7 @@ from plugin_lib.core.blackbox import OutputHead
 from plugin_lib.core.cache import BaseOutputCache
 from plugin_lib.core.pairs import EncodedPair
 from plugin_lib.core.reweighter import make_reweighter
+from plugin_lib.core.stacked import stack_signature
 from plugin_lib.core.train import GridRun, TokenObjective, TrainConfig, fit, fit_grid
 from plugin_lib.harness import models
 from plugin_lib.utils import malloc
@@ -70,6 +74,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=64, help="training pairs (a third as many hyper-validation)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--layouts", nargs="+", default=["compact", "full"], choices=["compact", "full"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     malloc.restart_with_tunables()  # as training runs in the package: freed gradients' pages reused, not zeroed
@@ -85,7 +90,8 @@ def main() -> None:
         built = caches(pairs, head, dtype, device, generator)
         tokens = sum(p.target_length for p in pairs)
         print(f"\n== {name}-shaped output layer ({width:,} x {vocab:,}), {tokens} target tokens")
-        for layout, cache in built.items():
+        for layout in args.layouts:
+            cache = built[layout]
             part = args.pairs
             train_cache = BaseOutputCache(cache.rows[: cache.offsets[part]], cache.offsets[: part + 1], head=cache.head)
             val_offsets = cache.offsets[part:] - cache.offsets[part]
@@ -99,19 +105,28 @@ def main() -> None:
             del alone_runs  # the models trained one by one: their memory goes back before the grid's
             gc.collect()
             malloc.release()
-            together_runs = runs(name, train, val, vocab, args.epochs, args.configs, device)
-            start = time.perf_counter()
-            together = fit_grid(together_runs, progress=False)
-            together_s = time.perf_counter() - start
-            del together_runs
-            gc.collect()
-            malloc.release()
-            chosen = [min(range(len(results)), key=lambda i: results[i].best_val_loss) for results in (alone, together)]
-            gap = max(abs(a.best_val_loss - b.best_val_loss) for a, b in zip(alone, together))
-            same_epochs = all(a.best_epoch == b.best_epoch for a, b in zip(alone, together))
-            print(f"  {layout:7s}: one by one {alone_s:7.1f} s, together {together_s:7.1f} s: x{alone_s / together_s:.2f};"
-                  f" chosen lr {GRID[chosen[0]][0]:g} wd {GRID[chosen[0]][1]:g} both ways: {chosen[0] == chosen[1]}; "
-                  f"same best epochs: {same_epochs}; largest loss difference {gap:.1e}")
+            timed = {}
+            probe = make_reweighter(vocab_size=vocab, seed=0, **models.arch_for(SHAPES[name][0])).to(device)
+            stackable = stack_signature(probe) is not None
+            del probe
+            for way, stack in [("together", False)] + ([("stacked", True)] if stackable else []):
+                grid_runs = runs(name, train, val, vocab, args.epochs, args.configs, device)
+                start = time.perf_counter()
+                results = fit_grid(grid_runs, progress=False, stack=stack)
+                timed[way] = (time.perf_counter() - start, results)
+                del grid_runs
+                gc.collect()
+                malloc.release()
+            chosen = min(range(len(alone)), key=lambda i: alone[i].best_val_loss)
+            print(f"  {layout:7s}: one by one {alone_s:7.1f} s; chosen lr {GRID[chosen][0]:g} wd {GRID[chosen][1]:g}"
+                  + ("" if stackable else f"; not stacked on {device.type}: the model draws dropout "
+                                          "(core.stacked.stack_signature)"))
+            for way, (seconds, results) in timed.items():
+                same = chosen == min(range(len(results)), key=lambda i: results[i].best_val_loss)
+                gap = max(abs(a.best_val_loss - b.best_val_loss) for a, b in zip(alone, results))
+                same_epochs = all(a.best_epoch == b.best_epoch for a, b in zip(alone, results))
+                print(f"           {way:8s} {seconds:7.1f} s: x{alone_s / seconds:.2f}; same choice: {same}; "
+                      f"same best epochs: {same_epochs}; largest loss difference {gap:.1e}")
 
 
 if __name__ == "__main__":

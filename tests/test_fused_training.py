@@ -68,22 +68,29 @@ def assert_same(together, alone, models_together, models_alone):
             torch.testing.assert_close(model_a.state_dict()[key], value, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("stack", [False, True], ids=["shared-batches", "stacked"])
 @pytest.mark.parametrize("layout", ["full", "compact"])
-def test_a_grid_trained_together_equals_each_configuration_alone(twin, layout, tmp_path):
+def test_a_grid_trained_together_equals_each_configuration_alone(twin, layout, stack, tmp_path):
     train, val = objectives(twin, layout, tmp_path)
     alone_models = [reweighter(twin) for _ in GRID]
     alone = [fit(model, train, val, cfg, progress=False) for model, cfg in zip(alone_models, configs())]
     assert len({r.epochs_run for r in alone}) > 1, "the grid should stop at different epochs"
     together_models = [reweighter(twin) for _ in GRID]
-    reads = []
-    real_get = train.cache.get
+    reads, stacks = [], []
+    real_get, real_stack = train.cache.get, train_module.ParameterStack
     train.cache.get = lambda indices: reads.append(list(indices)) or real_get(indices)
+    train_module.ParameterStack = lambda models_: stacks.append(len(models_)) or real_stack(models_)
     try:
         together = fit_grid([GridRun(m, train, val, cfg) for m, cfg in zip(together_models, configs())],
-                            progress=False)
+                            progress=False, stack=stack)
     finally:
         del train.cache.get
+        train_module.ParameterStack = real_stack
     assert_same(together, alone, together_models, alone_models)
+    # Stacked: every configuration still training steps in one stack, each epoch.
+    assert stacks == ([len(GRID)] + [sum(r.epochs_run >= epoch for r in together)
+                                     for epoch in range(2, max(r.epochs_run for r in together) + 1)
+                                     if sum(r.epochs_run >= epoch for r in together) > 1] if stack else [])
     batches = max(r.epochs_run for r in together) * 3  # 7 pairs in batches of 3, while any configuration trains
     assert len(reads) == batches  # each batch read once for the whole grid, not once per configuration
 
@@ -109,7 +116,8 @@ def killed_at_grid_validation(number: int):
         train_module.mean_nlls = real
 
 
-def test_a_grid_killed_midway_resumes_to_the_same_results(twin, tmp_path):
+@pytest.mark.parametrize("stack", [False, True], ids=["shared-batches", "stacked"])
+def test_a_grid_killed_midway_resumes_to_the_same_results(twin, stack, tmp_path):
     train, val = objectives(twin, "compact", tmp_path)
     whole_models = [reweighter(twin) for _ in GRID]
     whole = fit_grid([GridRun(m, train, val, cfg) for m, cfg in zip(whole_models, configs())], progress=False)
@@ -119,12 +127,12 @@ def test_a_grid_killed_midway_resumes_to_the_same_results(twin, tmp_path):
         return [GridRun(m, train, val, cfg, checkpoint=path) for m, cfg, path in zip(models_, configs(), paths)]
 
     with killed_at_grid_validation(3), pytest.raises(Killed):
-        fit_grid(runs([reweighter(twin) for _ in GRID]), progress=False, checkpoint_every_s=0)
+        fit_grid(runs([reweighter(twin) for _ in GRID]), progress=False, checkpoint_every_s=0, stack=stack)
     assert all(path.exists() for path in paths)  # each configuration's state after epoch 2
     paths[1].unlink()  # one configuration starts over: the others resume at epoch 3, in a group of their own
     torch.manual_seed(12345)  # a new process: the global generator is elsewhere
     resumed_models = [reweighter(twin) for _ in GRID]
-    resumed = fit_grid(runs(resumed_models), progress=False, checkpoint_every_s=0)
+    resumed = fit_grid(runs(resumed_models), progress=False, checkpoint_every_s=0, stack=stack)
     assert_same(resumed, whole, resumed_models, whole_models)
     assert not any(path.exists() for path in paths)  # removed once each training ends
 
@@ -152,19 +160,21 @@ def test_configurations_that_do_not_share_the_data_order_are_refused(twin, tmp_p
                  progress=False)
 
 
-@pytest.mark.parametrize("method", ["Plugin", "WeightedComb"])
-def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(task, profile, method, tmp_path,
+@pytest.mark.parametrize("method,stack", [("Plugin", False), ("WeightedComb", False), ("Plugin", True)])
+def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(task, profile, method, stack, tmp_path,
                                                                             monkeypatch):
     """``search.select_hparams`` trains the pending configurations of the grid in one pass (each
     record says with how many); the same grid's units trained one at a time (``train_config``,
     another store) record the same losses, epochs and choice. WeightedComb's alpha changes the
     objective, not the batches: its grid shares them too. From a full cache on a CPU, where
-    reading a batch is a copy, the search trains one at a time."""
+    reading a batch is a copy, the search trains one at a time. A task that stacks the grid
+    (``Task.stacked_training``, a GPU's in a profile that says so) records the same, and says so."""
     import dataclasses
 
     from plugin_lib.harness import methods, run_keys, search
 
-    task = dataclasses.replace(task, cache_layout="compact")  # where a grid pays on a CPU (core.train.grid_pays)
+    # compact: where a grid pays on a CPU (core.train.grid_pays)
+    task = dataclasses.replace(task, cache_layout="compact", stacked_training=stack)
     profile = profile.replace(grid={**profile.section("grid"), "weight_decay": [0.01, 1.0], "alpha": [0.25, 0.75]},
                               training={**profile.section("training"), "max_epochs": 3, "patience": 1})
     trained_together = []
@@ -175,6 +185,7 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
     size = len(run_keys.hparam_grid(profile, method))
     assert trained_together == [size] and size >= 4
     assert {c["trained_with"] for c in together["configs"].values()} == {size}
+    assert {c.get("stacked_training", False) for c in together["configs"].values()} == {stack}
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "one-by-one"))
     for hparams in run_keys.hparam_grid(profile, method):
         search.train_config(task, method, profile, hparams)

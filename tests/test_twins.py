@@ -414,6 +414,41 @@ def test_the_grid_rate_is_measured_on_configurations_sharing_each_batch(tiny_bas
     assert preflight_rates._grid_step_s(objective, arch, tiny_base.vocab_size, torch.device("cpu"), 2) > 0
 
 
+def test_a_stacked_grid_is_priced_at_its_rate_only_where_the_profile_stacks(paper_data, tiny_base):
+    """The stacked rate (core.stacked, measured on a GPU) prices a search only in a profile whose
+    stacked_training is "gpu"; elsewhere the preflight names it as measured and not used. Rates
+    saved before it existed load without it."""
+    measured = REPO_ROOT / "results" / "gpu" / "h200_2026-11-27" / "paper_rates.json"
+    old = preflight_rates.load_rates(measured, ["gpt2-xl"])["gpt2-xl"]
+    assert old.stacked_train_pairs_per_s is None
+    paper = load_profile("paper")
+    assert paper.stacked_training == "never" and old.for_profile(paper) == old
+    timed = dataclasses.replace(old, grid_train_pairs_per_s=2 * old.train_pairs_per_s,
+                                stacked_train_pairs_per_s=6 * old.train_pairs_per_s)
+    stacking = paper.replace(stacked_training="gpu")
+    work = {"grid_pair_epochs": 6e5}
+    assert timed.seconds(work) == pytest.approx(3e5 / old.train_pairs_per_s)
+    assert timed.for_profile(stacking).seconds(work) == pytest.approx(1e5 / old.train_pairs_per_s)
+    assert dataclasses.replace(timed, device="cpu").for_profile(stacking).grid_train_pairs_per_s == \
+        2 * old.train_pairs_per_s  # a GPU's setting: a CPU's rates stay as they are
+    out = io.StringIO()
+    preflight._rates_lines(paper, {"gpt2-xl": timed}, None, out)
+    assert "trained together at" in out.getvalue()
+    assert "(stacked, measured: " in out.getvalue() and "not used: the profile's stacked_training is never)" \
+        in out.getvalue()
+    out = io.StringIO()
+    preflight._rates_lines(stacking, {"gpt2-xl": timed.for_profile(stacking)}, None, out)
+    assert "a search's configurations stepped as one stacked model at" in out.getvalue() and "x6.00" in out.getvalue()
+    with pytest.raises(ValueError, match="stacked_training"):
+        paper.replace(stacked_training="yes")
+    pairs = [EncodedPair(tuple(range(3, 15)), 8) for _ in range(4)]
+    rows = torch.randn(4 * 4, tiny_base.vocab_size).log_softmax(-1)
+    objective = TokenObjective(pairs, 0, cache=BaseOutputCache(rows, np.arange(5) * 4))
+    arch = {"arch": "llama", "n_layer": 1, "hidden_size": 16, "intermediate_size": 32, "num_attention_heads": 2}
+    assert preflight_rates._grid_step_s(objective, arch, tiny_base.vocab_size, torch.device("cpu"), 2,
+                                        stacked=True) > 0
+
+
 def test_lora_is_priced_at_its_measured_rate_where_one_was_measured(paper_data, tokenizer):
     """Training through the base: at the LoRA rate measure_rates times (one step of the adapters,
     set up as methods.lora_on), else estimated from the forward rate, and the preflight says which."""

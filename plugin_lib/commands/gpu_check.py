@@ -5,7 +5,9 @@ GPU's ``--deadline-s`` cuts the rest):
 
 1. the paper profile's preflight with rates measured here (``--save-rates``), the rate of a
    grid trained together among them;
-2. ``benchmarks/bench_gpu.py`` on a quiet GPU, static decoding's CUDA graphs among it;
+2. ``benchmarks/bench_fused.py`` (a search's grid stepped as one stacked model: its speed and
+   exactness), then ``benchmarks/bench_gpu.py`` on a quiet GPU, static decoding's CUDA graphs
+   among it;
 3. every notebook top to bottom with papermill in the ``paper-twin-gpu`` profile: the paper
    profile's code path on the *full-size* shape twins of its three bases, at smoke-sized rows,
    several notebooks at a time;
@@ -254,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[gpu-check] the data of {profile} are not ready: see {out / 'data_check.log'}", file=sys.stderr)
         return 1
     # What no GPU has measured yet comes first, so a lent GPU's deadline cuts the rest: the rates
-    # (the preflight's hours), then the benchmark (static decoding's graphs), then the notebooks
+    # (the preflight's hours), then the benchmarks (stacked grids, static decoding's graphs), then the notebooks
     # (all 15 passed on an H200 on 2026-11-28) and the GPU tests.
     if "rates" not in args.skip:
         rates_profile = "paper" if gpu else CPU_PROFILE
@@ -262,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                       [py, "-m", "plugin_lib.commands.preflight", "--profile", rates_profile, "--plan-only",
                        "--save-rates", str(out / f"{rates_profile}_rates.json")], "preflight.log")
     if "bench" not in args.skip:
+        # a grid stepped as one stacked model against one by one: its speed and its exactness here
+        check.command("bench_fused.py", [py, "benchmarks/bench_fused.py", "--layouts", "compact",
+                                         *([] if gpu else ["--configs", "2", "--pairs", "8", "--epochs", "1"])],
+                      "bench_fused.log")
         check.command("bench_gpu.py", [py, "benchmarks/bench_gpu.py", *([] if gpu else ["--cpu"])], "bench_gpu.log")
     if names:
         check.notebooks(names)

@@ -36,6 +36,7 @@ from .cache_files import current_umask, owner_tag, remove_stale_partials
 from .loss import shift_labels, target_positions
 from .pairs import EncodedPair, collate
 from .reweighter import check_token_ids, check_vocabulary, reweighter_logits
+from .stacked import ParameterStack, stack_signature
 
 LogProbs = Callable[[torch.Tensor | None, torch.Tensor], torch.Tensor]
 
@@ -206,8 +207,8 @@ def fit(
     return fit_grid([run], progress=progress, checkpoint_every_s=checkpoint_every_s)[0]
 
 
-def fit_grid(runs: Sequence[GridRun], *, progress: bool = True,
-             checkpoint_every_s: float = CHECKPOINT_EVERY_S) -> list[FitResult]:
+def fit_grid(runs: Sequence[GridRun], *, progress: bool = True, checkpoint_every_s: float = CHECKPOINT_EVERY_S,
+             stack: bool = False) -> list[FitResult]:
     """``fit`` for several configurations at once, in one pass over the data: each batch is
     read, and the base's output layer applied (``TokenObjective.batch``), once for all.
 
@@ -215,7 +216,9 @@ def fit_grid(runs: Sequence[GridRun], *, progress: bool = True,
     as the configurations of a grid do; each keeps its own model, optimiser, schedule, random
     generator, early stopping and checkpoint, and stops on its own. Each result equals what
     ``fit`` gives that run alone (tests/test_fused_training.py). Runs resumed from checkpoints
-    at different epochs train in groups, one group per epoch reached."""
+    at different epochs train in groups, one group per epoch reached. With ``stack``, runs whose
+    models have the same shape also run their forward and backward as one (``core.stacked``),
+    where the host's dispatching of each model's operations sets the pace (a GPU)."""
     if not runs:
         return []
     first = runs[0]
@@ -233,7 +236,7 @@ def fit_grid(runs: Sequence[GridRun], *, progress: bool = True,
             order = state.resumed["order_rng"].numpy().tobytes() if state.resumed else b""
             groups.setdefault((len(state.history), order), []).append(state)
     for group in groups.values():
-        _train_together(group, progress, checkpoint_every_s)
+        _train_together(group, progress, checkpoint_every_s, stack)
     return [state.result for state in states]
 
 
@@ -317,12 +320,16 @@ class _RunState:
             loss_sum, n = run.train.batch_nll(run.model, batch)
         self.optimizer.zero_grad(set_to_none=True)
         (loss_sum / n).backward()
-        if run.cfg.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.params, run.cfg.max_grad_norm)
+        self.update(loss_sum.item(), n)
+
+    def update(self, loss_sum: float, tokens: int) -> None:
+        """The optimiser's step on the gradients in place (this run's, or its slice of a stack's)."""
+        if self.run.cfg.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, self.run.cfg.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.steps += 1
-        self.train_total, self.train_tokens = self.train_total + loss_sum.item(), self.train_tokens + n
+        self.train_total, self.train_tokens = self.train_total + loss_sum, self.train_tokens + tokens
 
     def end_epoch(self, epoch: int, val_loss: float) -> bool:
         """Record the epoch; True when this run stops (patience spent)."""
@@ -356,7 +363,7 @@ class _RunState:
         self.result = FitResult(self.best_epoch, self.best_loss, len(self.history), self.steps, seconds, self.history)
 
 
-def _train_together(group: list[_RunState], progress: bool, checkpoint_every_s: float) -> None:
+def _train_together(group: list[_RunState], progress: bool, checkpoint_every_s: float, stack: bool) -> None:
     """Epochs of every run in ``group`` (all at the same epoch and data order), batch by batch."""
     lead = group[0]
     seed_everything(lead.run.cfg.seed)
@@ -379,18 +386,28 @@ def _train_together(group: list[_RunState], progress: bool, checkpoint_every_s: 
         for state in active:
             state.run.model.train()
         order = torch.randperm(len(lead.run.train), generator=order_rng).tolist()
+        units = _step_units(active, stack)
         for start in range(0, len(order), lead.run.cfg.batch_size):
             indices, shared = order[start : start + lead.run.cfg.batch_size], {}
-            for state in active:
+            for members, parameters in units:
+                first = members[0]
                 if swap:
-                    state.enter_rng()
-                key = state.run.train.share_key()
+                    first.enter_rng()
+                key = first.run.train.share_key()
                 if key not in shared:
-                    with state.autocast:
-                        shared[key] = state.run.train.batch(indices, device)
-                state.step(shared[key])
+                    with first.autocast:
+                        shared[key] = first.run.train.batch(indices, device)
+                if parameters is None:
+                    first.step(shared[key])
+                else:
+                    parameters.step(members, shared[key])
                 if swap:
-                    state.leave_rng()
+                    first.leave_rng()
+                    for state in members[1:]:  # one draw, as each would have drawn alone
+                        state.cpu_rng, state.cuda_rng = first.cpu_rng, first.cuda_rng
+        for _, parameters in units:
+            if parameters is not None:
+                parameters.release()
         if len(active) > 1 and all(isinstance(state.run.val, TokenObjective) for state in active):
             val_losses = mean_nlls([(state.run.val, state.run.model) for state in active])
         else:
@@ -414,6 +431,24 @@ def _train_together(group: list[_RunState], progress: bool, checkpoint_every_s: 
     for state in active:  # the epoch loop ran out (every run at its cap)
         if state.result is None:
             state.finish(state.spent + time.perf_counter() - started, order_rng)
+
+
+def _step_units(active: list[_RunState], stack: bool) -> list[tuple[list[_RunState], ParameterStack | None]]:
+    """The runs of an epoch as units that step together: with ``stack``, those whose models,
+    objectives, autocast and random generator states are equal become one ``ParameterStack``;
+    every other run steps alone."""
+    if not stack or len(active) < 2:
+        return [([state], None) for state in active]
+    groups: dict[tuple, list[_RunState]] = {}
+    for state in active:
+        signature, train = stack_signature(state.run.model), state.run.train
+        if signature is None or type(train) is not TokenObjective:
+            groups[("alone", id(state))] = [state]
+            continue
+        rng = state.cpu_rng.numpy().tobytes() + (state.cuda_rng.numpy().tobytes() if state.cuda_rng is not None else b"")
+        groups.setdefault((signature, train.share_key(), train.log_probs, state.run.cfg.autocast, rng), []).append(state)
+    return [(members, ParameterStack([s.run.model for s in members]) if len(members) > 1 else None)
+            for members in groups.values()]
 
 
 def _save_atomically(path: str | Path, state: dict) -> None:

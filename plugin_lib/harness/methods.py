@@ -137,6 +137,7 @@ class Task:
     tempnet: TempNetSettings | None = None  # the profile's, for TempNet (make_task sets it)
     cache_layout: str = "auto"  # the profile's (core.cache.BaseOutputCache.build)
     static_decoding: bool = False  # decode.generate's static_cache: the profile's "gpu" with the base on one
+    stacked_training: bool = False  # fit_grid's stack: the profile's "gpu" with the base on one
     # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -245,6 +246,7 @@ def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model:
         tempnet=profile.tempnet,
         cache_layout=profile.cache_layout,
         static_decoding=profile.static_decoding == "gpu" and base.device.type == "cuda",
+        stacked_training=profile.stacked_training == "gpu" and base.device.type == "cuda",
     )
 
 
@@ -387,11 +389,13 @@ def train_methods(
     progress: bool = True, checkpoints: Sequence[Path | None] = (),
 ) -> list[tuple[nn.Module, FitResult]]:
     """``train_method`` for several configurations of a grid at once (``core.train.fit_grid``):
-    one pass over the data for all, each result as if trained alone."""
+    one pass over the data for all, each result as if trained alone; stepped as one stacked
+    model where the task says so (``Task.stacked_training``)."""
     checkpoints = list(checkpoints) or [None] * len(configs)
     runs = [training_run(task, method, arch, hparams, seed, training, checkpoint=checkpoint)
             for hparams, checkpoint in zip(configs, checkpoints)]
-    return [(run.model, result) for run, result in zip(runs, fit_grid(runs, progress=progress))]
+    results = fit_grid(runs, progress=progress, stack=task.stacked_training)
+    return [(run.model, result) for run, result in zip(runs, results)]
 
 
 # ---------------------------------------------------------------- decoding

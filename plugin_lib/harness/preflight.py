@@ -120,13 +120,20 @@ def _lora_basis(r: Rates) -> str:
     return f"LoRA estimated from the forward rate ({passes}: no LoRA rate here)"
 
 
-def _grid_basis(r: Rates) -> str:
+def _grid_basis(r: Rates, profile: config.Profile) -> str:
     """How a search's configurations are priced: the measured rate of configurations trained
-    together, or one by one (no such rate: the rates predate it, or a grid does not pay there)."""
+    together (stacked where the profile stacks them: ``Rates.for_profile``), or one by one (no
+    such rate: the rates predate it, or a grid does not pay there)."""
+    stacked = r.stacked_train_pairs_per_s
+    if stacked and r.grid_train_pairs_per_s == stacked and r.for_profile(profile) == r:
+        return (f"a search's configurations stepped as one stacked model at {stacked:,.1f} pairs/s each "
+                f"(x{stacked / r.train_pairs_per_s:.2f}, measured with {r.measured_with})")
+    unused = (f" (stacked, measured: {stacked:,.1f} pairs/s each, x{stacked / r.train_pairs_per_s:.2f}; not used: "
+              f"the profile's stacked_training is {profile.stacked_training})") if stacked else ""
     if r.grid_train_pairs_per_s:
         return (f"a search's configurations trained together at {r.grid_train_pairs_per_s:,.1f} pairs/s each "
-                f"(x{r.grid_train_pairs_per_s / r.train_pairs_per_s:.2f}, measured with {r.measured_with})")
-    return "a search's configurations priced one by one (no rate of configurations trained together here)"
+                f"(x{r.grid_train_pairs_per_s / r.train_pairs_per_s:.2f}, measured with {r.measured_with}){unused}")
+    return f"a search's configurations priced one by one (no rate of configurations trained together here){unused}"
 
 
 def _describe(profile: config.Profile, card, plans, gpu: bool, out) -> dict[str, str]:
@@ -200,6 +207,7 @@ def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float 
                        rates_file=rates_file, out=out)
     if save_rates_file and any(rates.values()):
         save_rates(rates, save_rates_file)
+    rates = {m: r.for_profile(profile) if r else None for m, r in rates.items()}  # as this profile trains
     gpu_memory = (int(gpu_memory_gb * GIB) if gpu_memory_gb is not None else int(card.memory_gib * GIB) if card
                   else sum(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
                   if has_gpu else None)
@@ -311,4 +319,4 @@ def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], card, 
               f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
               f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
               f"{profile.decoding.batch_size}{' from static caches with CUDA graphs' if r.static_decoding else ''}; "
-              f"{_grid_basis(r)}; {_lora_basis(r)}.", file=out)
+              f"{_grid_basis(r, profile)}; {_lora_basis(r)}.", file=out)

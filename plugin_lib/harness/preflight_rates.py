@@ -18,6 +18,7 @@ from ..core.decode import PluginLogitsProcessor, compiled_step
 from ..core.reweighter import make_reweighter
 from ..core.cache import BaseOutputCache, cache_dtype, choose_placement, host_available_bytes
 from ..core.pairs import EncodedPair
+from ..core.stacked import ParameterStack, stack_signature
 from ..core.train import TokenObjective, configs_that_fit, grid_pays
 from . import gpus, models
 from .gpus import GpuClass
@@ -51,6 +52,17 @@ class Rates:
     # methods.lora_on sets it up); None in files saved before 2026-11-29, which then estimate it
     # from the forward rate.
     lora_tokens_per_s: float | None = None
+    # The same grid stepped as one stacked model (core.stacked; the profile's stacked_training
+    # "gpu"), per model; measured on a GPU only, and None where the family's reweighting model is
+    # not stacked there (GPT-2's, with dropout) or in files saved before it was measured.
+    stacked_train_pairs_per_s: float | None = None
+
+    def for_profile(self, profile: Profile) -> Rates:
+        """These rates as ``profile`` trains: a search's configurations at the stacked rate where
+        it stacks them (``stacked_training`` "gpu") and the rate was measured."""
+        if profile.stacked_training == "gpu" and self.device == "cuda" and self.stacked_train_pairs_per_s:
+            return dataclasses.replace(self, grid_train_pairs_per_s=self.stacked_train_pairs_per_s)
+        return self
 
     def seconds(self, work: dict, pair_tokens_fallback: float = 0.0) -> float:
         s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
@@ -134,6 +146,8 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     train = _step_s(objective, [reweighter], train_batch)
     grid = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch) \
         if grid_pays(base.device, objective.cache) else None
+    stacked = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch,
+                           stacked=True) if gpu else None
     try:  # the last: it puts adapters into the base's weights
         lora = _lora_step_s(base, pairs, train_batch)
     except torch.cuda.OutOfMemoryError as err:  # the other rates stand; LoRA's hours are then estimated
@@ -143,7 +157,8 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     rates = Rates(measured_with=runner_model, forward_tokens_per_s=batch * length / forward,
                   train_pairs_per_s=train_batch / train, decode_step_s=alone / steps, plugin_step_s=plugin / steps,
                   device=base.device.type, grid_train_pairs_per_s=train_batch / grid if grid else None,
-                  static_decoding=static, lora_tokens_per_s=train_batch * length / lora if lora else None)
+                  static_decoding=static, lora_tokens_per_s=train_batch * length / lora if lora else None,
+                  stacked_train_pairs_per_s=train_batch / stacked if stacked else None)
     del base, reweighter, objective
     if gpu:
         torch.cuda.empty_cache()
@@ -158,36 +173,52 @@ def _lora_step_s(base, pairs: list[EncodedPair], batch_size: int) -> float:
     return _step_s(lora_objective(pairs, base.tokenizer.pad_token_id), [adapted], batch_size)
 
 
-def _grid_step_s(objective: TokenObjective, arch: dict, vocab_size: int, device: torch.device, batch_size: int
-                 ) -> float:
+def _grid_step_s(objective: TokenObjective, arch: dict, vocab_size: int, device: torch.device, batch_size: int,
+                 stacked: bool = False) -> float | None:
     """Seconds per model of one training step of ``GRID_CONFIGS`` reweighting models (as many as
     fit, ``configs_that_fit``, as the runner does) that share each batch, as
-    ``core.train.fit_grid`` trains a search's configurations (one warm-up step)."""
+    ``core.train.fit_grid`` trains a search's configurations (one warm-up step); with
+    ``stacked``, stepped as one stacked model (``fit_grid(stack=True)``), or None where this
+    model would not be stacked here (``core.stacked.stack_signature``: dropout on a GPU)."""
     first = make_reweighter(vocab_size=vocab_size, seed=0, **arch).to(device)
+    if stacked and stack_signature(first) is None:
+        return None
     grid = [first] + [make_reweighter(vocab_size=vocab_size, seed=i, **arch).to(device)
                       for i in range(1, configs_that_fit(first, GRID_CONFIGS))]
-    return _step_s(objective, grid, batch_size)
+    return _step_s(objective, grid, batch_size, stacked)
 
 
-def _step_s(objective: TokenObjective, grid: list[torch.nn.Module], batch_size: int) -> float:
+def _step_s(objective: TokenObjective, grid: list[torch.nn.Module], batch_size: int, stacked: bool = False) -> float:
     """Seconds per model of one AdamW training step of every model in ``grid`` on one shared batch
-    of ``objective`` (one warm-up step first: the objective holds two batches)."""
+    of ``objective`` (one warm-up step first: the objective holds two batches), one model after
+    another or, with ``stacked``, all in one ``ParameterStack``."""
     device = next(grid[0].parameters()).device
     for model in grid:
         model.train()
     optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in grid]
+    parameters = ParameterStack(grid) if stacked else None
     starts = iter(range(0, len(objective), batch_size))
 
     def step():
         start = next(starts)
         shared = objective.batch(range(start, start + batch_size), device)
+        if parameters is not None:
+            losses = parameters.loss_sums(objective, shared)
+            parameters.backward(losses, shared["targets"].numel())
+            for optimizer in optimizers:
+                optimizer.step()
+            losses.tolist()
+            return
         for model, optimizer in zip(grid, optimizers):
             loss, n = objective.batch_nll(model, shared)
             optimizer.zero_grad(set_to_none=True)
             (loss / n).backward()
             optimizer.step()
 
-    return _timed(step) / len(grid)
+    seconds = _timed(step) / len(grid)
+    if parameters is not None:
+        parameters.release()
+    return seconds
 
 
 def save_rates(rates: dict[str, Rates | None], path: str | Path) -> None:

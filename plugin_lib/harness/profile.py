@@ -305,6 +305,10 @@ class Profile:
     # (core.decode, docs/gpu.md): "gpu" where the base is on a GPU, else "never". Same tokens, so
     # not a setting a stored run is keyed on (as the device is not); a record says it was used.
     static_decoding: Literal["gpu", "never"] = "never"
+    # A search's configurations stepped as one stacked model (core.stacked: one forward and
+    # backward for all, each its own optimiser): "gpu" where the base is on a GPU, else "never".
+    # The same results up to the rounding of batched kernels, so not a setting runs are keyed on.
+    stacked_training: Literal["gpu", "never"] = "never"
     # Proxy-tuning and DExperts (notebook 15); a profile without the section (the frozen
     # ``confirm``) gets these defaults.
     proxy: ProxySettings = dataclasses.field(default_factory=ProxySettings)
