@@ -32,7 +32,7 @@ from plugin_lib.core.blackbox import OutputHead
 from plugin_lib.core.cache import BaseOutputCache
 from plugin_lib.core.pairs import EncodedPair
 from plugin_lib.core.reweighter import make_reweighter
-from plugin_lib.core.stacked import stack_signature
+from plugin_lib.core.stacked import ParameterStack, stack_signature
 from plugin_lib.core.train import GridRun, TokenObjective, TrainConfig, fit, fit_grid
 from plugin_lib.harness import models
 from plugin_lib.utils import malloc
@@ -58,6 +58,49 @@ def caches(pairs: list[EncodedPair], head: OutputHead, dtype: torch.dtype, devic
     states = torch.randn(int(lengths.sum()), head.width, generator=generator).to(device, dtype)
     full = torch.cat([head.log_probs(states[i : i + 256]) for i in range(0, len(states), 256)])
     return {"compact": BaseOutputCache(states, offsets, head=head), "full": BaseOutputCache(full, offsets)}
+
+
+# ATen calls that only create, reinterpret or read a tensor's metadata (no kernel on a GPU)
+METADATA = {"aten::view", "aten::as_strided", "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape",
+            "aten::expand", "aten::t", "aten::transpose", "aten::permute", "aten::detach", "aten::detach_",
+            "aten::alias", "aten::empty", "aten::empty_strided", "aten::lift_fresh", "aten::resolve_conj",
+            "aten::resolve_neg", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select",
+            "aten::_local_scalar_dense", "aten::item", "aten::result_type", "aten::split", "aten::unbind",
+            "aten::narrow", "aten::scalar_tensor", "aten::size", "aten::stride", "aten::is_nonzero"}
+
+
+def operations_per_configuration(objective: TokenObjective, grid: list[torch.nn.Module], stacked: bool) -> float:
+    """The computing operations one training step dispatches per configuration (torch.profiler:
+    ATen calls with no ATen call inside and not ``METADATA``, a ``_foreach_`` call counted once,
+    as a GPU launches it): what a step costs where dispatching, not arithmetic, sets the pace."""
+    device = next(grid[0].parameters()).device
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=True) for m in grid]
+    batch = objective.batch(range(min(8, len(objective))), device)
+    tokens = batch["targets"].numel()
+    parameters = ParameterStack(grid) if stacked else None
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        if parameters is not None:
+            parameters.backward(parameters.loss_sums(objective, batch), tokens)
+        else:
+            for model in grid:
+                (objective.batch_nll(model, batch)[0] / tokens).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+    if parameters is not None:
+        parameters.release()
+
+    def inside_foreach(event) -> bool:
+        parent = event.cpu_parent
+        while parent is not None:
+            if parent.name.startswith("aten::_foreach_"):
+                return True
+            parent = parent.cpu_parent
+        return False
+
+    calls = [e for e in profile.events() if e.name.startswith("aten::") and e.name not in METADATA
+             and not inside_foreach(e)
+             and (e.name.startswith("aten::_foreach_") or not any(c.name.startswith("aten::") for c in e.cpu_children))]
+    return len(calls) / len(grid)
 
 
 def runs(name: str, train: TokenObjective, val: TokenObjective, vocab: int, epochs: int, count: int,
@@ -106,8 +149,12 @@ def main() -> None:
             gc.collect()
             malloc.release()
             timed = {}
-            probe = make_reweighter(vocab_size=vocab, seed=0, **models.arch_for(SHAPES[name][0])).to(device)
-            stackable = stack_signature(probe) is not None
+            probe = [r.model.train() for r in runs(name, train, val, vocab, 1, args.configs, device)]
+            stackable = stack_signature(probe[0]) is not None
+            ops = {way: operations_per_configuration(train, probe, stacked)
+                   for way, stacked in [("one by one", False)] + ([("stacked", True)] if stackable else [])}
+            print(f"  {layout:7s}: operations per configuration and step: "
+                  + ", ".join(f"{way} {count:,.0f}" for way, count in ops.items()))
             del probe
             for way, stack in [("together", False)] + ([("stacked", True)] if stackable else []):
                 grid_runs = runs(name, train, val, vocab, args.epochs, args.configs, device)
