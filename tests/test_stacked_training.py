@@ -67,6 +67,7 @@ def test_a_stacked_grid_equals_each_configuration_alone(twin, objectives, build)
     stacked_models = [build(twin.vocab_size) for _ in GRID]
     stacked = fit_grid([GridRun(m, train, val, cfg) for m, cfg in zip(stacked_models, configs())],
                        progress=False, stack=True)
+    assert all(r.stacked for r in stacked) and not any(r.stacked for r in alone)
     for a, b, model_a, model_b in zip(stacked, alone, stacked_models, alone_models):
         assert (a.best_epoch, a.epochs_run, a.optimizer_steps) == (b.best_epoch, b.epochs_run, b.optimizer_steps)
         for x, y in zip(a.history, b.history):

@@ -154,6 +154,7 @@ class FitResult:
     optimizer_steps: int
     seconds: float
     history: list[dict] = field(default_factory=list)
+    stacked: bool = False  # stepped in a stack (core.stacked) for at least one epoch
 
 
 def seed_everything(seed: int) -> None:
@@ -274,6 +275,7 @@ class _RunState:
         self.resumed = _load_checkpoint(run.checkpoint, self.identity)
         self.result: FitResult | None = None
         self.best_loss, self.best_epoch, self.best_state, self.stale, self.steps = math.inf, 0, None, 0, 0
+        self.stacked = False
         self.history: list[dict] = []
         self.spent = self.resumed["seconds"] if self.resumed is not None else 0.0
         if self.resumed is not None and self.resumed["finished"]:
@@ -360,7 +362,8 @@ class _RunState:
             _save_atomically(run.checkpoint, self.checkpoint_state(True, seconds, order_rng))
         elif run.checkpoint is not None:
             Path(run.checkpoint).unlink(missing_ok=True)
-        self.result = FitResult(self.best_epoch, self.best_loss, len(self.history), self.steps, seconds, self.history)
+        self.result = FitResult(self.best_epoch, self.best_loss, len(self.history), self.steps, seconds, self.history,
+                                self.stacked)
 
 
 def _train_together(group: list[_RunState], progress: bool, checkpoint_every_s: float, stack: bool) -> None:
@@ -447,8 +450,13 @@ def _step_units(active: list[_RunState], stack: bool) -> list[tuple[list[_RunSta
             continue
         rng = state.cpu_rng.numpy().tobytes() + (state.cuda_rng.numpy().tobytes() if state.cuda_rng is not None else b"")
         groups.setdefault((signature, train.share_key(), train.log_probs, state.run.cfg.autocast, rng), []).append(state)
-    return [(members, ParameterStack([s.run.model for s in members]) if len(members) > 1 else None)
-            for members in groups.values()]
+    units = []
+    for members in groups.values():
+        stacked = len(members) > 1
+        for state in members:
+            state.stacked |= stacked
+        units.append((members, ParameterStack([s.run.model for s in members]) if stacked else None))
+    return units
 
 
 def _save_atomically(path: str | Path, state: dict) -> None:

@@ -103,7 +103,7 @@ def _train_configs(task: methods.Task, method: str, profile: Profile, configs: l
                             "hparams": tags[tag], "val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
                             "epochs_run": result.epochs_run, "seconds": result.seconds, "history": result.history,
                             "trained_with": len(chunk), "provenance": provenance(task.base.device)}
-                        if task.stacked_training and len(chunk) > 1:  # the same up to batched kernels' rounding
+                        if result.stacked:  # the same up to batched kernels' rounding
                             latest["configs"][tag]["stacked_training"] = True
                     write_record(record_path, latest)
             del trained
