@@ -1,8 +1,8 @@
 """Configurations of a grid stepped as one stacked model (``torch.func.vmap``).
 
 On a GPU a reweighting model's training step is bound by the host, not the device: a step of
-the LLaMA-8B twin's reweighter runs about 770 operations (CPU profile) and took 8-12 ms on an
-H200, where its arithmetic and memory traffic take about 1 ms. ``fit_grid``'s shared batches
+the LLaMA-8B twin's reweighter dispatches about 210 computing operations (benchmarks/bench_fused.py
+counts them) and took 8-12 ms on an H200, where its arithmetic and memory traffic take about 1 ms. ``fit_grid``'s shared batches
 save the reading, not those operations. A ``ParameterStack`` holds each parameter of several
 same-shaped models as one tensor with a leading configuration axis; the forward and backward
 run once for all of them, ``vmap`` over that axis, while each model keeps its own optimiser,
