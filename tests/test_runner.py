@@ -134,12 +134,12 @@ def _fake_training(trained, best_lr):
     """train_method stand-in: hyper-validation loss is smallest at ``best_lr`` (log scale)."""
     import math
     import torch
-    from types import SimpleNamespace
+    from plugin_lib.core.train import FitResult
 
     def train(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
         trained.append(hparams["lr"])
         loss = 1.0 + abs(math.log(hparams["lr"] / best_lr))
-        result = SimpleNamespace(best_val_loss=loss, best_epoch=1, epochs_run=1, seconds=0.0, history=[])
+        result = FitResult(best_epoch=1, best_val_loss=loss, epochs_run=1, optimizer_steps=1, seconds=0.0)
         return torch.nn.Linear(1, 1), result
     return train
 
@@ -181,13 +181,13 @@ def _fake_two_key_training(trained, best):
     """train_method stand-in whose hyper-validation loss is smallest at ``best`` (log scale)."""
     import math
     import torch
-    from types import SimpleNamespace
+    from plugin_lib.core.train import FitResult
 
     def train(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
         trained.append((hparams["lr"], hparams["weight_decay"]))
         loss = 1.0 + sum(abs(math.log(hparams[k] / v)) for k, v in best.items())
-        return torch.nn.Linear(1, 1), SimpleNamespace(best_val_loss=loss, best_epoch=1, epochs_run=1, seconds=0.0,
-                                                      history=[])
+        return torch.nn.Linear(1, 1), FitResult(best_epoch=1, best_val_loss=loss, epochs_run=1, optimizer_steps=1,
+                                                seconds=0.0)
     return train
 
 
