@@ -80,7 +80,7 @@ def operations_per_configuration(objective: TokenObjective, grid: list[torch.nn.
     parameters = ParameterStack(grid) if stacked else None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         if parameters is not None:
-            parameters.backward(parameters.loss_sums(objective, batch), tokens)
+            parameters.losses_and_gradients(objective, batch)
         else:
             for model in grid:
                 (objective.batch_nll(model, batch)[0] / tokens).backward()

@@ -19,6 +19,7 @@ which draw nothing, stack.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -78,33 +79,23 @@ class ParameterStack:
             self.stacked[name] = whole.requires_grad_(True)
         self._named = named
 
-    def loss_sums(self, objective, batch: dict) -> torch.Tensor:
-        """Each model's summed token NLL on ``batch`` (``TokenObjective.batch_nll``), one vmapped pass."""
+    def losses_and_gradients(self, objective, batch: dict, autocast=contextlib.nullcontext()
+                             ) -> tuple[list[float], int]:
+        """Each model's summed token NLL on ``batch`` (``TokenObjective.batch_nll``) in one vmapped
+        forward (under ``autocast``), and the batch's target tokens; each model's mean token loss
+        backpropagated, its gradients in its parameters' ``grad`` for its own optimiser."""
         wrapper = _Loss(self.models[0], objective)
         prefixed = {f"model.{name}": value for name, value in self.stacked.items()}
-        return vmap(lambda params: functional_call(wrapper, params, (batch,)), randomness="same")(prefixed)
-
-    def backward(self, losses: torch.Tensor, tokens: int) -> None:
-        """Backpropagate each model's mean token loss; its gradients become its parameters' ``grad``."""
+        with autocast:
+            losses = vmap(lambda params: functional_call(wrapper, params, (batch,)), randomness="same")(prefixed)
+        tokens = batch["targets"].numel()
         for whole in self.stacked.values():
             whole.grad = None
         (losses / tokens).sum().backward()
         for i, params in enumerate(self._named):
             for name, param in params.items():
                 param.grad = self.stacked[name].grad[i]
-
-    def step(self, states: Sequence, batch: dict) -> None:
-        """``core.train``'s step of every model's run state (``states``, in the models' order) at
-        once: one vmapped forward and backward, then each run's own optimiser step on its slice."""
-        first = states[0]
-        with first.autocast:
-            losses = self.loss_sums(first.run.train, batch)
-        tokens = batch["targets"].numel()
-        for state in states:
-            state.optimizer.zero_grad(set_to_none=True)
-        self.backward(losses, tokens)
-        for state, loss in zip(states, losses.tolist()):
-            state.update(loss, tokens)
+        return losses.tolist(), tokens
 
     def release(self) -> None:
         """Each model's parameters get their own storage again (its state dict saves its own weights only)."""

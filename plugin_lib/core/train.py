@@ -402,8 +402,10 @@ def _train_together(group: list[_RunState], progress: bool, checkpoint_every_s: 
                         shared[key] = first.run.train.batch(indices, device)
                 if parameters is None:
                     first.step(shared[key])
-                else:
-                    parameters.step(members, shared[key])
+                else:  # one forward and backward for all, then each member's own optimiser step
+                    losses, tokens = parameters.losses_and_gradients(first.run.train, shared[key], first.autocast)
+                    for state, loss in zip(members, losses):
+                        state.update(loss, tokens)
                 if swap:
                     first.leave_rng()
                     for state in members[1:]:  # one draw, as each would have drawn alone

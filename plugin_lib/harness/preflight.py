@@ -125,7 +125,7 @@ def _grid_basis(r: Rates, profile: config.Profile) -> str:
     together (stacked where the profile stacks them: ``Rates.for_profile``), or one by one (no
     such rate: the rates predate it, or a grid does not pay there)."""
     stacked = r.stacked_train_pairs_per_s
-    if stacked and r.grid_train_pairs_per_s == stacked and r.for_profile(profile) == r:
+    if r.stacks(profile):
         return (f"a search's configurations stepped as one stacked model at {stacked:,.1f} pairs/s each "
                 f"(x{stacked / r.train_pairs_per_s:.2f}, measured with {r.measured_with})")
     unused = (f" (stacked, measured: {stacked:,.1f} pairs/s each, x{stacked / r.train_pairs_per_s:.2f}; not used: "

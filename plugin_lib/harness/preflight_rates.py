@@ -57,12 +57,16 @@ class Rates:
     # not stacked there (GPT-2's, with dropout) or in files saved before it was measured.
     stacked_train_pairs_per_s: float | None = None
 
+    def stacks(self, profile: Profile) -> bool:
+        """Whether ``profile`` trains a search's configurations as one stacked model where these
+        rates were measured (``stacked_training`` "gpu", on a GPU) at a measured stacked rate."""
+        return profile.stacked_training == "gpu" and self.device == "cuda" and bool(self.stacked_train_pairs_per_s)
+
     def for_profile(self, profile: Profile) -> Rates:
         """These rates as ``profile`` trains: a search's configurations at the stacked rate where
-        it stacks them (``stacked_training`` "gpu") and the rate was measured."""
-        if profile.stacked_training == "gpu" and self.device == "cuda" and self.stacked_train_pairs_per_s:
-            return dataclasses.replace(self, grid_train_pairs_per_s=self.stacked_train_pairs_per_s)
-        return self
+        it stacks them (``stacks``)."""
+        return dataclasses.replace(self, grid_train_pairs_per_s=self.stacked_train_pairs_per_s) \
+            if self.stacks(profile) else self
 
     def seconds(self, work: dict, pair_tokens_fallback: float = 0.0) -> float:
         s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
@@ -203,11 +207,9 @@ def _step_s(objective: TokenObjective, grid: list[torch.nn.Module], batch_size: 
         start = next(starts)
         shared = objective.batch(range(start, start + batch_size), device)
         if parameters is not None:
-            losses = parameters.loss_sums(objective, shared)
-            parameters.backward(losses, shared["targets"].numel())
+            parameters.losses_and_gradients(objective, shared)
             for optimizer in optimizers:
                 optimizer.step()
-            losses.tolist()
             return
         for model, optimizer in zip(grid, optimizers):
             loss, n = objective.batch_nll(model, shared)

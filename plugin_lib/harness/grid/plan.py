@@ -304,19 +304,14 @@ def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
         plan.timed = f"{names}: rates measured on this machine ({config.device()})"
 
 
-def _as_trained(rates: Rates | None, profile: Profile) -> Rates | None:
-    return rates.for_profile(profile) if rates is not None else None
-
-
 def _rates(model: str, profile: Profile, measure: bool, rates_file: str | None) -> Rates | None:
     """The preflight's rates of ``model`` (read, or measured here); for a GPU profile on a machine
     without a GPU, the H100 probe's for cache building and training."""
-    if rates_file:
-        return _as_trained(preflight.base_rates(profile, [model], rates_file=rates_file)[model], profile)
+    if rates_file or (measure and (torch.cuda.is_available() or profile.name not in config.GPU_PROFILES)):
+        rates = preflight.base_rates(profile, [model], rates_file=rates_file)[model]  # read, or measured here
+        return rates.for_profile(profile) if rates is not None else None  # as this profile trains
     if not measure:
         return None
-    if torch.cuda.is_available() or profile.name not in config.GPU_PROFILES:
-        return _as_trained(preflight.base_rates(profile, [model])[model], profile)
     reference = reference_rates(model)
     if reference is None:
         return None
