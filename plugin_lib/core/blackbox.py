@@ -283,3 +283,59 @@ class TopKBlackBox(BlackBoxLM):
 
     def __repr__(self) -> str:
         return f"TopKBlackBox({self.name!r}, k={self.k}, rule={self.rule!r}, vocab_size={self.vocab_size})"
+
+
+class OutputLayerBox:
+    """A base known by its output layer alone: all that training a reweighting model from a
+    stored base-output cache reads of the base (name, tokenizer, vocabulary, device, dtype and
+    ``output_head``), without its body. A process that only trains from a cache holds this
+    instead of the whole base (LLaMA-3.1-8B: its 1 GiB output layer, not 16 GiB), so several
+    trainings share one GPU (``harness.grid.executors``). The head is the loaded model's own,
+    bit for bit (``harness.models.load_output_layer``), so what it trains is what the whole
+    base would train. It runs no model: asked for logits, it says to load the base."""
+
+    def __init__(self, head: OutputHead, tokenizer: PreTrainedTokenizerBase, name: str,
+                 states_name: str | None = None):
+        self._head, self.tokenizer, self.name = head, tokenizer, name
+        self._states_name = states_name or name
+
+    @classmethod
+    def top_k_view(cls, box: OutputLayerBox, k: int | None, rule: str = DEFAULT_RULE, name: str | None = None
+                   ) -> OutputLayerBox:
+        """``box`` as ``TopKBlackBox`` would show it: the same layer, the view's restriction after it."""
+        _check(k, rule)
+        head = OutputHead(box._head.weight, box._head.bias, lambda logits: restrict_log_probs(logits, k, rule))
+        return cls(head, box.tokenizer, name or f"{box.name}@top{k or 'all'}-{rule}", box.states_name)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._head.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self._head.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._head.weight.dtype
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def states_name(self) -> str:
+        return self._states_name
+
+    def output_head(self) -> OutputHead:
+        return self._head
+
+    def _no_body(self, *_args, **_kwargs):
+        raise RuntimeError(f"{self.name} was loaded as its output layer only (to train from a stored base-output "
+                           "cache): it cannot run the model. Load the whole base (harness.models.load_base_model) "
+                           "to build a cache or to decode.")
+
+    logits = logits_at = hidden_at = step = generate = _no_body
+
+    def __repr__(self) -> str:
+        return f"OutputLayerBox({self.name!r}, vocab_size={self.vocab_size}, device={self.device})"

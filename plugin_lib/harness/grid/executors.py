@@ -5,11 +5,18 @@ is a record in the run store, written atomically under its lock (``harness.runne
 ``utils.locks``): a unit that two executors reach at once is computed by one of them, and a
 unit interrupted midway is redone by the next run. Locally and on Ray a unit that fails does not
 stop the others: it and the units that need it come back with an ``error`` (:func:`failures`).
+
+Several trainings share a GPU (``trainings`` above 1, ``harness.concurrency``): the units that
+only train from the stored caches (``units.trains_from_cache``) run that many at once, each in a
+process of its own holding the base's output layer alone, beside the units that need the whole
+base. Each process computes what it would compute alone, on the same shapes and seeds, so the
+records are bit for bit those of one unit at a time (``tests/test_shared_gpu.py``).
 Ray and submitit are optional (``pip install 'plugin-repro[ray]'`` / ``'plugin-repro[slurm]'``).
 """
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import sys
@@ -18,6 +25,8 @@ import time
 import traceback
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +34,7 @@ from tqdm.auto import tqdm
 
 from ...utils import malloc
 from .plan import Plan, gpu_share
-from .units import Unit, execute
+from .units import Unit, execute, trains_from_cache
 
 EXECUTORS = ("local", "ray", "slurm")
 # What a worker elsewhere needs to find the data, the store and the models as this process does.
@@ -106,9 +115,13 @@ def failures(results: Sequence[dict]) -> list[dict]:
     return [r for r in results if "error" in r]
 
 
-def run_local(plan: Plan, *, progress: bool = True) -> list[dict]:
-    """Every pending unit in this process, in dependency order. A unit that fails prints its
-    traceback and the others go on, except those that need it."""
+def run_local(plan: Plan, *, trainings: int = 1, progress: bool = True) -> list[dict]:
+    """Every pending unit in dependency order: in this process, one at a time, or with
+    ``trainings`` above 1, that many units that train from the caches at once beside the others
+    (:func:`_run_shared`). A unit that fails prints its traceback and the others go on, except
+    those that need it."""
+    if trainings > 1:
+        return _run_shared(plan, trainings, progress)
     results: list[dict] = []
     failed: set[str] = set()
     units = tqdm(plan.pending(), desc="grid (local)", disable=not progress)
@@ -128,21 +141,106 @@ def run_local(plan: Plan, *, progress: bool = True) -> list[dict]:
     return results
 
 
+def _start_worker(threads: int) -> None:
+    """A worker process of :func:`_run_shared`: the parent's torch threads, so that a training
+    computes as it would in the parent (a CPU's reductions depend on the thread count)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    import torch
+
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+                               initargs=(torch.get_num_threads(),))
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool`` now: queued units dropped, running ones ended (their records are written
+    atomically, so the next run redoes them)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
+
+
+def _run_shared(plan: Plan, trainings: int, progress: bool) -> list[dict]:
+    """``trainings`` units that train from the caches at once, each in a worker process holding
+    the base's output layer alone (``units.execute(head_only=True)``), beside one worker that
+    computes the others one at a time with the whole base (caches, runs, LoRA, fine-tuning, BDPL)."""
+    pending = plan.pending()
+    keys = {u.key for u in pending}
+    waiting, running = list(pending), {}
+    done: set[str] = set()
+    failed: set[str] = set()
+    results: list[dict] = []
+    lanes = {True: _pool(trainings), False: _pool(1)}
+    slots = {True: trainings, False: 1}
+    bar = tqdm(total=len(pending), desc=f"grid (local, {trainings} trainings at once)", disable=not progress)
+
+    def finish(unit: Unit, result: dict) -> None:
+        (failed if "error" in result else done).add(unit.key)
+        results.append(result)
+        bar.update(1)
+
+    try:
+        while waiting or running:
+            for unit in list(waiting):
+                needs = [k for k in unit.needs if k in keys]
+                lost = [k for k in needs if k in failed]
+                if lost:
+                    waiting.remove(unit)
+                    finish(unit, _failed(unit.key, _not_run(lost[0])))
+                    continue
+                light = trains_from_cache(unit)
+                busy = sum(trains_from_cache(u) == light for u in running.values())
+                if busy >= slots[light] or not all(k in done for k in needs):
+                    continue
+                waiting.remove(unit)
+                try:
+                    running[lanes[light].submit(execute, unit, head_only=light)] = unit
+                except Exception as err:  # noqa: BLE001 - a broken pool (a worker killed): the unit is reported
+                    finish(unit, _failed(unit.key, err))
+            if not running:  # nothing can start (a need outside the plan's order): say so, do not spin
+                for unit in waiting:
+                    finish(unit, _failed(unit.key, "not run: its needs never finished"))
+                waiting = []
+                continue
+            finished, _ = wait_for(list(running), timeout=2.0, return_when=FIRST_COMPLETED)
+            for future in finished:
+                unit = running.pop(future)
+                try:
+                    finish(unit, future.result())
+                except Exception as err:  # noqa: BLE001 - reported with the unit's key; the rest go on
+                    cause = getattr(err, "__cause__", None)  # the worker's traceback, as text
+                    print(f"[grid] {unit.key} failed:\n{cause or traceback.format_exc()}", file=sys.stderr)
+                    finish(unit, _failed(unit.key, err))
+                bar.set_postfix_str(f"last done: {unit.key}", refresh=False)
+    finally:
+        bar.close()
+        for lane in lanes.values():
+            _stop(lane) if waiting or running else lane.shutdown(wait=True)
+    return results
+
+
 # ---------------------------------------------------------------- ray
 
 
-def _ray_execute(unit: Unit, *_needs) -> dict:
+def _ray_execute(unit: Unit, head_only: bool, *_needs) -> dict:
     """A Ray task: ``_needs`` are the results of the units it needs (Ray starts it after them)."""
     import ray
 
-    return {**execute(unit), "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
+    return {**execute(unit, head_only=head_only), "gpu_ids": [str(i) for i in ray.get_gpu_ids()]}
 
 
 def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80.0, num_gpus: float | None = None,
-            num_cpus: int | None = None, progress: bool = True) -> list[dict]:
+            num_cpus: int | None = None, trainings: int = 1, progress: bool = True) -> list[dict]:
     """Each pending unit as a Ray task asking for the share of a GPU its memory needs
-    (``plan.gpu_share``); the units it needs are passed as object references, so Ray starts it
-    after them. Workers are kept between tasks (``max_calls=0``) and hold their last base
+    (``plan.gpu_share``), or, with ``trainings`` above 1, a unit that trains from the caches for
+    1/``trainings`` of one, holding the base's output layer alone where its worker does not hold
+    the base (``units.execute(head_only=True)``); the units it needs are passed as object
+    references, so Ray starts it after them. Workers are kept between tasks (``max_calls=0``) and hold their last base
     (``units.BasePool``), and tasks are submitted base by base, so consecutive units on a worker
     share a loaded base.
 
@@ -165,8 +263,10 @@ def run_ray(plan: Plan, *, address: str | None = None, gpu_memory_gb: float = 80
             has_gpus = ray.cluster_resources().get("GPU", 0) > 0
             for unit in _by_base(plan.pending()):
                 needs = [refs[k] for k in unit.needs if k in refs]
-                share = gpu_share(plan.gpu_bytes.get(unit.key, 0), gpu_bytes) if has_gpus else 0
-                refs[unit.key] = task.options(num_gpus=share, num_cpus=1, name=unit.key).remote(unit, *needs)
+                light = trainings > 1 and trains_from_cache(unit)
+                share = (1 / trainings if light else gpu_share(plan.gpu_bytes.get(unit.key, 0), gpu_bytes)) \
+                    if has_gpus else 0
+                refs[unit.key] = task.options(num_gpus=share, num_cpus=1, name=unit.key).remote(unit, light, *needs)
             keys = {ref: key for key, ref in refs.items()}
             results, remaining = [], list(refs.values())
             with tqdm(total=len(remaining), desc="grid (ray)", disable=not progress) as bar:

@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...core.blackbox import TopKBlackBox
+from ...core.blackbox import OutputLayerBox, TopKBlackBox
 from ...core.cache import BaseOutputCache
 from ...utils import malloc
-from .. import finetune, methods, models, run_keys, run_store, runner, search
+from .. import finetune, methods, models, output_layers, run_keys, run_store, runner, search
 from ..profile import Profile
 
 KINDS = ("cache", "config", "selection", "run", "finetune", "bdpl")
@@ -262,51 +262,77 @@ def _narrowed_if_chosen(task: methods.Task, profile: Profile) -> Profile | None:
 # ---------------------------------------------------------------- execution, in a worker
 
 
+def trains_from_cache(unit: Unit) -> bool:
+    """Whether the unit only trains reweighting models from the stored base-output caches, so
+    that its process needs the base's output layer and not the base (``OutputLayerBox``): a
+    search's configuration or selection, of any method but LoRA (which trains through the
+    base), on a base with weights here that is not a fine-tuned one."""
+    return (unit.kind in ("config", "selection") and unit.method != "LoRA" and unit.task.checkpoint is None
+            and output_layers.has_weights(unit.model))
+
+
 class BasePool:
     """The bases a worker holds, most recently used last: the next unit on the same base (or a
     top-k view of it) reuses the loaded weights. ``size`` bases at most (one by default: a GPU
-    holds one 8B base at a time)."""
+    holds one 8B base at a time). A unit that trains from the caches is given the base's output
+    layer alone (``head_only``) unless the whole base is held already; a whole base loaded here
+    saves its output layer for them (``output_layers``)."""
 
     def __init__(self, size: int = 1):
         self.size = size
         self._bases: OrderedDict[tuple, object] = OrderedDict()
         self._tasks: OrderedDict[tuple, methods.Task] = OrderedDict()
-        self.loads = 0
+        self.loads = 0  # whole bases loaded
+        self.head_loads = 0  # output layers alone
 
     @staticmethod
-    def _key(ref: TaskRef, profile: Profile) -> tuple[str, str]:
+    def _key(ref: TaskRef, profile: Profile, head_only: bool = False) -> tuple[str, str, bool]:
         """The loaded weights a task runs on: a top-k view shares its base's."""
         view = models.parse_model_name(ref.model)
-        return (view[0] if view is not None else ref.model, str(profile.dtype))
+        return (view[0] if view is not None else ref.model, str(profile.dtype), head_only)
 
-    def base(self, ref: TaskRef, profile: Profile):
+    def _held(self, ref: TaskRef, profile: Profile, head_only: bool) -> bool:
+        """The weights to use: the output layer alone only where the whole base is not held."""
+        return head_only and self._key(ref, profile) not in self._bases
+
+    def base(self, ref: TaskRef, profile: Profile, head_only: bool = False):
+        head_only = self._held(ref, profile, head_only)
         view = models.parse_model_name(ref.model)
-        key = self._key(ref, profile)
+        key = self._key(ref, profile, head_only)
         root = key[0]
         if key not in self._bases:
             while len(self._bases) >= self.size:
                 old, _ = self._bases.popitem(last=False)
                 for task_key in [k for k in self._tasks if k[0] == old]:
                     del self._tasks[task_key]
-            if ref.checkpoint is not None:
+            if head_only:
+                self._bases[key] = output_layers.load(root, dtype=profile.dtype)
+                self.head_loads += 1
+            elif ref.checkpoint is not None:
                 self._bases[key] = finetune.load_finetuned_base(Path(ref.checkpoint), profile.dtype)
+                self.loads += 1
             else:
                 self._bases[key] = models.load_base_model(root, dtype=profile.dtype)
-            self.loads += 1
+                if output_layers.has_weights(root):
+                    output_layers.save(self._bases[key])
+                self.loads += 1
         self._bases.move_to_end(key)
         base = self._bases[key]
         if view is None:
             return base
         _, k, rule = view
+        if head_only:
+            return OutputLayerBox.top_k_view(base, k, rule, name=ref.model)
         return TopKBlackBox(base, k, rule, name=ref.model)
 
-    def task(self, ref: TaskRef, profile: Profile) -> methods.Task:
+    def task(self, ref: TaskRef, profile: Profile, head_only: bool = False) -> methods.Task:
         """The task, with its encoded pairs and caches kept for the next unit on it."""
-        key = (self._key(ref, profile), ref, profile)
+        head_only = self._held(ref, profile, head_only)
+        key = (self._key(ref, profile, head_only), ref, profile)
         if key not in self._tasks:
-            self._tasks[key] = runner.load_task(self.base(ref, profile), ref.dataset, profile,
+            self._tasks[key] = runner.load_task(self.base(ref, profile, head_only), ref.dataset, profile,
                                                 prompt_model=ref.prompt_model)
-        self.base(ref, profile)  # most recently used
+        self.base(ref, profile, head_only)  # most recently used
         return self._tasks[key]
 
 
@@ -318,22 +344,24 @@ def worker_task(ref: TaskRef, profile: Profile) -> methods.Task:
     return _POOL.task(ref, profile)
 
 
-def execute(unit: Unit, pool: BasePool | None = None) -> dict:
+def execute(unit: Unit, pool: BasePool | None = None, *, head_only: bool = False) -> dict:
     """Compute the unit (nothing, if its record is current) in this process; a short summary.
-    A worker runs many units: the free heap goes back to the kernel after each (``malloc.release``)."""
+    ``head_only``: a unit that trains from the caches (:func:`trains_from_cache`) loads the base's
+    output layer alone where the whole base is not held. A worker runs many units: the free heap
+    goes back to the kernel after each (``malloc.release``)."""
     try:
-        return _execute(unit, pool or _POOL)
+        return _execute(unit, pool or _POOL, head_only and trains_from_cache(unit))
     finally:
         malloc.release()
 
 
-def _execute(unit: Unit, pool: BasePool) -> dict:
+def _execute(unit: Unit, pool: BasePool, head_only: bool) -> dict:
     started = time.perf_counter()
     if unit.kind in CALLED:
         unit.call()
         return {"key": unit.key, "seconds": time.perf_counter() - started, "host": socket.gethostname(),
                 "pid": os.getpid(), "base_loads": pool.loads}
-    task = pool.task(unit.task, unit.profile)
+    task = pool.task(unit.task, unit.profile, head_only)
     if unit.kind == "cache":
         for split in ("train", "hyper"):
             task.base_cache(split)
@@ -350,4 +378,4 @@ def _execute(unit: Unit, pool: BasePool) -> dict:
     else:
         raise ValueError(f"Unknown unit kind {unit.kind!r}; one of {KINDS}.")
     return {"key": unit.key, "seconds": time.perf_counter() - started, "host": socket.gethostname(),
-            "pid": os.getpid(), "base_loads": pool.loads}
+            "pid": os.getpid(), "base_loads": pool.loads, "head_loads": pool.head_loads}

@@ -1,0 +1,112 @@
+"""Several trainings on one GPU (issue 72): the units that train from the stored caches run in
+processes of their own, each holding the base's output layer alone, beside the process with the
+whole base. The records and weights are bit for bit those of one unit at a time, on this CPU as
+a GPU would run them (each process computes what it computes alone)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from plugin_lib.core.blackbox import OutputLayerBox, TopKBlackBox
+from plugin_lib.harness import grid, models, output_layers
+from plugin_lib.harness.grid import units as grid_units
+
+sys.path.insert(0, str(Path(__file__).parent))
+import real_data  # noqa: E402
+from grid_worker import mini_units  # noqa: E402
+
+TIMING = {"seconds", "provenance"}  # when and where a record was computed, not what
+
+
+def _digests(store: Path) -> dict[str, str | dict]:
+    """Every record (timing fields removed) and every weights file (its SHA-256) of a store."""
+    def clean(value):
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if k not in TIMING}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    found = {}
+    for path in sorted(store.rglob("*")):
+        name = str(path.relative_to(store))
+        if path.suffix == ".json" and ("-seed" in path.name or path.name.endswith("-selection.json")):
+            found[name] = clean(json.loads(path.read_text()))
+        elif path.suffix == ".pt":
+            found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def _run(store: Path, trainings: int, monkeypatch) -> list[dict]:
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(store))
+    plan = grid.make_plan(mini_units(), measure=False)
+    results = grid.run_local(plan, trainings=trainings, progress=False)
+    assert not grid.failures(results), grid.failures(results)
+    grid.refresh(plan)
+    assert set(plan.state.values()) == {"done"}
+    return results
+
+
+def test_two_trainings_at_once_give_one_at_a_times_records_and_weights_bit_for_bit(tmp_path, monkeypatch):
+    real_data.require("e2e")
+    _run(tmp_path / "one", 1, monkeypatch)
+    results = _run(tmp_path / "two", 2, monkeypatch)
+    one, two = _digests(tmp_path / "one"), _digests(tmp_path / "two")
+    assert any(k.endswith("Plugin-best.pt") for k in one) and any(k.endswith("Plugin-selection.json") for k in one)
+    assert one == two  # exactly: no tolerance
+    by_key = {r["key"].rsplit("/", 1)[-1]: r for r in results}
+    trained = [k for k, u in ((u.key.rsplit("/", 1)[-1], u) for u in mini_units()) if grid_units.trains_from_cache(u)]
+    assert trained and all(by_key[k]["base_loads"] == 0 and by_key[k]["head_loads"] == 1 for k in trained)
+    assert {by_key[k]["pid"] for k in trained}.isdisjoint({by_key["cache"]["pid"]})  # a process of their own
+    assert by_key["cache"]["base_loads"] == 1
+
+
+def test_which_units_train_from_the_caches():
+    kinds = {(u.kind, u.method): grid_units.trains_from_cache(u) for u in mini_units()}
+    assert kinds[("config", "Plugin")] and kinds[("selection", "Plugin")]
+    assert not kinds[("cache", None)] and not kinds[("run", "Plugin")] and not kinds[("run", "Zeroshot")]
+
+
+def test_the_output_layer_alone_is_the_loaded_bases_own_bit_for_bit(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path))
+    name = "llama-3.1-8b-twin-small"
+    base = models.load_base_model(name, dtype="float32", device="cpu")
+    box = output_layers.load(name, dtype="float32", device="cpu")  # not saved yet: loads the base once to save it
+    assert isinstance(box, OutputLayerBox) and box.states_name == name
+    head, alone = base.output_head(), box.output_head()
+    assert torch.equal(head.weight, alone.weight) and (head.bias is None) == (alone.bias is None)
+    assert (box.vocab_size, box.dtype, box.device.type) == (base.vocab_size, base.dtype, "cpu")
+    hidden = torch.randn(5, head.width)
+    assert torch.equal(head.log_probs(hidden), alone.log_probs(hidden))
+    view = output_layers.load(f"{name}@top5", dtype="float32", device="cpu")
+    whole_view = TopKBlackBox(base, 5, name=f"{name}@top5")
+    assert view.states_name == name and view.name == whole_view.name
+    assert torch.equal(view.output_head().log_probs(hidden), whole_view.output_head().log_probs(hidden))
+    with pytest.raises(RuntimeError, match="output layer only"):
+        box.logits(torch.ones(1, 3, dtype=torch.long))
+    saved = list((tmp_path / output_layers.FOLDER).glob("*.safetensors"))
+    assert len(saved) == 1 and not list(saved[0].parent.glob(".*.tmp"))
+    assert output_layers.path(name, torch.float32, "cpu") == saved[0]
+    assert output_layers.path(name, torch.float16, "cpu") != saved[0]  # keyed on the dtype
+
+
+def test_an_api_base_has_no_output_layer_here():
+    assert not output_layers.has_weights("smollm2-135m-instruct-api@top20")
+    with pytest.raises(ValueError, match="behind an API"):
+        output_layers.load("smollm2-135m-instruct-api@top20")
+
+
+def test_a_worker_pool_holding_the_whole_base_trains_with_it():
+    """The rule that keeps one unit at a time unchanged: the output layer alone only where the
+    whole base is not held already."""
+    pool = grid_units.BasePool()
+    ref = grid_units.TaskRef("smollm2-135m-instruct", "e2e")
+    profile = mini_units()[0].profile
+    assert pool._held(ref, profile, True)  # noqa: SLF001 - the rule itself
+    pool._bases[pool._key(ref, profile)] = object()  # noqa: SLF001 - as if loaded
+    assert not pool._held(ref, profile, True)  # noqa: SLF001
