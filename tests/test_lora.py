@@ -161,3 +161,38 @@ def test_recomputed_activations_give_the_same_loss_and_gradients(tokenizer):
     assert grads.keys() == grads_checkpointed.keys() and grads
     for name in grads:
         torch.testing.assert_close(grads_checkpointed[name], grads[name], rtol=1e-5, atol=1e-6)
+
+
+def test_lora_on_gives_the_same_gradients_bit_for_bit_with_activations_recomputed_or_kept():
+    """The planned peak decides whether LoRA recomputes (``preflight_counts.lora_recompute``):
+    either way the same kernels run on the same inputs with the dropout's random state replayed,
+    so one step's gradients have the same digest."""
+    import hashlib
+
+    from plugin_lib.harness.methods import lora_on
+    from plugin_lib.harness.models import load_causal_lm
+
+    def digest(recompute: bool) -> str:
+        model, _ = load_causal_lm("llama-3.1-8b-twin-small", dtype="float32", device="cpu")
+        adapted = lora_on(model, seed=1, recompute=recompute)
+        adapted.train()
+        ids = torch.tensor([[5, 17, 300, 42, 7, 9, 11, 4]])
+        torch.manual_seed(2)  # the adapters' dropout
+        adapted.peft(input_ids=ids, labels=ids).loss.backward()
+        found = hashlib.sha256()
+        for name, p in sorted(adapted.peft.named_parameters()):
+            if p.requires_grad:
+                found.update(name.encode() + p.grad.contiguous().view(torch.uint8).numpy().tobytes())
+        return found.hexdigest()
+
+    assert digest(recompute=True) == digest(recompute=False)
+
+
+def test_the_planned_peak_decides_whether_lora_recomputes():
+    from plugin_lib.harness.preflight_counts import lora_recompute
+    from plugin_lib.harness.profile import load_profile
+
+    paper, gib = load_profile("paper"), 2**30
+    assert not lora_recompute("llama-3.1-8b", paper, 141 * gib)  # an H200 holds every block's activations
+    assert lora_recompute("llama-3.1-8b", paper, 40 * gib)
+    assert lora_recompute("gpt2-xl", paper, 15 * gib)  # a T4: recompute, as before

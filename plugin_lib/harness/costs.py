@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from . import methods, models, run_keys
 from .gpus import GpuClass
-from .preflight_counts import (EXPERT_CONFIGS, TaskCounts, base_shape, cache_bytes, cache_layout, count_task,
-                               finetune_setup,
+from .preflight_counts import (EXPERT_CONFIGS, TaskCounts, base_shape, cache_bytes, cache_layout,
+                               cache_training_peak, count_task, finetune_setup,
                                inference_peak, lora_adapter_params, pretrained_params, reweighter_params,
                                trainable_share, training_peak)
 
@@ -222,3 +222,12 @@ def gpu_bytes(unit: Unit, gpu: bool | GpuClass) -> int:
     if unit.method == "LoRA" and unit.kind in ("config", "selection", "run"):
         peak += training_peak(model, profile, gpu, full=False)
     return peak
+
+
+def training_process_bytes(unit: Unit, gpu: bool | GpuClass) -> int:
+    """The peak GPU memory of a process that computes a unit training from the caches with the
+    base's output layer alone (``units.trains_from_cache``, ``executors.run_local(trainings=N)``):
+    the task's cache beside the layer and the unit's reweighting model."""
+    model = shape_of(unit)
+    params = int(reweighter_params(model) * model_scale(unit))
+    return cache_training_peak(model, unit.profile, gpu, counts_of(unit).target_tokens, params)

@@ -55,7 +55,7 @@ from ..core.train import (FitResult, GridRun, TokenObjective, TrainConfig, confi
                           reachable_plugin_log_probs, small_model_log_probs)
 from ..data import prompts
 from ..utils.locks import StoreLock
-from . import models
+from . import models, preflight_counts
 from .lora import add_lora, checkpoint_activations, lora_black_box, lora_objective
 from .profile import Decoding, Profile, ProxySettings, TempNetSettings, Training
 from .tempnet import TempNetObjective, make_tempnet, tempnet_generate
@@ -138,6 +138,7 @@ class Task:
     cache_layout: str = "auto"  # the profile's (core.cache.BaseOutputCache.build)
     static_decoding: bool = False  # decode.generate's static_cache: the profile's "gpu" with the base on one
     stacked_training: bool = False  # fit_grid's stack: the profile's "gpu" with the base on one
+    lora_recompute: bool = False  # LoRA recomputes activations: on a GPU where its planned peak needs it
     # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -247,7 +248,20 @@ def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model:
         cache_layout=profile.cache_layout,
         static_decoding=profile.static_decoding == "gpu" and base.device.type == "cuda",
         stacked_training=profile.stacked_training == "gpu" and base.device.type == "cuda",
+        lora_recompute=_lora_recompute(base, profile),
     )
+
+
+def _lora_recompute(base: BlackBoxLM, profile: Profile) -> bool:
+    """LoRA recomputes its activations on a GPU whose memory its planned peak without them
+    exceeds (``preflight_counts.lora_recompute``); a base whose shape cannot be counted here does."""
+    if base.device.type != "cuda":
+        return False
+    try:
+        total = torch.cuda.get_device_properties(base.device).total_memory
+        return preflight_counts.lora_recompute(base.states_name, profile, total)
+    except (ValueError, OSError):  # not a registry model nor a Hub id whose configuration is here
+        return True
 
 
 def tempnet_settings(task: Task) -> TempNetSettings:
@@ -295,13 +309,14 @@ class LoraModel(nn.Module):
 def make_lora(task: Task, seed: int) -> LoraModel:
     """Rank-8 LoRA on a fresh copy of the base (the black box's own weights stay untouched)."""
     model, _ = models.load_causal_lm(task.base.name, dtype=task.base.dtype, device=task.base.device)
-    return lora_on(model, seed)
+    return lora_on(model, seed, recompute=task.lora_recompute)
 
 
-def lora_on(model: nn.Module, seed: int) -> LoraModel:
-    """Rank-8 LoRA put into ``model``'s own weights, activations recomputed on a GPU: how every
-    LoRA run trains (``make_lora``), and what the preflight times (``preflight_rates``)."""
-    if next(model.parameters()).device.type == "cuda":
+def lora_on(model: nn.Module, seed: int, recompute: bool | None = None) -> LoraModel:
+    """Rank-8 LoRA put into ``model``'s own weights, its activations recomputed where
+    ``recompute`` says (None: on a GPU): how every LoRA run trains (``make_lora``, with the
+    task's ``lora_recompute``), and what the preflight times (``preflight_rates``)."""
+    if next(model.parameters()).device.type == "cuda" if recompute is None else recompute:
         checkpoint_activations(model)
     return LoraModel(add_lora(model, seed=seed))
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaC
 
 from .. import data
 from ..core.reweighter import count_parameters, make_reweighter
-from ..core.cache import cache_dtype, choose_layout, host_available_bytes
+from ..core.cache import cache_dtype, choose_layout, gpu_headroom, host_available_bytes
 from ..data import prompts
 from . import models
 from . import profile as config
@@ -220,23 +220,47 @@ def inference_peak(model: str, profile: Profile, gpu: bool, copies: int = 1) -> 
     return copies * s["params"] * b + max(cache_batch, decode) + reweighter + GIB
 
 
+def cache_training_peak(model: str, profile: Profile, gpu: bool | GpuClass, target_tokens: int,
+                        reweighter: int | None = None) -> int:
+    """Bytes on the GPU of a process that trains a reweighting model (``reweighter``
+    parameters, the family's by default) from the stored cache with the base's output layer
+    alone (``core.blackbox.OutputLayerBox``): the layer, the cache's rows held on the GPU, the
+    model with AdamW (16 bytes a parameter), a batch's float32 log-probabilities of the base
+    and the model at the target tokens with their gradients (4 copies), and 1 GiB of CUDA
+    context. An estimate: a rates file's measured peak replaces it (``harness.concurrency``)."""
+    s, b = base_shape(model), dtype_bytes(load_dtype(model, profile, gpu))
+    targets = profile.training.batch_size * (profile.tokens.max_target + 1)
+    params = reweighter_params(model) if reweighter is None else reweighter
+    return (s["vocab"] * s["hidden"] * b + cache_bytes(model, target_tokens, profile, gpu) + 16 * params
+            + targets * s["vocab"] * 4 * 4 + GIB)
+
+
 def training_peak(model: str, profile: Profile, gpu: bool | GpuClass, *, full: bool, trainable_share: float = 1.0,
-                  adapters: int = 0) -> int:
+                  adapters: int = 0, recompute: bool = True) -> int:
     """Bytes on the GPU for training through the base: full fine-tuning in float32 (weights,
     gradients, AdamW's two moments: 16 bytes per trained parameter) or LoRA on the loaded base
     (``adapters`` float32 parameters with their gradients and moments: 16 bytes each); plus
     activations kept for the backward pass (about 10 hidden-size and 3 intermediate-size
-    tensors per layer and token; LoRA on a GPU recomputes them, ``lora.checkpoint_activations``,
-    keeping each block's input and one block's activations) and the float32 logits, their
-    log-softmax and its gradient."""
+    tensors per layer and token; LoRA with ``recompute`` recomputes them,
+    ``lora.checkpoint_activations``, keeping each block's input and one block's activations) and
+    the float32 logits, their log-softmax and its gradient."""
     s = base_shape(model)
     b = 4 if full else dtype_bytes(load_dtype(model, profile, gpu))
     tokens = profile.training.batch_size * (profile.tokens.max_prompt + profile.tokens.max_target + 1)
     block = tokens * (10 * s["hidden"] + 3 * s["intermediate"]) * b
-    activations = block * s["layers"] if full else tokens * s["layers"] * s["hidden"] * b + block
+    activations = block * s["layers"] if full or not recompute else tokens * s["layers"] * s["hidden"] * b + block
     logits = tokens * s["vocab"] * 4 * 3
     weights = s["params"] * (4 + 12 * trainable_share) if full else s["params"] * b + 16 * adapters
     return int(weights + activations + logits + GIB)
+
+
+def lora_recompute(model: str, profile: Profile, gpu_bytes: int) -> bool:
+    """Whether LoRA through ``model`` recomputes its activations (``lora.checkpoint_activations``):
+    where the planned peak without (the black box, its trained copy with every block's
+    activations) exceeds ``gpu_bytes`` less the GPU's headroom. The gradients are the same either
+    way (tests/test_lora.py); recomputing costs about a third more compute."""
+    peak = inference_peak(model, profile, True) + training_peak(model, profile, True, full=False, recompute=False)
+    return peak > gpu_bytes - gpu_headroom(gpu_bytes)
 
 
 def lora_adapter_params(model: str, rank: int) -> int:

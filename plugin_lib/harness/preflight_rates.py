@@ -20,10 +20,11 @@ from ..core.cache import BaseOutputCache, cache_dtype, choose_placement, host_av
 from ..core.pairs import EncodedPair
 from ..core.stacked import ParameterStack, stack_signature
 from ..core.train import TokenObjective, configs_that_fit, grid_pays
-from . import gpus, models
+from . import concurrency, gpus, models
 from .gpus import GpuClass
-from .lora import lora_objective
+from .lora import checkpoint_activations, lora_objective
 from .methods import lora_on
+from .shared_rates import Shape, measure_shared
 from .preflight_counts import TaskCounts, base_shape, cache_layout, count_task, dtype_bytes, load_dtype, shape_model
 from .profile import Profile
 
@@ -56,17 +57,46 @@ class Rates:
     # "gpu"), per model; measured on a GPU only, and None where the family's reweighting model is
     # not stacked there (GPT-2's, with dropout) or in files saved before it was measured.
     stacked_train_pairs_per_s: float | None = None
+    # The concurrency curve (harness.shared_rates): pairs/s of k processes that train from a compact
+    # cache at once, together, by k ("1", "4", "8", "12"); None until a GPU measured it, or where
+    # the processes' weights were not all equal. With it: a training process's peak device
+    # memory, the machine's cores and GPU memory, and a lone step's host and device milliseconds.
+    shared_train_pairs_per_s: dict[str, float] | None = None
+    training_process_bytes: int | None = None
+    cores: int | None = None
+    gpu_memory_bytes: int | None = None
+    step_host_ms: float | None = None
+    step_device_ms: float | None = None
+    # LoRA without activations recomputed (where the planned peak fits the GPU:
+    # preflight_counts.lora_recompute); lora_tokens_per_s is with them on a GPU, as it always was.
+    lora_plain_tokens_per_s: float | None = None
+    # Whether the run this prices recomputes LoRA's activations (for_profile sets it; a CPU never does).
+    lora_recompute: bool = True
 
     def stacks(self, profile: Profile) -> bool:
         """Whether ``profile`` trains a search's configurations as one stacked model where these
         rates were measured (``stacked_training`` "gpu", on a GPU) at a measured stacked rate."""
         return profile.stacked_training == "gpu" and self.device == "cuda" and bool(self.stacked_train_pairs_per_s)
 
-    def for_profile(self, profile: Profile) -> Rates:
-        """These rates as ``profile`` trains: a search's configurations at the stacked rate where
-        it stacks them (``stacks``)."""
-        return dataclasses.replace(self, grid_train_pairs_per_s=self.stacked_train_pairs_per_s) \
-            if self.stacks(profile) else self
+    def for_profile(self, profile: Profile, trainings: int = 1, lora_recompute: bool = True) -> Rates:
+        """These rates as ``profile`` trains: a search's configurations ``trainings`` processes
+        at once at the measured curve's aggregate rate (``harness.concurrency``), else at the
+        stacked rate where it stacks them (``stacks``); LoRA with or without recomputing."""
+        shared = concurrency.best_measured(self.shared_train_pairs_per_s, trainings) if trainings > 1 else None
+        if shared and shared > 1:
+            grid = self.shared_train_pairs_per_s[str(shared)]
+        elif self.stacks(profile):
+            grid = self.stacked_train_pairs_per_s
+        else:
+            grid = self.grid_train_pairs_per_s
+        return dataclasses.replace(self, grid_train_pairs_per_s=grid, lora_recompute=lora_recompute)
+
+    def lora_rate(self) -> float | None:
+        """LoRA's measured tokens/s as the run trains it: with recomputed activations on a GPU
+        where the planned peak needs them (the rate files have always had), else without."""
+        if self.device == "cuda" and not self.lora_recompute and self.lora_plain_tokens_per_s:
+            return self.lora_plain_tokens_per_s
+        return self.lora_tokens_per_s  # recomputing: an upper bound where the plain rate is not measured
 
     def seconds(self, work: dict, pair_tokens_fallback: float = 0.0) -> float:
         s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
@@ -74,12 +104,12 @@ class Rates:
         s += work.get("grid_pair_epochs", 0.0) / (self.grid_train_pairs_per_s or self.train_pairs_per_s)
         s += work.get("decode_steps", 0) * self.decode_step_s + work.get("plugin_steps", 0) * self.plugin_step_s
         # Training through the base: LoRA at its measured rate, else (and full fine-tuning) as
-        # forward + backward, about 3 forward passes per token (4 for LoRA on a GPU, which
+        # forward + backward, about 3 forward passes per token (4 for LoRA on a GPU where it
         # recomputes activations); full fine-tuning runs in float32 (about twice the
         # half-precision cost on a GPU).
-        recompute = 1 if self.device == "cuda" else 0
-        if self.lora_tokens_per_s:
-            s += work.get("lora_tokens", 0.0) / self.lora_tokens_per_s
+        recompute = 1 if self.device == "cuda" and self.lora_recompute else 0
+        if self.lora_rate():
+            s += work.get("lora_tokens", 0.0) / self.lora_rate()
         else:
             s += (3 + recompute) * work.get("lora_tokens", 0.0) / self.forward_tokens_per_s
         float32 = 2 if self.device == "cuda" else 1
@@ -99,11 +129,14 @@ def _timed(fn, repeats: int = 1, warm_up: bool = True) -> float:
     return (time.perf_counter() - started) / repeats
 
 
-def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torch.device) -> Rates:
+def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torch.device,
+                  shared_counts: tuple[int, ...] = ()) -> Rates:
     """A few seconds of measurement: the base's forward throughput on a batch of training
     pairs, greedy steps with and without the Plugin, and reweighting-model training steps
     from a cache of random log-probabilities held where the run would hold it. On a GPU the
-    base is the model's full-size shape twin; on a CPU the model itself, on smaller batches."""
+    base is the model's full-size shape twin; on a CPU the model itself, on smaller batches.
+    ``shared_counts``: also the concurrency curve at these counts (``harness.shared_rates``;
+    ``--save-rates`` asks for it)."""
     gpu = device.type == "cuda"
     runner_model = shape_model(model) if gpu else model
     base = models.load_base_model(runner_model, dtype=profile.dtype, device=device)
@@ -152,29 +185,73 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
         if grid_pays(base.device, objective.cache) else None
     stacked = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch,
                            stacked=True) if gpu else None
-    try:  # the last: it puts adapters into the base's weights
-        lora = _lora_step_s(base, pairs, train_batch)
-    except torch.cuda.OutOfMemoryError as err:  # the other rates stand; LoRA's hours are then estimated
-        warnings.warn(f"{runner_model}: a LoRA training step did not fit in the GPU's memory here ({err}); "
-                      "LoRA's hours are estimated from the forward rate.", stacklevel=2)
-        lora = None
-    rates = Rates(measured_with=runner_model, forward_tokens_per_s=batch * length / forward,
-                  train_pairs_per_s=train_batch / train, decode_step_s=alone / steps, plugin_step_s=plugin / steps,
-                  device=base.device.type, grid_train_pairs_per_s=train_batch / grid if grid else None,
-                  static_decoding=static, lora_tokens_per_s=train_batch * length / lora if lora else None,
-                  stacked_train_pairs_per_s=train_batch / stacked if stacked else None)
+    shape = _shared_shape(base, model, counts, train_batch, device) if shared_counts else None
+    lora = _lora_rates(base, pairs, train_batch, runner_model)  # the last: it puts adapters into the base's weights
+    measured = dict(measured_with=runner_model, forward_tokens_per_s=batch * length / forward,
+                    train_pairs_per_s=train_batch / train, decode_step_s=alone / steps, plugin_step_s=plugin / steps,
+                    device=base.device.type, grid_train_pairs_per_s=train_batch / grid if grid else None,
+                    static_decoding=static,
+                    lora_tokens_per_s=train_batch * length / lora[1] if lora[1] else None,
+                    lora_plain_tokens_per_s=train_batch * length / lora[0] if lora[0] else None,
+                    stacked_train_pairs_per_s=train_batch / stacked if stacked else None,
+                    cores=concurrency.machine_cores(), gpu_memory_bytes=total)
     del base, reweighter, objective
     if gpu:
         torch.cuda.empty_cache()
-    return rates
+    if shape is not None:  # after the base is gone: the processes have the device to themselves
+        measured.update(_shared_fields(shape, shared_counts, runner_model))
+    return Rates(**measured)
 
 
-def _lora_step_s(base, pairs: list[EncodedPair], batch_size: int) -> float:
-    """Seconds of one LoRA training step through ``base`` on a batch of ``pairs``, set up as the
-    runs set it up (``methods.lora_on``), on the base's own weights: measured last, as it adds
-    adapters to them."""
-    adapted = lora_on(base._model, seed=0)  # noqa: SLF001 - the measurement's own copy, dropped after
-    return _step_s(lora_objective(pairs, base.tokenizer.pad_token_id), [adapted], batch_size)
+def _shared_shape(base, model: str, counts: TaskCounts, batch_size: int, device: torch.device) -> Shape:
+    """A training process of the concurrency curve as a unit of ``model`` trains: its output
+    layer's shape and dtype, the family's reweighting model, E2E's pair and target lengths."""
+    head = base.output_head()
+    targets = max(2, int(round(counts.target_tokens / max(counts.pairs, 1))))
+    return Shape(vocab=base.vocab_size, hidden=head.width if head is not None else 64,
+                 dtype=str(base.dtype).removeprefix("torch."), arch=tuple(sorted(models.arch_for(model).items())),
+                 pairs=8 * batch_size, length=max(int(round(counts.pair_tokens)), targets + 2), targets=targets,
+                 batch_size=batch_size, device=str(device))
+
+
+def _shared_fields(shape: Shape, shared_counts: tuple[int, ...], label: str) -> dict:
+    """The curve's fields of ``Rates``; without the curve where the processes' weights differed."""
+    cores = concurrency.machine_cores()
+    curve = measure_shared(shape, [k for k in shared_counts if k == 1 or k <= cores])
+    if not curve.digests_equal:
+        warnings.warn(f"{label}: trainings at once ended with other weights than one alone; the concurrency "
+                      "curve is left out (the plan prices one at a time).", stacklevel=2)
+    return dict(shared_train_pairs_per_s=curve.pairs_per_s if curve.digests_equal else None,
+                training_process_bytes=curve.peak_bytes, step_host_ms=curve.host_ms, step_device_ms=curve.device_ms)
+
+
+def _lora_rates(base, pairs: list[EncodedPair], batch_size: int, label: str) -> tuple[float | None, float | None]:
+    """Seconds of one LoRA training step through ``base``, without and (on a GPU) with
+    activations recomputed, set up as the runs set it up (``methods.lora_on``), on the base's
+    own weights: measured last, as it adds adapters to them. A step that does not fit the GPU
+    leaves its figure None (LoRA's hours are then estimated), the other rates stand."""
+    gpu = base.device.type == "cuda"
+    plain = recomputed = None
+    try:
+        adapted = lora_on(base._model, seed=0, recompute=False)  # noqa: SLF001 - the measurement's own copy
+        plain = _step_s(lora_objective(pairs, base.tokenizer.pad_token_id), [adapted], batch_size)
+    except torch.cuda.OutOfMemoryError as err:
+        warnings.warn(f"{label}: a LoRA training step without recomputed activations did not fit in the GPU's "
+                      f"memory here ({err}).", stacklevel=2)
+        adapted = None
+        torch.cuda.empty_cache()
+    if not gpu:
+        return plain, plain  # a CPU never recomputes: both figures are the one rate
+    try:
+        if adapted is None:
+            adapted = lora_on(base._model, seed=0, recompute=True)  # noqa: SLF001
+        else:
+            checkpoint_activations(base._model)  # noqa: SLF001 - the same adapters, now recomputed
+        recomputed = _step_s(lora_objective(pairs, base.tokenizer.pad_token_id), [adapted], batch_size)
+    except torch.cuda.OutOfMemoryError as err:
+        warnings.warn(f"{label}: a LoRA training step did not fit in the GPU's memory here ({err}); LoRA's hours "
+                      "are estimated from the forward rate.", stacklevel=2)
+    return plain, recomputed
 
 
 def _grid_step_s(objective: TokenObjective, arch: dict, vocab_size: int, device: torch.device, batch_size: int,

@@ -309,6 +309,11 @@ class Profile:
     # backward for all, each its own optimiser): "gpu" where the base is on a GPU, else "never".
     # The same results up to the rounding of batched kernels, so not a setting runs are keyed on.
     stacked_training: Literal["gpu", "never"] = "never"
+    # How many units that train from the stored caches run at once on one GPU, each a process of
+    # its own with the base's output layer alone (``plugin-repro grid run``, ``run --executor``;
+    # harness.concurrency): "auto" (from the GPU's free memory, the cores and a measured
+    # concurrency curve; 1 on a CPU) or a count. The same results bit for bit, so no run is keyed on it.
+    trainings_at_once: Literal["auto"] | Annotated[int, pydantic.Field(ge=1)] = "auto"
     # Proxy-tuning and DExperts (notebook 15); a profile without the section (the frozen
     # ``confirm``) gets these defaults.
     proxy: ProxySettings = dataclasses.field(default_factory=ProxySettings)

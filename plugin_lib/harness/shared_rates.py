@@ -1,0 +1,169 @@
+"""The concurrency curve: reweighting-model trainings from a compact cache, 1, 4, 8 and 12 at once.
+
+``measure_shared`` starts k processes (spawned, one thread each), each training the family's
+reweighting model from a compact base-output cache held on the device, through an output layer
+of the base's shape (random: a rate does not depend on the values), as a unit of the grid trains
+with the base's output layer alone (``grid.units.trains_from_cache``). After two warm-up steps
+they wait at a barrier, then each takes ``steps`` AdamW steps; the aggregate rate is every
+process's pairs over the time from the barrier to the last one's end. Every process trains the
+same model on the same data from the same seeds, so every one must end with the same weights as
+the process that trained alone: the digests are compared, and a curve whose digests differ is
+not returned. The lone process also reports a step's host time (the Python side, without
+waiting for the device) and, on a GPU, its device time (the kernels' time, from the profiler),
+and every process its peak device memory.
+"""
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..core.blackbox import OutputHead
+from ..core.cache import BaseOutputCache
+from ..core.pairs import EncodedPair
+from ..core.reweighter import make_reweighter
+from ..core.train import TokenObjective
+
+GPU_COUNTS = (1, 4, 8, 12)
+CPU_COUNTS = (1, 2)  # a rehearsal of the measurement on a CPU (gpu-check --device cpu), not a rate to plan with
+CUDA_CONTEXT = 2**29  # what a CUDA context takes beside torch's allocations, about 0.5 GiB
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a training process builds: the base's output layer (``vocab`` x ``hidden`` in
+    ``dtype``), the family's reweighting model (``arch``), ``pairs`` of ``length`` tokens with
+    ``targets`` target tokens each, trained at ``batch_size``."""
+
+    vocab: int
+    hidden: int
+    dtype: str
+    arch: tuple
+    pairs: int
+    length: int
+    targets: int
+    batch_size: int
+    device: str
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Aggregate pairs/s by processes at once (string keys, as the rates file has them); the
+    lone process's step in host and device milliseconds; the largest peak of a process; whether
+    every process ended with the lone process's weights."""
+
+    pairs_per_s: dict[str, float]
+    host_ms: float
+    device_ms: float | None
+    peak_bytes: int | None
+    digests_equal: bool
+
+
+def _objective(shape: Shape) -> tuple[TokenObjective, torch.nn.Module]:
+    torch.manual_seed(0)  # every run draws the same dropout masks, the lone process's second run too
+    device = torch.device(shape.device)
+    dtype = getattr(torch, shape.dtype)
+    generator = torch.Generator().manual_seed(0)
+    head = OutputHead((torch.randn(shape.vocab, shape.hidden, generator=generator) * 0.02).to(device, dtype), None)
+    ids = torch.randint(3, min(shape.vocab, 49_152), (shape.pairs, shape.length), generator=generator)
+    pairs = [EncodedPair(tuple(row.tolist()), shape.length - shape.targets) for row in ids]
+    rows = torch.randn(shape.pairs * shape.targets, shape.hidden, generator=generator).to(device, dtype)
+    cache = BaseOutputCache(rows, np.arange(shape.pairs + 1) * shape.targets, head=head)
+    model = make_reweighter(vocab_size=shape.vocab, seed=0, **dict(shape.arch)).to(device)
+    return TokenObjective(pairs, 0, cache=cache), model
+
+
+def _train(shape: Shape, steps: int, barrier, results, index: int) -> None:
+    """One process of the curve (module docstring); its result goes to ``results``."""
+    torch.set_num_threads(1)
+    objective, model = _objective(shape)
+    device = torch.device(shape.device)
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+    batches = [list(range(i, i + shape.batch_size)) for i in range(0, shape.pairs - shape.batch_size + 1,
+                                                                    shape.batch_size)]
+
+    def step(k: int) -> None:
+        loss, n = objective.batch_nll(model, objective.batch(batches[k % len(batches)], device))
+        optimizer.zero_grad(set_to_none=True)
+        (loss / n).backward()
+        optimizer.step()
+
+    for k in range(2):  # warm-up: allocations, kernel selection
+        step(k)
+    sync()
+    host_ms = device_ms = None
+    if index == 0 and barrier is None:  # the lone process: a step's host and device time
+        started = time.perf_counter()
+        for k in range(8):
+            step(k)
+        host_ms = (time.perf_counter() - started) / 8 * 1000  # dispatch only on a GPU: nothing waits
+        sync()
+        if cuda:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                for k in range(8):
+                    step(k)
+                sync()
+            device_ms = sum(e.self_device_time_total for e in prof.key_averages()) / 8 / 1000
+        objective, model = _objective(shape)  # the timed run starts afresh, as the others do
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model.train()
+        for k in range(2):
+            step(k)
+        sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    if barrier is not None:
+        barrier.wait()
+    started = time.perf_counter()
+    for k in range(2, 2 + steps):
+        step(k)
+    sync()
+    ended = time.perf_counter()
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    peak = torch.cuda.max_memory_reserved(device) + CUDA_CONTEXT if cuda else None
+    results.put((index, started, ended, digest.hexdigest(), host_ms, device_ms, peak))
+
+
+def _at_once(shape: Shape, count: int, steps: int, context) -> list[tuple]:
+    results = context.Queue()
+    barrier = context.Barrier(count) if count > 1 else None
+    processes = [context.Process(target=_train, args=(shape, steps, barrier, results, i), daemon=True)
+                 for i in range(count)]
+    for process in processes:
+        process.start()
+    try:
+        found = [results.get(timeout=600) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.terminate()
+    if any(p.exitcode not in (0, None) for p in processes):
+        raise RuntimeError(f"a training process of the concurrency curve failed (exit codes "
+                           f"{[p.exitcode for p in processes]})")
+    return sorted(found)
+
+
+def measure_shared(shape: Shape, counts=GPU_COUNTS, steps: int = 100) -> Curve:
+    """The curve at ``counts`` processes at once (module docstring)."""
+    context = multiprocessing.get_context("spawn")
+    alone = _at_once(shape, 1, steps, context)[0]
+    reference, host_ms, device_ms = alone[3], alone[4], alone[5]
+    rates, peaks, equal = {}, [alone[6]], True
+    for count in counts:
+        found = [alone] if count == 1 else _at_once(shape, count, steps, context)
+        start, end = min(r[1] for r in found), max(r[2] for r in found)
+        rates[str(count)] = count * steps * shape.batch_size / (end - start)
+        equal &= all(r[3] == reference for r in found)
+        peaks += [r[6] for r in found]
+    measured = [p for p in peaks if p is not None]
+    return Curve(rates, host_ms, device_ms, max(measured) if measured else None, equal)
