@@ -23,13 +23,17 @@ def every_dataset(monkeypatch, tmp_path):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "results"))  # nothing stored: every unit pending
 
 
-def _rates_file(units, path) -> str:
-    """Made-up rates, different per base, for every base the units run on."""
+def _rates_file(units, path, curve: bool = False) -> str:
+    """Made-up rates, different per base, for every base the units run on; with ``curve``, a
+    made-up concurrency curve measured on a made-up 141 GiB GPU with 16 cores."""
     bases = sorted({costs.shape_of(u) for u in units})
+    shared = (lambda i: dict(shared_train_pairs_per_s={"1": 50.0 + i, "4": 170.0 + i, "8": 300.0 + i, "12": 290.0},
+                             training_process_bytes=6 * 2**30, cores=16, gpu_memory_bytes=141 * 2**30)) if curve \
+        else (lambda i: {})
     rates = {m: preflight_rates.Rates(measured_with=f"{m} (a test's numbers)", forward_tokens_per_s=1e4 + 100 * i,
                                       train_pairs_per_s=50.0 + i, decode_step_s=0.01 + 0.001 * i,
                                       plugin_step_s=0.012 + 0.001 * i, device="cuda",
-                                      grid_train_pairs_per_s=150.0 + i)
+                                      grid_train_pairs_per_s=150.0 + i, **shared(i))
              for i, m in enumerate(bases)}
     preflight_rates.save_rates(rates, path)
     return str(path)
@@ -46,6 +50,7 @@ def test_the_preflight_and_the_grid_plan_price_the_same_units_alike(name, every_
     _, gpu = preflight.planning_gpu(profile)
     plans = preflight_plan.plan_notebooks(units, studies.notes(), gpu, problems)
     rates = preflight.base_rates(profile, sorted({w["model"] for p in plans for w in p.work}), rates_file=rates_file)
+    rates, _ = preflight.priced_rates(profile, rates, plans, None)
     preflight_seconds = sum(preflight.plan_seconds(p, rates) for p in plans if p.work)
     assert grid_seconds > 0
     assert preflight_seconds == pytest.approx(grid_seconds, rel=1e-9)
@@ -53,15 +58,21 @@ def test_the_preflight_and_the_grid_plan_price_the_same_units_alike(name, every_
     assert sum(len(p.work) for p in plans) == len(units)
 
 
-def test_both_commands_print_the_same_total_hours(every_dataset, tmp_path, capsys):
+@pytest.mark.parametrize("curve", [False, True], ids=["one at a time", "a concurrency curve"])
+def test_both_commands_print_the_same_total_hours(curve, every_dataset, tmp_path, capsys):
     profile = load_profile("paper")
-    rates_file = _rates_file(studies.units(profile, problems={}), tmp_path / "rates.json")
+    rates_file = _rates_file(studies.units(profile, problems={}), tmp_path / "rates.json", curve)
     out = io.StringIO()
     preflight_command.run("paper", plan_only=True, rates_file=rates_file, out=out)
     preflight_total = re.search(r"^Total: ([\d,.]+) hours at most", out.getvalue(), re.M).group(1)
     assert grid_command.main(["plan", "--profile", "paper", "--summary", "--rates", rates_file]) == 0
-    grid_total = re.search(r"^All: \d+ units, ([\d,.]+) device-hours at most", capsys.readouterr().out, re.M).group(1)
+    printed = capsys.readouterr().out
+    grid_total = re.search(r"^All: \d+ units, ([\d,.]+) device-hours at most", printed, re.M).group(1)
     assert preflight_total == grid_total
+    # The basis, in the same words in both: serially until a curve is measured; then 8 at once,
+    # where the made-up curve is fastest among the counts that fit 141 GiB and 15 cores.
+    said = "configurations priced 8 at once at 30" if curve else "trainings priced one process at a time (no concurrency"
+    assert said in out.getvalue() and said in printed
 
 
 def test_a_run_two_notebooks_share_is_priced_once(every_dataset):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import data
 from ..experiments import confirmation
+from ..harness import concurrency, preflight
 from ..harness import profile as config
 from ..harness.grid import executors, plan as planning, units as grid_units
 from ..harness.profile import Profile
@@ -61,6 +62,8 @@ def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, sh
     chosen = studies.chosen(only)
     print(f"Grid plan of profile '{profile.name}': {len(plan.units)} units from notebooks "
           f"{', '.join(s.notebook[:2] for s in chosen if s.units)}; times: {plan.timed}.", file=out)
+    for model, pricing in plan.pricing.items():
+        print(f"  {model}: {pricing}.", file=out)
     for study in chosen:
         if study.in_notebook or study.notebook in (problems or {}):
             print(f"  {study.notebook}: {(problems or {}).get(study.notebook) or study.in_notebook}", file=out)
@@ -137,6 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                              help="hours at the rates another machine saved (plugin-repro preflight --save-rates)")
     run_parser = sub.choices["run"]
     run_parser.add_argument("--executor", choices=executors.EXECUTORS, default="local")
+    run_parser.add_argument("--trainings-at-once", type=_at_once, metavar="N|auto",
+                            help="local, ray: units that train from the caches at once on a GPU, each a process with "
+                                 "the base's output layer alone (default: the profile's trainings_at_once)")
+    run_parser.add_argument("--rates", metavar="FILE",
+                            help="local, ray: a rates file's measured process peak and concurrency curve for N")
     run_parser.add_argument("--address", help="ray: a running cluster ('auto', 'ray://host:10001')")
     run_parser.add_argument("--num-gpus", type=float, help="ray: GPUs of the local cluster it starts (default: detected)")
     run_parser.add_argument("--num-cpus", type=int, help="ray: CPUs of the local cluster it starts (default: detected)")
@@ -177,20 +185,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(planning.make_plan(units, measure=False), profile, args)
 
 
+def _at_once(value: str) -> str | int:
+    if value == "auto":
+        return value
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a count of 1 or more, nor 'auto'")
+    return count
+
+
 def _run(plan: planning.Plan, profile: Profile, args: argparse.Namespace) -> int:
     """Compute the plan's pending units with the chosen executor; 0 when every unit is done,
     1 when some failed (the finished ones are stored), 2 when the executor cannot start."""
     started = time.perf_counter()
     print(f"[grid] {len(plan.pending())} of {len(plan.units)} units to compute with the {args.executor} executor.",
           file=sys.stderr)
+    trainings = 1
+    if args.executor != "slurm":  # a Slurm job is one unit's GPU
+        rates = preflight.base_rates(profile, sorted({u.model for u in plan.pending()}), rates_file=args.rates,
+                                     measure=False) if args.rates else None
+        sharing = concurrency.for_run(profile, plan.pending(), setting=args.trainings_at_once, rates=rates)
+        trainings = sharing.trainings
+        print(f"[grid] trainings from the caches: {sharing.why}.", file=sys.stderr)
     results: list[dict] = []
     with executors.exit_on_sigterm():  # kill or scancel: the executor still cleans up (Ray's local cluster)
         try:
             if args.executor == "local":
-                results = executors.run_local(plan)
+                results = executors.run_local(plan, trainings=trainings)
             elif args.executor == "ray":
                 results = executors.run_ray(plan, address=args.address, gpu_memory_gb=args.gpu_memory_gb,
-                                            num_gpus=args.num_gpus, num_cpus=args.num_cpus)
+                                            num_gpus=args.num_gpus, num_cpus=args.num_cpus, trainings=trainings)
             else:
                 folder = args.slurm_folder or config.results_dir(profile) / "logs" / "slurm"
                 results = executors.run_slurm(plan, executors.SlurmOptions(

@@ -100,3 +100,56 @@ def for_profile(profile: Profile, *, gpu_bytes: int | None, heavy_peak: int, pro
                   process_peak=measured or process_peak, measured_peak=bool(measured),
                   cores=cores or getattr(rates, "cores", None) or machine_cores(),
                   curve=getattr(rates, "shared_train_pairs_per_s", None))
+
+
+def planning_gpu_bytes(rates, card=None, profile: Profile | None = None) -> int | None:
+    """The GPU memory a plan shares out: the named GPU class's, else what the rates were measured
+    on, else this machine's GPU, else for a GPU profile one 80 GB GPU (what it is planned for);
+    None on a CPU."""
+    import torch
+
+    from . import profile as config
+
+    if card is not None:
+        return int(card.memory_gib * GIB)
+    if getattr(rates, "gpu_memory_bytes", None):
+        return rates.gpu_memory_bytes
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory
+    return 80 * GIB if profile is not None and profile.name in config.GPU_PROFILES else None
+
+
+def priced(model: str, rates, profile: Profile, peaks: tuple[int, int], gpu_bytes: int | None):
+    """(``rates`` as ``profile`` runs ``model``'s units, the sharing they assume): a search's
+    configurations at the concurrency curve where the run shares the GPU (``Rates.for_profile``),
+    LoRA with its activations recomputed where its planned peak needs it. The preflight and
+    ``grid plan`` both price with it."""
+    from .preflight_counts import lora_recompute
+
+    heavy, light = peaks
+    sharing = for_profile(profile, gpu_bytes=gpu_bytes, heavy_peak=heavy, process_peak=light, rates=rates) \
+        if light else Sharing(1, "no unit trains from the caches")
+    recompute = rates.device == "cuda" and (gpu_bytes is None or lora_recompute(model, profile, gpu_bytes))
+    return rates.for_profile(profile, sharing.trainings, lora_recompute=recompute), sharing
+
+
+def for_run(profile: Profile, units, *, setting: str | int | None = None, rates: Mapping | None = None) -> Sharing:
+    """How many trainings ``grid run`` shares the GPU among for ``units`` (``setting``: the
+    command's, else the profile's ``trainings_at_once``): on a GPU from its free memory now, the
+    units' peaks (``costs.base_peaks``; a rates file's measured peak and curve where given), and
+    the cores; the fewest any base allows. 1 on a CPU unless set."""
+    import torch
+
+    from ..core.cache import gpu_free_bytes
+    from . import costs
+
+    if setting is not None:
+        profile = profile.replace(trainings_at_once=setting)
+    cuda = torch.cuda.is_available()
+    peaks = {m: p for m, p in costs.base_peaks(units, cuda).items() if p[1]}
+    if not peaks:
+        return Sharing(1, "no unit trains from the caches")
+    gpu_bytes = gpu_free_bytes(torch.device("cuda"))[0] if cuda else None  # measured now
+    choices = [for_profile(profile, gpu_bytes=gpu_bytes, heavy_peak=heavy, process_peak=light,
+                           rates=(rates or {}).get(model)) for model, (heavy, light) in peaks.items()]
+    return min(choices, key=lambda s: s.trainings)

@@ -254,8 +254,10 @@ def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model:
 
 def _lora_recompute(base: BlackBoxLM, profile: Profile) -> bool:
     """LoRA recomputes its activations on a GPU whose memory its planned peak without them
-    exceeds (``preflight_counts.lora_recompute``); a base whose shape cannot be counted here does."""
-    if base.device.type != "cuda":
+    exceeds (``preflight_counts.lora_recompute``); a base whose shape cannot be counted here does.
+    A base known by its name only (the grid's plan) trains nothing."""
+    device = getattr(base, "device", None)
+    if device is None or device.type != "cuda":
         return False
     try:
         total = torch.cuda.get_device_properties(base.device).total_memory

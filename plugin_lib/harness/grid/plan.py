@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import costs, preflight
+from .. import concurrency, costs, preflight
 from .. import profile as config
 from ..preflight_counts import count_task
 from ..preflight_rates import Rates, reference_rates
@@ -51,6 +51,10 @@ class Plan:
     calibrated: str = ""
     stored: dict[str, float] = field(default_factory=dict)
     configs_stored: dict[str, int] = field(default_factory=dict)
+    # Per base: how many units that train from the caches share a GPU, and why (harness.concurrency),
+    # and how a search's configurations are priced (the preflight's words for it).
+    sharing: dict[str, concurrency.Sharing] = field(default_factory=dict)
+    pricing: dict[str, str] = field(default_factory=dict)
 
     def pending(self) -> list[Unit]:
         return [u for u in self.units if self.state.get(u.key) != "done"]
@@ -262,6 +266,7 @@ def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
     rates: dict[tuple[str, str], Rates | None] = {}
     calibrations = {p.name: calibration(p) for p in profiles} if measure else {}
     probed = False
+    peaks = costs.base_peaks(plan.units, has_gpu or any(p.name in config.GPU_PROFILES for p in profiles))
     for unit in plan.units:
         profile = unit.profile
         gpu = has_gpu or profile.name in config.GPU_PROFILES
@@ -272,6 +277,11 @@ def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
         if key not in rates:
             rates[key] = _rates(model, profile, measure, rates_file)
             probed |= rates[key] is not None and rates[key].measured_with.startswith("probe")
+            if rates[key] is not None:  # as the profile runs: trainings at once, LoRA as its peak decides
+                gpu_bytes = concurrency.planning_gpu_bytes(rates[key], None, profile) if gpu else None
+                rates[key], plan.sharing[model] = concurrency.priced(model, rates[key], profile,
+                                                                     peaks.get(model, (0, 0)), gpu_bytes)
+                plan.pricing[model] = concurrency.basis(rates[key], plan.sharing[model])
         r = rates[key]
         under_way = plan.configs_stored.get(unit.key, 0)
         plan.seconds[unit.key] = r.seconds(costs.work(unit, gpu, counts, under_way=under_way)) if r is not None else 0.0
@@ -308,8 +318,7 @@ def _rates(model: str, profile: Profile, measure: bool, rates_file: str | None) 
     """The preflight's rates of ``model`` (read, or measured here); for a GPU profile on a machine
     without a GPU, the H100 probe's for cache building and training."""
     if rates_file or (measure and (torch.cuda.is_available() or profile.name not in config.GPU_PROFILES)):
-        rates = preflight.base_rates(profile, [model], rates_file=rates_file)[model]  # read, or measured here
-        return rates.for_profile(profile) if rates is not None else None  # as this profile trains
+        return preflight.base_rates(profile, [model], rates_file=rates_file)[model]  # read, or measured here
     if not measure:
         return None
     reference = reference_rates(model)

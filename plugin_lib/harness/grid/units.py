@@ -32,6 +32,7 @@ from ...core.blackbox import OutputLayerBox, TopKBlackBox
 from ...core.cache import BaseOutputCache
 from ...utils import malloc
 from .. import finetune, methods, models, output_layers, run_keys, run_store, runner, search
+from ..costs import trains_from_cache
 from ..profile import Profile
 
 KINDS = ("cache", "config", "selection", "run", "finetune", "bdpl")
@@ -260,15 +261,6 @@ def _narrowed_if_chosen(task: methods.Task, profile: Profile) -> Profile | None:
 
 
 # ---------------------------------------------------------------- execution, in a worker
-
-
-def trains_from_cache(unit: Unit) -> bool:
-    """Whether the unit only trains reweighting models from the stored base-output caches, so
-    that its process needs the base's output layer and not the base (``OutputLayerBox``): a
-    search's configuration or selection, of any method but LoRA (which trains through the
-    base), on a base with weights here that is not a fine-tuned one."""
-    return (unit.kind in ("config", "selection") and unit.method != "LoRA" and unit.task.checkpoint is None
-            and output_layers.has_weights(unit.model))
 
 
 class BasePool:
