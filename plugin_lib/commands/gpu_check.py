@@ -3,11 +3,13 @@
 On a CUDA GPU, in minutes, in this order (what no GPU has measured yet first, so that a lent
 GPU's ``--deadline-s`` cuts the rest):
 
-1. the paper profile's preflight with rates measured here (``--save-rates``), the rate of a
-   grid trained together among them;
+1. the paper profile's preflight with rates measured here (``--save-rates``): the rate of a
+   grid trained together, the concurrency curve (1, 4, 8 and 12 trainings at once, their weights
+   compared), a training step's host and device milliseconds, and LoRA with and without
+   recomputed activations among them;
 2. ``benchmarks/bench_fused.py`` (a search's grid stepped as one stacked model: its speed and
    exactness), then ``benchmarks/bench_gpu.py`` on a quiet GPU, static decoding's CUDA graphs
-   among it;
+   among it (``--bench static``: that section alone);
 3. every notebook top to bottom with papermill in the ``paper-twin-gpu`` profile: the paper
    profile's code path on the *full-size* shape twins of its three bases, at smoke-sized rows,
    several notebooks at a time;
@@ -230,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", default=[], metavar="NB", help="notebooks whose names start with these")
     parser.add_argument("--skip", nargs="+", default=[], choices=STEPS, help="steps to leave out")
     parser.add_argument("--jobs", type=int, help="notebooks at a time (default: 4 on a GPU, 1 on a CPU)")
+    parser.add_argument("--bench", choices=("all", "static"), default="all",
+                        help="all: bench_fused.py and bench_gpu.py; static: bench_gpu.py's static-cache section alone")
     parser.add_argument("--deadline-s", type=float,
                         help="start nothing after this many seconds, and stop what still runs (a lent GPU's budget)")
     args = parser.parse_args(argv)
@@ -265,10 +269,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "--save-rates", str(out / f"{rates_profile}_rates.json")], "preflight.log")
     if "bench" not in args.skip:
         # a grid stepped as one stacked model against one by one: its speed and its exactness here
-        check.command("bench_fused.py", [py, "benchmarks/bench_fused.py", "--layouts", "compact",
-                                         *([] if gpu else ["--configs", "2", "--pairs", "8", "--epochs", "1"])],
-                      "bench_fused.log")
-        check.command("bench_gpu.py", [py, "benchmarks/bench_gpu.py", *([] if gpu else ["--cpu"])], "bench_gpu.log")
+        if args.bench == "all":
+            check.command("bench_fused.py", [py, "benchmarks/bench_fused.py", "--layouts", "compact",
+                                             *([] if gpu else ["--configs", "2", "--pairs", "8", "--epochs", "1"])],
+                          "bench_fused.log")
+        static = ["--static-only"] if args.bench == "static" else []
+        check.command("bench_gpu.py" + (" --static-only" if static else ""),
+                      [py, "benchmarks/bench_gpu.py", *static, *([] if gpu else ["--cpu"])], "bench_gpu.log")
     if names:
         check.notebooks(names)
     if "tests" not in args.skip:

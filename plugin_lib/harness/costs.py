@@ -20,7 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import methods, models, output_layers, run_keys
+from . import methods, models, run_keys
+from .output_layers import trains_from_cache
 from .gpus import GpuClass
 from .preflight_counts import (EXPERT_CONFIGS, TaskCounts, base_shape, cache_bytes, cache_layout,
                                cache_training_peak, count_task, finetune_setup,
@@ -222,15 +223,6 @@ def gpu_bytes(unit: Unit, gpu: bool | GpuClass) -> int:
     if unit.method == "LoRA" and unit.kind in ("config", "selection", "run"):
         peak += training_peak(model, profile, gpu, full=False)
     return peak
-
-
-def trains_from_cache(unit: Unit) -> bool:
-    """Whether the unit only trains reweighting models from the stored base-output caches, so
-    that its process needs the base's output layer and not the base (``OutputLayerBox``): a
-    search's configuration or selection, of any method but LoRA (which trains through the
-    base), on a base with weights here that is not a fine-tuned one."""
-    return (unit.kind in ("config", "selection") and unit.method != "LoRA" and unit.task.checkpoint is None
-            and output_layers.has_weights(unit.model))
 
 
 def base_peaks(units, gpu: bool | GpuClass) -> dict[str, tuple[int, int]]:

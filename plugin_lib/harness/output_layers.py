@@ -41,6 +41,15 @@ def has_weights(name: str) -> bool:
     return models.model_spec(_root(name)[0]).get("source") != "api"
 
 
+def trains_from_cache(unit) -> bool:
+    """Whether a unit of the grid (``grid.units.Unit``) only trains reweighting models from the
+    stored base-output caches, so that its process needs the base's output layer and not the
+    base: a search's configuration or selection, of any method but LoRA (which trains through
+    the base), on a base with weights here that is not a fine-tuned one."""
+    return (unit.kind in ("config", "selection") and unit.method != "LoRA" and unit.task.checkpoint is None
+            and has_weights(unit.model))
+
+
 def path(name: str, dtype: torch.dtype, device_type: str) -> Path:
     """Where the output layer of registry model (or Hub id) ``name`` is saved for ``dtype`` on ``device_type``."""
     key = json.dumps([models.output_spec(name), str(dtype), device_type, torch.__version__, transformers.__version__],

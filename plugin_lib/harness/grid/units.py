@@ -32,7 +32,7 @@ from ...core.blackbox import OutputLayerBox, TopKBlackBox
 from ...core.cache import BaseOutputCache
 from ...utils import malloc
 from .. import finetune, methods, models, output_layers, run_keys, run_store, runner, search
-from ..costs import trains_from_cache
+from ..output_layers import trains_from_cache
 from ..profile import Profile
 
 KINDS = ("cache", "config", "selection", "run", "finetune", "bdpl")
