@@ -308,3 +308,23 @@ def test_a_search_whose_weights_do_not_fit_the_disk_leaves_no_checkpoint(task, p
     with pytest.raises(OSError, match="checkpoint Plugin-lr=.* was removed"):
         search.train_config(task, "Plugin", profile, hparams)
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == []  # nothing of the unit stays
+
+
+@pytest.mark.parametrize("arrival", ["grid order", "reversed"])
+def test_equal_losses_choose_the_grids_first_whatever_order_the_units_finish_in(task, profile, monkeypatch, arrival):
+    """Configurations trained at once in other processes (issue 72) finish in any order; the
+    choice among equal losses is the grid's first either way, as one process makes it."""
+    import torch
+    from plugin_lib.core.train import FitResult
+
+    def equal(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
+        return torch.nn.Linear(1, 1), FitResult(best_epoch=1, best_val_loss=1.5, epochs_run=1, optimizer_steps=1,
+                                                seconds=0.0)
+
+    patch_training(monkeypatch, equal)
+    profile = profile.replace(grid={**profile.section("grid"), "lr": [1e-3, 5e-3], "extend_edges": 0})
+    configs = list(run_keys.hparam_grid(profile, "Plugin"))
+    for hparams in configs if arrival == "grid order" else configs[::-1]:
+        search.train_config(task, "Plugin", profile, hparams)
+    record = search.select_hparams(task, "Plugin", profile, progress=False)
+    assert record["best"] == run_keys.config_tag(configs[0])

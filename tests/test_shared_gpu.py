@@ -110,3 +110,16 @@ def test_a_worker_pool_holding_the_whole_base_trains_with_it():
     assert pool._held(ref, profile, True)  # noqa: SLF001 - the rule itself
     pool._bases[pool._key(ref, profile)] = object()  # noqa: SLF001 - as if loaded
     assert not pool._held(ref, profile, True)  # noqa: SLF001
+
+
+def test_ray_with_two_trainings_per_gpu_gives_one_at_a_times_records(tmp_path, monkeypatch):
+    """On a real Ray local cluster with one (declared) GPU: a unit that trains from the caches
+    asks for half of it and holds the output layer alone where its worker has no base."""
+    real_data.require("e2e")
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'plugin-repro[ray]')")
+    _run(tmp_path / "one", 1, monkeypatch)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "ray"))
+    plan = grid.make_plan(mini_units(), measure=False)
+    results = grid.run_ray(plan, num_cpus=2, num_gpus=1, trainings=2, progress=False)
+    assert not grid.failures(results)
+    assert _digests(tmp_path / "one") == _digests(tmp_path / "ray")

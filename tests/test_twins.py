@@ -341,7 +341,8 @@ def test_a_base_that_cannot_be_loaded_here_leaves_only_its_own_rates_out(paper_d
     measured, bases = [], list(load_profile("paper-twin").base_models)
     missing = bases[-1]
 
-    def measure(model, profile, counts, device):
+    def measure(model, profile, counts, device, shared_counts=()):
+        assert shared_counts  # --save-rates measures the concurrency curve too
         if model == missing:
             raise OSError(f"Could not load base model '{missing}' from /nowhere.\nmore")
         measured.append(model)

@@ -217,7 +217,8 @@ def _shared_shape(base, model: str, counts: TaskCounts, batch_size: int, device:
 def _shared_fields(shape: Shape, shared_counts: tuple[int, ...], label: str) -> dict:
     """The curve's fields of ``Rates``; without the curve where the processes' weights differed."""
     cores = concurrency.machine_cores()
-    curve = measure_shared(shape, [k for k in shared_counts if k == 1 or k <= cores])
+    steps = 100 if shape.device.startswith("cuda") else 5  # a CPU rehearses the measurement; its rates plan nothing
+    curve = measure_shared(shape, [k for k in shared_counts if k == 1 or k <= cores], steps=steps)
     if not curve.digests_equal:
         warnings.warn(f"{label}: trainings at once ended with other weights than one alone; the concurrency "
                       "curve is left out (the plan prices one at a time).", stacklevel=2)

@@ -63,8 +63,9 @@ def _train_configs(task: methods.Task, method: str, profile: Profile, configs: l
 
     Many processes may search one grid at once: each configuration is trained by the one that
     holds its lock (taken in one order), and the shared record (and the best weights) change
-    only under the selection's lock, re-read there, so no process overwrites another's. Results
-    are recorded in ``configs``' order, so equal losses keep the first as the best."""
+    only under the selection's lock, re-read there, so no process overwrites another's. Equal
+    losses keep the configuration first in the grid's order as the best, whatever order the
+    processes finish in (one of the grid's own before one its edges added)."""
     record_path, state_path, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
     folder, label, arch = record_path.parent, label or method, arch or arch_for(task.base.name)
 
@@ -72,6 +73,9 @@ def _train_configs(task: methods.Task, method: str, profile: Profile, configs: l
         return _selection_record(record_path, fingerprint, inputs)
 
     tags = {config_tag(hparams): hparams for hparams in configs}
+    # Equal losses keep the configuration first in the grid's order, whichever finished first:
+    # units of one search trained at once in other processes choose as one process does.
+    grid_order = {config_tag(hparams): i for i, hparams in enumerate(hparam_grid(profile, method))}
     recorded = fresh()["configs"]
     with contextlib.ExitStack() as held:
         for tag in sorted(t for t in tags if t not in recorded):
@@ -96,7 +100,8 @@ def _train_configs(task: methods.Task, method: str, profile: Profile, configs: l
                     latest = fresh()
                     for tag, (model, result) in zip(chunk, trained):
                         best = latest["best"]
-                        if best is None or result.best_val_loss < latest["configs"][best]["val_loss"]:
+                        if best is None or ((result.best_val_loss, grid_order.get(tag, len(grid_order)))
+                                            < (latest["configs"][best]["val_loss"], grid_order.get(best, len(grid_order)))):
                             run_store.save_state(model, state_path)
                             latest["best"] = tag
                         latest["configs"][tag] = {
