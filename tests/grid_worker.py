@@ -19,6 +19,16 @@ from plugin_lib.core.cache import BaseOutputCache
 from plugin_lib.harness import grid, load_profile, methods, run_keys, runner
 
 METHODS = ["Zeroshot", "Plugin", "TempNet-greedy"]
+TIMING = {"seconds", "provenance"}  # fields that differ between two computations of one record (time, where, which tree)
+
+
+def without_timing(value):
+    """A record with its timing fields removed, at every depth."""
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items() if k not in TIMING}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value
 
 
 def mini_profile():

@@ -32,11 +32,10 @@ from plugin_lib.utils import malloc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import real_data  # noqa: E402
-from grid_worker import METHODS, mini_units  # noqa: E402
+from grid_worker import METHODS, mini_units, without_timing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).parent / "grid_worker.py"
-TIMING = {"seconds", "provenance"}  # fields that differ between two computations of one record (time, where, which tree)
 
 
 def _store(path: Path, monkeypatch) -> Path:
@@ -46,14 +45,7 @@ def _store(path: Path, monkeypatch) -> Path:
 
 def _records(store: Path) -> dict[str, dict]:
     """Every run and selection record of the store, timing fields removed."""
-    def clean(value):
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items() if k not in TIMING}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
-
-    found = {str(p.relative_to(store)): clean(json.loads(p.read_text())) for p in store.rglob("*.json")
+    found = {str(p.relative_to(store)): without_timing(json.loads(p.read_text())) for p in store.rglob("*.json")
              if p.name.endswith(("-selection.json",)) or "-seed" in p.name}
     assert found
     return found

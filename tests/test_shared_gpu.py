@@ -18,25 +18,16 @@ from plugin_lib.harness.grid import units as grid_units
 
 sys.path.insert(0, str(Path(__file__).parent))
 import real_data  # noqa: E402
-from grid_worker import mini_units  # noqa: E402
-
-TIMING = {"seconds", "provenance"}  # when and where a record was computed, not what
+from grid_worker import mini_units, without_timing  # noqa: E402
 
 
 def _digests(store: Path) -> dict[str, str | dict]:
     """Every record (timing fields removed) and every weights file (its SHA-256) of a store."""
-    def clean(value):
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items() if k not in TIMING}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
-
     found = {}
     for path in sorted(store.rglob("*")):
         name = str(path.relative_to(store))
         if path.suffix == ".json" and ("-seed" in path.name or path.name.endswith("-selection.json")):
-            found[name] = clean(json.loads(path.read_text()))
+            found[name] = without_timing(json.loads(path.read_text()))
         elif path.suffix == ".pt":
             found[name] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
@@ -48,7 +39,7 @@ def _run(store: Path, trainings: int, monkeypatch) -> list[dict]:
     results = grid.run_local(plan, trainings=trainings, progress=False)
     assert not grid.failures(results), grid.failures(results)
     grid.refresh(plan)
-    assert set(plan.state.values()) == {"done"}
+    assert {k: v for k, v in plan.state.items() if v != "done"} == {}, results
     return results
 
 
@@ -123,3 +114,17 @@ def test_ray_with_two_trainings_per_gpu_gives_one_at_a_times_records(tmp_path, m
     results = grid.run_ray(plan, num_cpus=2, num_gpus=1, trainings=2, progress=False)
     assert not grid.failures(results)
     assert _digests(tmp_path / "one") == _digests(tmp_path / "ray")
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2-m"])  # GPT-2's reweighting model draws dropout
+def test_the_concurrency_curve_requires_every_processs_weights_to_equal_the_lone_ones(family):
+    """harness.shared_rates, as --save-rates runs it on a GPU, here with a small shape on this
+    CPU: the processes that trained at once end with the lone process's weights."""
+    from plugin_lib.harness.shared_rates import Shape, measure_shared
+
+    shape = Shape(vocab=500, hidden=16, dtype="float32", arch=tuple(sorted(models.reweighter_spec(family).items())),
+                  pairs=16, length=20, targets=6, batch_size=8, device="cpu")
+    curve = measure_shared(shape, counts=(1, 2), steps=3)
+    assert curve.digests_equal
+    assert set(curve.pairs_per_s) == {"1", "2"} and all(rate > 0 for rate in curve.pairs_per_s.values())
+    assert curve.host_ms > 0 and curve.device_ms is None and curve.peak_bytes is None  # a CPU has no device time

@@ -457,21 +457,24 @@ def test_lora_is_priced_at_its_measured_rate_where_one_was_measured(paper_data, 
 
     pairs = [EncodedPair(tuple(range(3, 15)), 8) for _ in range(4)]
     base = make_tiny_base(tokenizer)  # its own: the measurement adds adapters to the weights it is given
-    assert preflight_rates._lora_step_s(base, pairs, 2) > 0
+    plain, recomputed = preflight_rates._lora_rates(base, pairs, 2, "a tiny base")
+    assert plain > 0 and recomputed == plain  # a CPU never recomputes
     assert {n.split(".")[-3] for n, p in base._model.named_parameters() if p.requires_grad} == {"lora_A", "lora_B"}
     measured = REPO_ROOT / "results" / "gpu" / "h200_2026-11-27" / "paper_rates.json"
     old = preflight_rates.load_rates(measured, ["gpt2-xl"])["gpt2-xl"]
     assert old.lora_tokens_per_s is None  # saved before the LoRA rate existed
     work = {"lora_tokens": 1e6}
     assert old.seconds(work) == pytest.approx(4 * 1e6 / old.forward_tokens_per_s)  # 4 passes: recomputed on a GPU
+    kept = old.for_profile(load_profile("paper"), lora_recompute=False)  # where the planned peak fits
+    assert kept.seconds(work) == pytest.approx(3 * 1e6 / old.forward_tokens_per_s)
     timed = dataclasses.replace(old, lora_tokens_per_s=5000.0)
     assert timed.seconds(work) == pytest.approx(200.0)
     out = io.StringIO()
     preflight._rates_lines(load_profile("paper"), {"gpt2-xl": old, "llama-3.1-8b": timed}, None, out)
     lines = out.getvalue().splitlines()
     assert lines[0].endswith("LoRA estimated from the forward rate (4 forward passes a token, activations "
-                             "recomputed: no LoRA rate here).")
-    assert "LoRA trained at 5,000 tokens/s (measured with" in lines[1]
+                             "recomputed, as the planned peak needs: no LoRA rate here).")
+    assert "LoRA trained at 5,000 tokens/s, activations recomputed, as the planned peak needs (measured with" in lines[1]
 
 
 def test_a_lora_step_that_does_not_fit_leaves_the_other_rates(paper_data, monkeypatch):
@@ -479,10 +482,10 @@ def test_a_lora_step_that_does_not_fit_leaves_the_other_rates(paper_data, monkey
     (the grid rate among them) are still measured and saved, and LoRA's hours are estimated."""
     from plugin_lib.harness.preflight_counts import count_task
 
-    def no_room(*_args):
+    def no_room(*_args, **_kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (a test's)")
 
-    monkeypatch.setattr(preflight_rates, "_lora_step_s", no_room)
+    monkeypatch.setattr(preflight_rates, "lora_on", no_room)
     profile = load_profile("paper-twin")
     model = profile.base_models[0]
     with pytest.warns(UserWarning, match="did not fit in the GPU's memory"):

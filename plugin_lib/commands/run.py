@@ -7,7 +7,8 @@
   --no-fetch         do not download missing data; stop instead
   --executor ray     first compute the notebooks' units (local, ray or slurm: plugin-repro grid run;
                      its options, e.g. --address auto or --partition gpu, in PLUGIN_GRID_ARGS), then
-                     run the notebooks, which find the records and aggregate
+                     run the notebooks, which find the records and aggregate; local and ray run
+                     several trainings at once on a GPU (the profile's trainings_at_once)
 Profiles (plugin_lib/harness/profiles.yaml; disk and time as measured, docs/profiles.md):
   local       the committed CPU-scale results (SmolLM2-135M); current ones are skipped in seconds
   smoke       every code path in minutes on a CPU (about 5 GiB of disk)

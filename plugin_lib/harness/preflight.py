@@ -116,8 +116,8 @@ def _lora_basis(r: Rates) -> str:
     """How training through the base is priced: LoRA at its measured rate (with or without
     recomputed activations, as the planned peak decides), or from the forward's."""
     recompute = r.device == "cuda" and r.lora_recompute
-    how = "activations recomputed (the planned peak needs it)" if recompute else (
-        "activations kept (they fit)" if r.device == "cuda" else "activations kept")
+    how = "activations recomputed, as the planned peak needs" if recompute else (
+        "activations kept, as they fit" if r.device == "cuda" else "activations kept")
     rate = r.lora_rate()
     if rate:
         upper = ("; an upper bound: the rate without recomputing is not measured"
@@ -235,7 +235,7 @@ def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float 
     factor = expected / profile.training.max_epochs
     totals, untimed = _table(plans, rates, factor, gpu, checks, card, only, out)
     _disk_line(profile, plans, checks, out)
-    _rates_lines(profile, rates, sharing, card, out)
+    _rates_lines(profile, rates, card, out, sharing)
     if any(rates.values()):
         label = " (estimates)" if card is not None else ""
         left = f"; notebook(s) {', '.join(untimed)} not timed (no rate for a base)" if untimed else ""
@@ -341,7 +341,8 @@ def priced_rates(profile: config.Profile, rates: dict[str, Rates | None], plans:
     return priced, sharing
 
 
-def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], sharing: dict, card, out) -> None:
+def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], card, out, sharing: dict | None = None
+                 ) -> None:
     for model, r in rates.items():
         if r is None:
             print(f"Rates for {model}: none (no measurement here, and the H100 probe did not cover it).", file=out)
@@ -351,4 +352,4 @@ def _rates_lines(profile: config.Profile, rates: dict[str, Rates | None], sharin
               f"decoding {r.decode_step_s * 1000:,.1f} ms/step alone and {r.plugin_step_s * 1000:,.1f} ms/step "
               f"with the Plugin (Plugin/base {r.plugin_step_s / r.decode_step_s:.2f}) at batch "
               f"{profile.decoding.batch_size}{' from static caches with CUDA graphs' if r.static_decoding else ''}; "
-              f"{_grid_basis(r, profile, sharing.get(model))}; {_lora_basis(r)}.", file=out)
+              f"{_grid_basis(r, profile, (sharing or {}).get(model))}; {_lora_basis(r)}.", file=out)

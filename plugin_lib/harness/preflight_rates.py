@@ -210,7 +210,8 @@ def _shared_shape(base, model: str, counts: TaskCounts, batch_size: int, device:
     targets = max(2, int(round(counts.target_tokens / max(counts.pairs, 1))))
     return Shape(vocab=base.vocab_size, hidden=head.width if head is not None else 64,
                  dtype=str(base.dtype).removeprefix("torch."), arch=tuple(sorted(models.arch_for(model).items())),
-                 pairs=8 * batch_size, length=max(int(round(counts.pair_tokens)), targets + 2), targets=targets,
+                 pairs=(8 if device.type == "cuda" else 2) * batch_size,
+                 length=max(int(round(counts.pair_tokens)), targets + 2), targets=targets,
                  batch_size=batch_size, device=str(device))
 
 

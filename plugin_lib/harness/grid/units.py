@@ -318,9 +318,10 @@ class BasePool:
         return TopKBlackBox(base, k, rule, name=ref.model)
 
     def task(self, ref: TaskRef, profile: Profile, head_only: bool = False) -> methods.Task:
-        """The task, with its encoded pairs and caches kept for the next unit on it."""
+        """The task, with its encoded pairs and caches kept for the next unit on it (in the run
+        store of now: a process that moves to another store, PLUGIN_RESULTS_DIR, builds it anew)."""
         head_only = self._held(ref, profile, head_only)
-        key = (self._key(ref, profile, head_only), ref, profile)
+        key = (self._key(ref, profile, head_only), ref, profile, str(run_store.runs_dir(profile, ref.dataset, ref.model)))
         if key not in self._tasks:
             self._tasks[key] = runner.load_task(self.base(ref, profile, head_only), ref.dataset, profile,
                                                 prompt_model=ref.prompt_model)
