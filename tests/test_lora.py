@@ -196,3 +196,26 @@ def test_the_planned_peak_decides_whether_lora_recomputes():
     assert not lora_recompute("llama-3.1-8b", paper, 141 * gib)  # an H200 holds every block's activations
     assert lora_recompute("llama-3.1-8b", paper, 40 * gib)
     assert lora_recompute("gpt2-xl", paper, 15 * gib)  # a T4: recompute, as before
+
+
+def test_making_a_task_asks_nothing_of_the_base_that_would_load_a_lazy_one():
+    """Whether LoRA recomputes is decided when LoRA is built: a fine-tuned base that loads (and
+    fine-tunes) on first use stays unloaded while its stored runs are only read."""
+    import real_data
+    from plugin_lib.harness import methods
+    from plugin_lib.harness.models import load_tokenizer
+    from plugin_lib.harness.profile import load_profile
+
+    real_data.require("e2e")
+
+    class Lazy:
+        name = states_name = "smollm2-135m-instruct"
+        tokenizer = load_tokenizer("smollm2-135m-instruct")
+
+        def __getattr__(self, attribute):
+            raise AssertionError(f"make_task asked the base for {attribute!r}")
+
+    task = methods.make_task(Lazy(), "e2e", load_profile("smoke"))
+    assert task.lora_recompute_rule is not None
+    with pytest.raises(AssertionError, match="'device'"):
+        task.lora_recompute  # noqa: B018 - asked only when LoRA is built

@@ -37,7 +37,7 @@ repetition penalty applied to each model's logits) and the metric code. The trai
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,9 +138,15 @@ class Task:
     cache_layout: str = "auto"  # the profile's (core.cache.BaseOutputCache.build)
     static_decoding: bool = False  # decode.generate's static_cache: the profile's "gpu" with the base on one
     stacked_training: bool = False  # fit_grid's stack: the profile's "gpu" with the base on one
-    lora_recompute: bool = False  # LoRA recomputes activations: on a GPU where its planned peak needs it
+    # Whether LoRA recomputes activations (on a GPU where its planned peak needs it), asked when LoRA
+    # is built: asking the base's device earlier would load a lazy base (a fine-tuned one) for nothing.
+    lora_recompute_rule: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
     # Encoded pairs and base-output caches, built on first use; per task, so they go with it.
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @property
+    def lora_recompute(self) -> bool:
+        return bool(self.lora_recompute_rule and self.lora_recompute_rule())
 
     def prompt(self, example: data.Example, demonstrations=()) -> str:
         text = prompts.build_prompt(self.dataset, self.family, example.source, demonstrations, self.prompt_style)
@@ -248,16 +254,14 @@ def make_task(base: BlackBoxLM, dataset: str, profile: Profile, *, prompt_model:
         cache_layout=profile.cache_layout,
         static_decoding=profile.static_decoding == "gpu" and base.device.type == "cuda",
         stacked_training=profile.stacked_training == "gpu" and base.device.type == "cuda",
-        lora_recompute=_lora_recompute(base, profile),
+        lora_recompute_rule=functools.partial(_lora_recompute, base, profile),
     )
 
 
 def _lora_recompute(base: BlackBoxLM, profile: Profile) -> bool:
     """LoRA recomputes its activations on a GPU whose memory its planned peak without them
-    exceeds (``preflight_counts.lora_recompute``); a base whose shape cannot be counted here does.
-    A base known by its name only (the grid's plan) trains nothing."""
-    device = getattr(base, "device", None)
-    if device is None or device.type != "cuda":
+    exceeds (``preflight_counts.lora_recompute``); a base whose shape cannot be counted here does."""
+    if base.device.type != "cuda":
         return False
     try:
         total = torch.cuda.get_device_properties(base.device).total_memory
