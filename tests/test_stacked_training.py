@@ -6,6 +6,8 @@ cannot share a stack step alone. Twins have random weights: twin: says nothing a
 paper's numbers."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -70,9 +72,16 @@ def test_a_stacked_grid_equals_each_configuration_alone(twin, objectives, build)
     assert all(r.stacked for r in stacked) and not any(r.stacked for r in alone)
     for a, b, model_a, model_b in zip(stacked, alone, stacked_models, alone_models):
         assert (a.best_epoch, a.epochs_run, a.optimizer_steps) == (b.best_epoch, b.epochs_run, b.optimizer_steps)
-        for x, y in zip(a.history, b.history):
-            assert x["train_loss"] == pytest.approx(y["train_loss"], rel=1e-6)
-            assert x["val_loss"] == pytest.approx(y["val_loss"], rel=1e-6)
+        # The stacked path's batched kernels sum in another order than one model's. A pairwise sum
+        # of n float32 terms rounds within eps * log2(n) (relative), the longest here the
+        # vocabulary's log-softmax, and Adam carries each step's difference into the next: after k
+        # optimizer steps the losses agree within k such bounds, whatever CPU's kernels ran.
+        steps_per_epoch = math.ceil(len(train) / configs()[0].batch_size)
+        per_step = torch.finfo(torch.float32).eps * math.log2(twin.vocab_size)
+        for epoch, (x, y) in enumerate(zip(a.history, b.history), start=1):
+            rel = per_step * steps_per_epoch * epoch
+            assert x["train_loss"] == pytest.approx(y["train_loss"], rel=rel)
+            assert x["val_loss"] == pytest.approx(y["val_loss"], rel=rel)
         batch = val.batch(range(len(val)), torch.device("cpu"))
         assert_forward_close(reweighter_logits(model_a, batch["input_ids"], batch["attention_mask"]),
                              reweighter_logits(model_b, batch["input_ids"], batch["attention_mask"]))
