@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              help="hours at the rates another machine saved (plugin-repro preflight --save-rates)")
     run_parser = sub.choices["run"]
     run_parser.add_argument("--executor", choices=executors.EXECUTORS, default="local")
-    run_parser.add_argument("--trainings-at-once", type=_at_once, metavar="N|auto",
+    run_parser.add_argument("--trainings-at-once", metavar="N|auto", type=lambda v: int(v) if v.isdigit() else v,
                             help="local, ray: units that train from the caches at once on a GPU, each a process with "
                                  "the base's output layer alone (default: the profile's trainings_at_once)")
     run_parser.add_argument("--rates", metavar="FILE",
@@ -161,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = config.load_profile(args.profile)
     problems: dict[str, str] = {}
     try:
+        if getattr(args, "trainings_at_once", None) is not None:  # checked as the profile's own setting is
+            profile = profile.replace(trainings_at_once=args.trainings_at_once)
         if args.wave and profile.name != WAVES[args.wave][0]:
             raise ValueError(f"--wave {args.wave} belongs to the {WAVES[args.wave][0]!r} profile")
         units = (WAVES[args.wave][1](profile) if args.wave else
@@ -185,18 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(planning.make_plan(units, measure=False), profile, args)
 
 
-def _at_once(value: str) -> str | int:
-    if value == "auto":
-        return value
-    try:
-        count = int(value)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"'{value}' is not a count of 1 or more, nor 'auto'")
-    return count
-
-
 def _run(plan: planning.Plan, profile: Profile, args: argparse.Namespace) -> int:
     """Compute the plan's pending units with the chosen executor; 0 when every unit is done,
     1 when some failed (the finished ones are stored), 2 when the executor cannot start."""
@@ -207,7 +197,7 @@ def _run(plan: planning.Plan, profile: Profile, args: argparse.Namespace) -> int
     if args.executor != "slurm":  # a Slurm job is one unit's GPU
         rates = preflight.base_rates(profile, sorted({u.model for u in plan.pending()}), rates_file=args.rates,
                                      measure=False) if args.rates else None
-        sharing = concurrency.for_run(profile, plan.pending(), setting=args.trainings_at_once, rates=rates)
+        sharing = concurrency.for_run(profile, plan.pending(), rates=rates)
         trainings = sharing.trainings
         print(f"[grid] trainings from the caches: {sharing.why}.", file=sys.stderr)
     results: list[dict] = []

@@ -83,8 +83,8 @@ def choose(setting: str | int, *, gpu_bytes: int | None, heavy_peak: int, proces
 def basis(rates, sharing: Sharing) -> str:
     """How the plan prices a search's configurations for ``rates`` (``preflight_rates.Rates``)."""
     curve = rates.shared_train_pairs_per_s
-    if sharing.trainings > 1 and curve and best_measured(curve, sharing.trainings):
-        k = best_measured(curve, sharing.trainings)
+    k = best_measured(curve, sharing.trainings) if sharing.trainings > 1 else None
+    if k:
         return (f"a search's configurations priced {k} at once at {curve[str(k)]:,.0f} pairs/s together "
                 f"(x{curve[str(k)] / rates.train_pairs_per_s:.2f} one alone; measured with {rates.measured_with}); "
                 f"{sharing.why}")
@@ -93,12 +93,12 @@ def basis(rates, sharing: Sharing) -> str:
 
 
 def for_profile(profile: Profile, *, gpu_bytes: int | None, heavy_peak: int, process_peak: int,
-                cores: int | None = None, rates=None) -> Sharing:
+                rates=None) -> Sharing:
     """:func:`choose` for ``profile`` with a rates file's measured curve, peak and cores where it has them."""
     measured = getattr(rates, "training_process_bytes", None)
     return choose(profile.trainings_at_once, gpu_bytes=gpu_bytes, heavy_peak=heavy_peak,
                   process_peak=measured or process_peak, measured_peak=bool(measured),
-                  cores=cores or getattr(rates, "cores", None) or machine_cores(),
+                  cores=getattr(rates, "cores", None) or machine_cores(),
                   curve=getattr(rates, "shared_train_pairs_per_s", None))
 
 
@@ -133,9 +133,9 @@ def priced(model: str, rates, profile: Profile, peaks: tuple[int, int], gpu_byte
     return rates.for_profile(profile, sharing.trainings, lora_recompute=recompute), sharing
 
 
-def for_run(profile: Profile, units, *, setting: str | int | None = None, rates: Mapping | None = None) -> Sharing:
-    """How many trainings ``grid run`` shares the GPU among for ``units`` (``setting``: the
-    command's, else the profile's ``trainings_at_once``): on a GPU from its free memory now, the
+def for_run(profile: Profile, units, *, rates: Mapping | None = None) -> Sharing:
+    """How many trainings ``grid run`` shares the GPU among for ``units`` (the profile's
+    ``trainings_at_once``): on a GPU from its free memory now, the
     units' peaks (``costs.base_peaks``; a rates file's measured peak and curve where given), and
     the cores; the fewest any base allows. 1 on a CPU unless set."""
     import torch
@@ -143,8 +143,6 @@ def for_run(profile: Profile, units, *, setting: str | int | None = None, rates:
     from ..core.cache import gpu_free_bytes
     from . import costs
 
-    if setting is not None:
-        profile = profile.replace(trainings_at_once=setting)
     cuda = torch.cuda.is_available()
     peaks = {m: p for m, p in costs.base_peaks(units, cuda).items() if p[1]}
     if not peaks:

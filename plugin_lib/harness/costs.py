@@ -229,14 +229,17 @@ def base_peaks(units, gpu: bool | GpuClass) -> dict[str, tuple[int, int]]:
     """Per base (``shape_of``): the largest peak GPU memory of a unit that holds the whole base,
     and of a process that trains from the caches with the output layer alone (0 without one):
     what decides how many trainings share a GPU (``harness.concurrency``)."""
+    return merge_peaks(*({shape_of(unit): (0, training_process_bytes(unit, gpu)) if trains_from_cache(unit)
+                          else (gpu_bytes(unit, gpu), 0)} for unit in units))
+
+
+def merge_peaks(*found: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """Per base, the largest of each peak in ``found`` (``base_peaks``' values)."""
     peaks: dict[str, tuple[int, int]] = {}
-    for unit in units:
-        heavy, light = peaks.get(shape_of(unit), (0, 0))
-        if trains_from_cache(unit):
-            light = max(light, training_process_bytes(unit, gpu))
-        else:
-            heavy = max(heavy, gpu_bytes(unit, gpu))
-        peaks[shape_of(unit)] = (heavy, light)
+    for each in found:
+        for model, (heavy, light) in each.items():
+            seen = peaks.get(model, (0, 0))
+            peaks[model] = (max(seen[0], heavy), max(seen[1], light))
     return peaks
 
 

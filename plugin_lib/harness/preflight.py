@@ -40,9 +40,9 @@ import torch
 
 from . import concurrency, gpus, models
 from . import profile as config
-from .costs import grid_size
+from .costs import grid_size, merge_peaks
 from .preflight_counts import GIB, cache_layout, count_task, tokenizer_for
-from .preflight_plan import Plan, base_peaks
+from .preflight_plan import Plan
 from .preflight_rates import (Rates, estimated_rates, expected_share, load_rates, measure_rates, reference_estimate,
                               save_rates)
 from .shared_rates import CPU_COUNTS, GPU_COUNTS
@@ -331,7 +331,7 @@ def priced_rates(profile: config.Profile, rates: dict[str, Rates | None], plans:
                  ) -> tuple[dict[str, Rates | None], dict[str, concurrency.Sharing]]:
     """Each base's rates as the profile runs its units (``concurrency.priced``), and the sharing
     of the GPU they assume."""
-    peaks, priced, sharing = base_peaks(plans), {}, {}
+    peaks, priced, sharing = merge_peaks(*(plan.base_peaks for plan in plans)), {}, {}
     for model, r in rates.items():
         if r is None:
             priced[model] = None

@@ -56,11 +56,8 @@ def plan_notebooks(units: Sequence[Unit], notebooks: dict[str, str], gpu: bool |
             if notebook in plans:
                 plans[notebook].peak_gpu = max(plans[notebook].peak_gpu, costs.gpu_bytes(unit, gpu))
                 pairs[notebook][unit.task.dataset] = max(counts.pairs, pairs[notebook].get(unit.task.dataset, 0))
-        for notebook in unit.notebooks:
-            if notebook in plans:
-                for model, (heavy, light) in costs.base_peaks([unit], gpu).items():
-                    seen = plans[notebook].base_peaks.get(model, (0, 0))
-                    plans[notebook].base_peaks[model] = (max(seen[0], heavy), max(seen[1], light))
+                plans[notebook].base_peaks = costs.merge_peaks(plans[notebook].base_peaks,
+                                                               costs.base_peaks([unit], gpu))
         owner = next((nb for nb in unit.notebooks if nb in plans), None)
         if owner is None:
             continue
@@ -76,12 +73,3 @@ def plan_notebooks(units: Sequence[Unit], notebooks: dict[str, str], gpu: bool |
         plan.pairs = sum(pairs[name].values())
     return list(plans.values())
 
-
-def base_peaks(plans: Sequence[Plan]) -> dict[str, tuple[int, int]]:
-    """The plans' peaks per base, the largest of each."""
-    peaks: dict[str, tuple[int, int]] = {}
-    for plan in plans:
-        for model, (heavy, light) in plan.base_peaks.items():
-            seen = peaks.get(model, (0, 0))
-            peaks[model] = (max(seen[0], heavy), max(seen[1], light))
-    return peaks

@@ -51,9 +51,8 @@ class Plan:
     calibrated: str = ""
     stored: dict[str, float] = field(default_factory=dict)
     configs_stored: dict[str, int] = field(default_factory=dict)
-    # Per base: how many units that train from the caches share a GPU, and why (harness.concurrency),
-    # and how a search's configurations are priced (the preflight's words for it).
-    sharing: dict[str, concurrency.Sharing] = field(default_factory=dict)
+    # Per base: how a search's configurations are priced, and how many share a GPU (harness.concurrency;
+    # the preflight's words for it).
     pricing: dict[str, str] = field(default_factory=dict)
 
     def pending(self) -> list[Unit]:
@@ -279,9 +278,9 @@ def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
             probed |= rates[key] is not None and rates[key].measured_with.startswith("probe")
             if rates[key] is not None:  # as the profile runs: trainings at once, LoRA as its peak decides
                 gpu_bytes = concurrency.planning_gpu_bytes(rates[key], None, profile) if gpu else None
-                rates[key], plan.sharing[model] = concurrency.priced(model, rates[key], profile,
-                                                                     peaks.get(model, (0, 0)), gpu_bytes)
-                plan.pricing[model] = concurrency.basis(rates[key], plan.sharing[model])
+                rates[key], sharing = concurrency.priced(model, rates[key], profile, peaks.get(model, (0, 0)),
+                                                         gpu_bytes)
+                plan.pricing[model] = concurrency.basis(rates[key], sharing)
         r = rates[key]
         under_way = plan.configs_stored.get(unit.key, 0)
         plan.seconds[unit.key] = r.seconds(costs.work(unit, gpu, counts, under_way=under_way)) if r is not None else 0.0
