@@ -24,4 +24,4 @@ fi
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 GLIBC_TUNABLES="$("$venv/bin/python" -m plugin_lib.utils.malloc)"
 export GLIBC_TUNABLES
-exec "$venv/bin/python" -m plugin_lib.commands.run "$@"
+PLUGIN_RUN_COMMAND=run_all.sh exec "$venv/bin/python" -m plugin_lib.commands.run "$@"

@@ -144,8 +144,46 @@ def gpu_check(ctx: typer.Context) -> None:
     _hand_over("plugin_lib.commands.gpu_check", ctx.args)
 
 
+# Commands that read or write the checkout itself (its notebooks, results and report): run from
+# another checkout they would mix the two, so they refuse; the others only warn.
+CHECKOUT_COMMANDS = {"run", "stamp", "report", "gpu-check", "grid", "confirmation", "preflight"}
+
+
+def other_checkout(cwd: Path | None = None) -> Path | None:
+    """The checkout of this repository that holds the working directory, when it is not the one
+    whose ``plugin_lib`` was imported (one environment installed from another clone)."""
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "plugin_lib" / "__init__.py").is_file() and (folder / "run_all.sh").is_file():
+            return folder if folder != REPO_ROOT.resolve() else None
+    return None
+
+
+def _check_checkout(argv: list[str]) -> None:
+    other = other_checkout()
+    if other is None:
+        return
+    command = next((a for a in argv if not a.startswith("-")), "")
+    if not command or "--help" in argv or "-h" in argv:
+        return
+    said = (f"plugin-repro: this command runs the plugin_lib of {REPO_ROOT}, not of the checkout you are in "
+            f"({other}): its environment was installed from the other. Run `bash run_all.sh` or "
+            f"`python -m plugin_lib` in {other}, or `pip install -e {other}`.")
+    if command in CHECKOUT_COMMANDS:
+        typer.echo(f"{said} Nothing was run.", err=True)
+        sys.exit(2)
+    typer.echo(f"warning: {said}", err=True)
+
+
 def main() -> None:
-    app(prog_name="plugin-repro")
+    from .harness.profile import ProfileError
+
+    _check_checkout(sys.argv[1:])
+    try:
+        app(prog_name="plugin-repro")
+    except ProfileError as err:  # profiles.yaml, wherever a command reads it: one line, status 2
+        typer.echo(f"plugin-repro: error: {err}", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,16 @@ record. Each fault stops here with one line naming the files and the cheapest me
 - a record that does not read as JSON (truncated by a full disk or a copy): ``damaged_records``;
 - a record whose content differs from the hash the store wrote for it in the store's manifest,
   ``RECORDS.sha256`` (``plugin_lib/utils/record_manifest.py``): a number edited by hand;
+- a record whose metrics its own predictions do not give (``harness/record_scores.py``: each
+  record is scored again from its predictions and its inputs' references, once per machine): an
+  edit that also rewrote the record's manifest line, or a record scored by older scorers;
 - a record the manifest does not list: the store lists each record as it writes it, so the store
   did not write it (or its writer stopped in between). ``--write-manifest`` lists such records
   once you know where they came from (and makes the manifest of a store that has none).
 
 Exit status: 0 fine, 1 a stamp is stale (``--check``), 2 bad arguments, 4 a damaged (unreadable)
-record, 5 an edited record, 6 a record not in the manifest (the lowest applies when several do).
+record, 5 an edited record (or one whose metrics its predictions do not give), 6 a record not in
+the manifest (the lowest applies when several do).
 run_all.sh passes them on; its 3 is another run_all.sh holding the profile.
 
 Nothing from the machine, the user or the other environment variables enters it, so a fresh
@@ -38,6 +42,7 @@ true as the code changes: a commit that changes what a stamp hashes re-runs ``ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -153,6 +158,40 @@ def mend_advice(paths: list[Path], listed: bool = False) -> str:
     return "; ".join(lines)
 
 
+def content_mismatches(paths: list[Path]) -> list:
+    """``harness.record_scores.mismatches`` of ``paths``, named as a user types them; none
+    (said in one line) where the data is absent: the run's data check stops first then."""
+    from plugin_lib.data import DataError
+    from plugin_lib.harness import record_scores
+
+    try:
+        found = record_scores.mismatches(paths, say=lambda line: print(line, file=sys.stderr))
+    except (DataError, FileNotFoundError) as err:
+        print(f"The stored records' metrics were not checked against their predictions: {str(err).splitlines()[0]}",
+              file=sys.stderr)
+        return []
+    return [dataclasses.replace(m, path=Path(shown([m.path]))) for m in found]
+
+
+def content_mend_advice(paths: list[Path]) -> str:
+    """Committed records whose committed copy differs from the file: restore them and their
+    manifest from git; any other (a record committed or stored as it is): delete it, so that the
+    next run recomputes it."""
+    restorable, other = [], []
+    for path in paths:
+        path = REPO_ROOT / path if not path.is_absolute() else path
+        content = _committed_content(path)
+        changed = content is not None and record_manifest.digest(content) != record_manifest.content_hash(path)
+        (restorable if changed else other).append(path)
+    lines = []
+    if restorable:
+        manifests = sorted({record_manifest.manifest_path(record_manifest.store_of(p)[0]) for p in restorable})
+        lines.append(f"restore the committed record(s) and manifest with `git checkout -- {shown(restorable + manifests)}`")
+    if other:
+        lines.append(f"delete {shown(other)}: the next run recomputes them")
+    return "; ".join(lines)
+
+
 def check_records(profile: str, adopting: bool = False) -> int:
     """Every stored record of ``profile`` checked (module docstring): one line on stderr per
     kind of fault, and the lowest exit status among them (0: all fine). ``adopting``: records
@@ -174,6 +213,12 @@ def check_records(profile: str, adopting: bool = False) -> int:
                        f"store wrote for them in {record_manifest.MANIFEST}: {shown(edited, ', ')}. They "
                        "were changed after they were stored (an edited number is still valid JSON), and a notebook "
                        f"would report the change as a result. Mend them first: {mend_advice(edited, listed=True)}."))
+    wrong = content_mismatches([p for p in profile_records(profile) if p not in damaged + edited])
+    if wrong:
+        faults.append((EDITED, f"{len({m.path for m in wrong})} stored run record(s) of profile '{profile}' hold metrics "
+                       f"that their own predictions do not give: {'; '.join(m.line() for m in wrong[:4])}"
+                       f"{f'; and {len(wrong) - 4} more' if len(wrong) > 4 else ''}. A notebook would report them as "
+                       f"results. Mend them first: {content_mend_advice(sorted({m.path for m in wrong}))}."))
     unlisted = [p for p in unlisted if p not in damaged]
     if unlisted and not adopting:
         faults.append((UNLISTED, f"{len(unlisted)} run record(s) of profile '{profile}' are not in their store's "
@@ -190,7 +235,8 @@ def check_records(profile: str, adopting: bool = False) -> int:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      epilog="Exit status: 0 fine, 1 stale (--check), 2 bad arguments, 4 a damaged "
-                                            "record, 5 an edited record, 6 a record not in the manifest.")
+                                            "record, 5 an edited record or metrics its predictions do not give, 6 a record not in "
+                                            "the manifest.")
     parser.add_argument("--profile", required=True, choices=profile_names())
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                         metavar=("KEY", "VALUE"), help="a papermill parameter passed to the notebook")
@@ -230,5 +276,15 @@ def main(argv: list[str]) -> int:
     return 1 if stale else 0
 
 
+def main_or_profile_error(argv: list[str]) -> int:
+    from plugin_lib.harness.profile import ProfileError
+
+    try:
+        return main(argv)
+    except ProfileError as err:
+        print(f"run_stamp.py: {err}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main_or_profile_error(sys.argv[1:]))

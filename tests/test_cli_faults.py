@@ -70,14 +70,78 @@ def test_generate_names_the_file_and_line_of_a_malformed_jsonl(tmp_path):
 # ---------------------------------------------------------------- one writer, interrupts
 
 
-def test_a_second_train_into_one_out_is_refused_at_once(tmp_path):
+def test_a_second_train_into_one_out_is_refused_at_once_before_torch_loads(tmp_path):
+    """Issue 76: the lock is taken before torch and the base load, and its conflict is status 3, as run's."""
+    script = f"""
+import sys
+from typer.testing import CliRunner
+from plugin_lib.serving import cli
+done = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", {str(PAIRS)!r},
+                                    "--out", {str(tmp_path / 'mine')!r}, "--profile", "smoke"])
+print(done.exit_code, sorted(m for m in ("torch", "transformers") if m in sys.modules))
+print(done.output)
+"""
+    with StoreLock(tmp_path / ".mine.lock"):  # a live train holds it
+        done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    status, output = done.stdout.split("\n", 1)
+    assert status == "3 []", done.stdout + done.stderr
+    assert "another plugin-repro train" in output and "choose another --out" in output
+    assert not (tmp_path / "mine").exists()
+
+
+def _stand_in_training(monkeypatch, fault):
+    """``train`` with its base and its training replaced: the training writes resume state, then
+    ``fault`` happens."""
+    from plugin_lib.serving import artifact, training
+
+    monkeypatch.setattr(artifact.BaseSpec, "load", lambda self, tokenizer=None: object())
+    monkeypatch.setattr(training, "reweighter_arch", lambda spec, layers, width: {})
+
+    def train_plugin(*args, resume_dir, **kwargs):
+        resume_dir.mkdir(parents=True, exist_ok=True)
+        (resume_dir / "config-0.pt").write_bytes(b"x" * 4096)
+        fault()
+
+    monkeypatch.setattr(training, "train_plugin", train_plugin)
+
+
+def test_a_full_disk_in_train_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """Issue 76: a 20 MiB file system gave 73 lines and two tracebacks, and left a resume folder."""
     from plugin_lib.serving import cli
 
-    with StoreLock(tmp_path / ".mine.lock"):  # a live train holds it
-        done = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS),
-                                            "--out", str(tmp_path / "mine"), "--profile", "smoke"])
-    assert done.exit_code == 2 and "another plugin-repro train" in done.output and "choose another --out" in done.output
-    assert not (tmp_path / "mine").exists()
+    def full():  # what torch.save says on a full disk
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
+
+    _stand_in_training(monkeypatch, full)
+    done = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS),
+                                        "--out", str(tmp_path / "mine"), "--profile", "smoke"])
+    assert done.exit_code == 1, done.output
+    last = done.output.strip().splitlines()[-1]
+    assert last.startswith(f"plugin-repro: error: the disk under {tmp_path} is full") and "was removed" in last
+    assert "Traceback" not in done.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no resume folder, no lock, no artifact
+
+
+def test_a_resume_state_of_other_data_is_removed_and_named(tmp_path, monkeypatch):
+    """Issue 76: a killed train's 105 MB state outlived a later train on other data, unmentioned."""
+    from plugin_lib.serving import cli
+
+    stale = tmp_path / ".mine.resume-0123456789ab"
+    stale.mkdir()
+    (stale / "config-0.pt").write_bytes(b"x" * 2**20)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    _stand_in_training(monkeypatch, interrupted)
+    done = CliRunner().invoke(cli.app, ["train", "--base", "smollm2-135m-instruct", "--data", str(PAIRS),
+                                        "--out", str(tmp_path / "mine"), "--profile", "smoke"])
+    assert done.exit_code == 130
+    assert f"removed {stale} (1 MiB): the state of an interrupted train of {tmp_path / 'mine'} on other data" in done.output
+    assert not stale.exists()
+    (kept,) = tmp_path.glob(".mine.resume-*")  # this data's own state stays, for the same command to resume
+    assert kept != stale
 
 
 @pytest.mark.parametrize("stop, status, word", [

@@ -48,3 +48,25 @@ def test_the_lock_pins_versions_inside_the_declared_ranges():
         version = next(iter(pin.specifier)).version
         if _name(pin.name) in ranges:
             assert ranges[_name(pin.name)].contains(version), f"{pin} is outside pyproject's {ranges[_name(pin.name)]}"
+
+
+def test_the_wheel_holds_every_file_of_the_package(tmp_path):
+    """Issue 76: a built wheel lacked plugin_lib/report/preregistered_wave3_inputs.json, so an installed
+    package could not judge wave 3. The wheel, built from the tracked files, holds exactly them."""
+    import importlib.util
+    import subprocess
+    import zipfile
+
+    tracked = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "pyproject.toml", "README.md", "LICENSE",
+                              "plugin_lib"], capture_output=True, text=True, check=True).stdout.split()
+    source = tmp_path / "source"
+    for name in tracked:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_bytes((REPO_ROOT / name).read_bytes())
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w",
+                            str(tmp_path / "wheel"), str(source)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    packaged = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("plugin_lib/")}
+    assert packaged == {n for n in tracked if n.startswith("plugin_lib/")}

@@ -3,7 +3,9 @@ into ``RECORDS.sha256`` beside ``runs/`` (plugin_lib/utils/record_manifest.py), 
 scripts/run_stamp.py, which run_all.sh calls before any notebook, checks every record against it.
 An edited number (still valid JSON) stops it with exit 5, a truncated record with 4 (not
 run_all.sh's 3, another run holding the profile), a record the store did not write with 6, each
-naming the file and its mend; an untouched store passes. Data-free: the stores are temporary."""
+naming the file and its mend; an untouched store passes. A record whose metrics its own
+predictions do not give (an edit that re-hashed its manifest line) stops it with 5 too. The stores
+are temporary; the tests that score real predictions declare the data they read."""
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +18,7 @@ import pytest
 
 from plugin_lib.utils import record_manifest
 from plugin_lib.utils.record_manifest import MANIFEST, write_record
+import real_data
 from test_run_all import OK, ROOT, git, make_repo, notebook, run_all, run_stamp
 
 RECORD = {"dataset": "e2e", "method": "Plugin", "seed": 0, "metrics": {"BLEU": 0.3141, "ROUGE-L": 0.5}}
@@ -41,11 +44,11 @@ def store(tmp_path, monkeypatch):
     return root
 
 
-def stamp(tmp_path, *args: str) -> subprocess.CompletedProcess:
+def stamp(tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """scripts/run_stamp.py as run_all.sh calls it, on the temporary store."""
     return subprocess.run([sys.executable, "scripts/run_stamp.py", "--profile", "smoke", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PLUGIN_RESULTS_DIR": str(tmp_path / "results")})
+                          env={**os.environ, "PLUGIN_RESULTS_DIR": str(tmp_path / "results"), **(env or {})})
 
 
 def test_the_store_lists_each_record_it_writes_and_nothing_else(tmp_path):
@@ -167,6 +170,56 @@ def test_an_edited_committed_record_is_mended_from_git():
     edited = local / "runs" / "e2e" / "smollm2-135m-instruct" / "Plugin-seed0.json"
     assert run_stamp().mend_advice([edited], listed=True) == (
         "restore the committed record(s) with `git checkout -- results/local/runs/e2e/smollm2-135m-instruct/Plugin-seed0.json`")
+
+
+@pytest.fixture
+def scored_store(tmp_path, monkeypatch):
+    """A smoke store holding one real record: e2e test inputs, predictions (other inputs'
+    references) and the seven metrics compute_metrics gives them."""
+    real_data.require("e2e")
+    from plugin_lib.data import load_dataset
+    from plugin_lib.metrics import compute_metrics
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
+    test = load_dataset("e2e", "test")[:12]
+    predictions = [ex.references[0] for ex in test[1:] + test[:1]]
+    record = {**RECORD, "test_ids": [ex.id for ex in test], "predictions": predictions,
+              "metrics": compute_metrics(predictions, [list(ex.references) for ex in test])}
+    path = write_record(tmp_path / "results" / "smoke" / "runs" / "e2e" / "base" / "Plugin-seed0.json", record)
+    (tmp_path / "00_x.ipynb").write_text(notebook("print(1)"))
+    return path
+
+
+def test_metrics_that_the_records_own_predictions_do_not_give_stop_the_check(scored_store, tmp_path):
+    """Issue 76's probe: a BLEU set to 0.9 with its manifest line re-hashed passed every check."""
+    env = {"PLUGIN_CACHE_DIR": str(tmp_path / "cache")}
+    assert stamp(tmp_path, "--check", str(tmp_path / "00_x.ipynb"), env=env).returncode == 1  # fine: only unstamped
+    assert list((tmp_path / "cache" / "verified-records").iterdir())  # remembered as true
+    record = json.loads(scored_store.read_text())
+    record["metrics"]["BLEU"] = 0.9
+    write_record(scored_store, record)  # re-hashes its manifest line: the manifest now agrees
+    assert record_manifest.verify(scored_store.parents[3]) == ([], [])
+    caught = stamp(tmp_path, "--check", str(tmp_path / "00_x.ipynb"), env=env)
+    assert caught.returncode == 5, caught.stderr
+    assert f"{scored_store}: metrics.BLEU is 0.9, its predictions score 0." in caught.stderr
+    assert "delete" in caught.stderr and len(caught.stderr.strip().splitlines()) == 1
+
+
+def test_a_tables_point_outside_its_own_interval_is_refused():
+    """A mean from stored metrics outside the interval scored from the same runs' predictions."""
+    import pandas as pd
+    from plugin_lib.metrics import METRIC_NAMES
+    from plugin_lib.report import tables
+
+    row = {m: 0.5 for m in METRIC_NAMES} | {f"{m}_std": 0.01 for m in METRIC_NAMES}
+    summary = pd.DataFrame([{"model": "m", "method": "Plugin", **row, "BLEU_ci_low": 0.4, "BLEU_ci_high": 0.6}]
+                           ).set_index(["model", "method"])
+    assert "[0.4000, 0.6000]" in tables.format_table(summary).to_markdown()
+    summary["BLEU"] = 0.4439
+    summary["BLEU_ci_low"], summary["BLEU_ci_high"] = 0.2007, 0.2406
+    with pytest.raises(ValueError, match=r"m / Plugin: BLEU 0.4439 lies outside its 95% CI \[0.2007, 0.2406\]"):
+        tables.format_table(summary)
 
 
 def test_run_all_stops_on_an_edited_or_a_truncated_record_with_their_own_statuses(tmp_path):

@@ -253,7 +253,7 @@ def test_a_held_lock_refuses_at_once(idle_repo):
             start = time.monotonic()
             result = run_all(idle_repo, "--profile", "smoke")
             assert result.returncode == 3
-            assert "another run_all.sh is already running for profile 'smoke'" in result.stderr
+            assert "another run (run_all.sh or plugin-repro run) is already running for profile 'smoke'" in result.stderr
             assert time.monotonic() - start < 10
         assert not (idle_repo / "results" / "smoke" / "executed").exists()
     finally:
@@ -277,7 +277,7 @@ def test_a_second_call_refuses_and_an_interrupt_leaves_nothing_half_written(tmp_
         assert [p.name for p in executed.glob(".00_sleep.running.*.ipynb")]  # papermill's own file
         second = run_all(repo, "--profile", "smoke")
         assert second.returncode == 3
-        assert "another run_all.sh is already running for profile 'smoke'" in second.stderr
+        assert "another run (run_all.sh or plugin-repro run) is already running for profile 'smoke'" in second.stderr
         first.send_signal(signal.SIGTERM)
         _, err = first.communicate(timeout=30)
     finally:

@@ -325,14 +325,17 @@ def test_offline_a_hub_id_is_read_from_the_local_cache_at_once(monkeypatch, tmp_
         models.hub_reachable.cache_clear()
 
 
-def test_the_preflight_without_its_data_says_what_to_do_in_one_line(capsys):
+def test_the_preflight_without_its_data_says_what_to_do_in_one_line(capsys, tmp_path, monkeypatch):
     """No data (this test declares none, so the folder it sees is empty): exit 2, one line naming
-    the missing file and how to fetch it, no traceback."""
+    the missing file and how to fetch it, no traceback; and nothing before it, even on a first run
+    (an empty cache: no model is converted or loaded first, issue 76)."""
+    monkeypatch.setenv("PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
     for cached in (preflight_counts._splits, preflight_counts._count):  # splits read by earlier tests
         cached.cache_clear()
     assert preflight_command.main(["--profile", "smoke", "--plan-only", "--no-measure"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("preflight: Missing data file") and "fetch" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "cache").exists()
 
 
 def test_a_base_that_cannot_be_loaded_here_leaves_only_its_own_rates_out(paper_data, tmp_path, monkeypatch):

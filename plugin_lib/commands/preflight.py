@@ -11,6 +11,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..data import integrity, sources
+from ..data.files import data_dir
 from ..data.integrity import DataError, MissingDataError
 from ..harness import gpus, preflight
 from ..harness import profile as config
@@ -18,9 +20,22 @@ from ..harness.preflight_plan import Plan, plan_notebooks
 from . import studies
 
 
+def some_data_first() -> None:
+    """No dataset at all: said at once (MissingDataError, its one line), before planning converts
+    or loads a model. With some datasets, the notebooks of the others are planned without units."""
+    root = data_dir()
+    if root is None:  # the Hub
+        return
+    absent = [(group, relpath) for group in sources.GROUPS for relpath in integrity.REQUIRED.get(group, ())
+              if not (root / relpath).is_file()]
+    if {group for group, _ in absent} == {group for group in sources.GROUPS if integrity.REQUIRED.get(group)}:
+        integrity.verify_file(root, absent[0][1])
+
+
 def plans(profile: config.Profile, only: Sequence[str] = (), gpu_name: str | None = None) -> list[Plan]:
     """The plan of each notebook of ``only`` (all by default) at the dtypes it will run in; a
     notebook whose data this machine lacks is planned without units, the reason kept."""
+    some_data_first()
     problems: dict[str, str] = {}
     units = studies.units(profile, only, problems)
     _, gpu = preflight.planning_gpu(profile, gpu_name)

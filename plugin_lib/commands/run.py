@@ -55,12 +55,13 @@ from ..utils import malloc
 from ..utils.io import reap_tree
 from ..utils.locks import StoreLock
 
-PROG = "run_all.sh"  # the name users call it by, in every message (plugin-repro run is the same call)
+# The name the user called it by, in every message: run_all.sh says so (PLUGIN_RUN_COMMAND).
+PROG = os.environ.get("PLUGIN_RUN_COMMAND", "plugin-repro run")
 EXECUTORS = ("local", "ray", "slurm")
 
 
 class Stop(Exception):
-    """Ends the call: ``message`` on stderr (after ``run_all.sh: ``), ``status`` the exit status."""
+    """Ends the call: ``message`` on stderr (after ``PROG: ``), ``status`` the exit status."""
 
     def __init__(self, message: str, status: int = 1):
         super().__init__(message)
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except Stop as stop:
         print(f"{PROG}: {stop}", file=sys.stderr)
         return stop.status
+    except config.ProfileError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
 
 
 class Orchestrator:
@@ -144,7 +148,7 @@ class Orchestrator:
         try:
             return self._under_lock(profile, notebooks)
         except Interrupted as sig:
-            print(f"[run_all] interrupted by SIG{sig}: the notebook that was running is not stored; the last "
+            print(f"[run] interrupted by {sig}: the notebook that was running is not stored; the last "
                   "finished one is kept.", file=sys.stderr)
             return 128 + sig.signum
         finally:
@@ -172,7 +176,7 @@ class Orchestrator:
         started = time.monotonic()
         for i, notebook in enumerate(notebooks, 1):
             self._notebook(notebook, wanted[notebook], f"({i}/{len(notebooks)})")
-        print(f"[run_all] all {len(notebooks)} notebooks finished for profile '{profile}' in "
+        print(f"[run] all {len(notebooks)} notebooks finished for profile '{profile}' in "
               f"{time.monotonic() - started:.0f} s", flush=True)
         self._after(profile)
         return 0
@@ -188,9 +192,10 @@ class Orchestrator:
         profile = self.options.profile
         if not profile:
             profile = config.auto_profile()
-            print(f"[run_all] profile: {profile} (chosen automatically; --profile overrides)", flush=True)
+            print(f"[run] profile: {profile} (chosen automatically; --profile overrides)", flush=True)
         if profile not in config.profile_names():
             raise Stop(f"unknown profile {profile!r}; choose one of: {', '.join(config.profile_names())}", 2)
+        config.load_profile(profile)  # a wrong field stops here, in one line, before any child reads it
         if self.options.executor and self.options.executor not in EXECUTORS:
             raise Stop(f"unknown executor '{self.options.executor}'; choose local, ray or slurm (see --help)", 2)
         return profile
@@ -228,17 +233,17 @@ class Orchestrator:
             return str(self.out)
 
     def _refuse(self) -> None:
-        raise Stop(f"another run_all.sh is already running for profile '{self.profile}' (it holds "
+        raise Stop(f"another run (run_all.sh or plugin-repro run) is already running for profile '{self.profile}' (it holds "
                    f"{self.shown}/.run_all.lock). Wait for it to finish or stop it, then call again.", 3)
 
     def _data(self, profile: str) -> None:
         """Missing, truncated or malformed data stop the call here, before anything is written."""
-        print(f"[run_all] checking the data of profile '{profile}'", flush=True)
+        print(f"[run] checking the data of profile '{profile}'", flush=True)
         if self._call(["-m", "plugin_lib.data.check", "--profile", profile]) == 0:
             return
         if not self.options.fetch or os.environ.get("PLUGIN_DATA_DIR") == "hub":
             raise Stop(f"the data of profile '{profile}' are not ready (see above); nothing was run or written.")
-        print("[run_all] fetching the missing data (plugin-repro data fetch; --no-fetch skips this)", flush=True)
+        print("[run] fetching the missing data (plugin-repro data fetch; --no-fetch skips this)", flush=True)
         self._call(["-m", "plugin_lib.data.fetch"])  # says what it could not get; the check decides
         if self._call(["-m", "plugin_lib.data.check", "--profile", profile]):
             raise Stop(f"the data of profile '{profile}' are still not ready (see above); nothing was run.")
@@ -248,7 +253,7 @@ class Orchestrator:
         will not do (PLUGIN_SKIP_PREFLIGHT=1 skips it, e.g. a resumed run that saw it)."""
         if profile not in config.GPU_PROFILES or _skip_preflight():
             return
-        print(f"[run_all] preflight of profile '{profile}' (PLUGIN_SKIP_PREFLIGHT=1 skips it)", flush=True)
+        print(f"[run] preflight of profile '{profile}' (PLUGIN_SKIP_PREFLIGHT=1 skips it)", flush=True)
         only = ["--only", self.options.only] if self.options.only else []
         if self._call(["-m", "plugin_lib.commands.preflight", "--profile", profile, *only]):
             raise Stop(f"the preflight says profile '{profile}' will not fit on this machine (see WILL NOT FIT "
@@ -261,8 +266,10 @@ class Orchestrator:
             raise Stop(f"cannot write the results folder {self.shown} ({err.strerror}): set PLUGIN_RESULTS_DIR to "
                        "a writable folder; nothing was run.") from None
         if not os.access(self.out, os.W_OK):
-            raise Stop(f"cannot write the results folder {self.shown} (Permission denied): set PLUGIN_RESULTS_DIR "
-                       "to a writable folder; nothing was run.")
+            read_only = bool(os.statvfs(self.out).f_flag & os.ST_RDONLY)
+            raise Stop(f"cannot write the results folder {self.shown} ("
+                       f"{'its file system is mounted read-only' if read_only else 'permission denied'}): set "
+                       "PLUGIN_RESULTS_DIR to a writable folder; nothing was run.")
 
     # ------------------------------------------------------------------ under the lock
     def _reap(self) -> None:
@@ -273,7 +280,7 @@ class Orchestrator:
             raise Stop(str(err)) from None
         removed = [path for root in roots for path in reap_tree(root)]
         if removed:
-            print(f"[run_all] removed {len(removed)} temporary file(s) that killed writers left, e.g. {removed[0]}",
+            print(f"[run] removed {len(removed)} temporary file(s) that killed writers left, e.g. {removed[0]}",
                   flush=True)
 
     def _stamps(self, profile: str, notebooks: list[Path]) -> dict[Path, str]:
@@ -296,7 +303,7 @@ class Orchestrator:
         """The units first, on the chosen executor (docs/scale.md); its lines go to the screen
         and to logs/grid.log."""
         executor, log = self.options.executor, self.out / "logs" / "grid.log"
-        print(f"[run_all] computing the notebooks' units with the {executor} executor (log: {self.shown}/logs/grid.log)",
+        print(f"[run] computing the notebooks' units with the {executor} executor (log: {self.shown}/logs/grid.log)",
               flush=True)
         only = ["--only", self.options.only] if self.options.only else []
         extra = os.environ.get("PLUGIN_GRID_ARGS", "").split()
@@ -320,10 +327,10 @@ class Orchestrator:
         name, executed = notebook.stem, self.out / "executed"
         final, failed, stamp = executed / f"{name}.ipynb", executed / f"{name}.failed.ipynb", executed / f"{name}.done"
         if self._finished(notebook, wanted):
-            print(f"[run_all] {count} {name}: already finished, skipped (--force re-runs it)", flush=True)
+            print(f"[run] {count} {name}: already finished, skipped (--force re-runs it)", flush=True)
             return
         log = self.out / "logs" / f"{name}.log"
-        print(f"[run_all] {count} {name}: running (log: {self.shown}/logs/{name}.log)", flush=True)
+        print(f"[run] {count} {name}: running (log: {self.shown}/logs/{name}.log)", flush=True)
         started = time.monotonic()
         self.temporary = executed / f".{name}.running.{os.getpid()}.ipynb"
         with open(log, "w", encoding="utf-8") as out:
@@ -344,7 +351,7 @@ class Orchestrator:
             written.write_text(wanted + "\n")
             written.chmod(self.mode)
             os.replace(written, stamp)
-            print(f"[run_all] {count} {name}: done in {seconds} s", flush=True)
+            print(f"[run] {count} {name}: done in {seconds} s", flush=True)
             return
         self._failed(name, log, final, failed)
 
@@ -359,16 +366,16 @@ class Orchestrator:
                 self.temporary.unlink(missing_ok=True)
             failed.unlink(missing_ok=True)
         self.temporary = None
-        print(f"[run_all] FAILED: {name}. Its error:", file=sys.stderr)
+        print(f"[run] FAILED: {name}. Its error:", file=sys.stderr)
         error = subprocess.run([self.py, str(REPO_ROOT / "scripts" / "notebook_error.py"), str(log)],
                                capture_output=True, text=True)
         text = error.stdout if error.returncode == 0 else "\n".join(log.read_text(errors="replace").splitlines()[-20:])
         print("\n".join(f"    {line}" for line in text.splitlines()), file=sys.stderr)
-        print(f"[run_all] Full log: {self.shown}/logs/{name}.log", file=sys.stderr)
+        print(f"[run] Full log: {self.shown}/logs/{name}.log", file=sys.stderr)
         if failed.exists():
-            print(f"[run_all] The failed notebook: {self.shown}/executed/{name}.failed.ipynb", file=sys.stderr)
+            print(f"[run] The failed notebook: {self.shown}/executed/{name}.failed.ipynb", file=sys.stderr)
         if final.exists():
-            print(f"[run_all] {self.shown}/executed/{name}.ipynb (the last finished execution) is unchanged; nothing "
+            print(f"[run] {self.shown}/executed/{name}.ipynb (the last finished execution) is unchanged; nothing "
                   "else was written.", file=sys.stderr)
         raise SystemExit(1)
 
@@ -384,12 +391,12 @@ class Orchestrator:
             done = (self.out / "logs" / "grid.done").stat().st_mtime
             late = sum(1 for pattern in ("*-seed*.json", "*-selection.json") for p in (self.out / "runs").rglob(pattern)
                        if p.stat().st_mtime > done)
-            print(f"[run_all] run records the notebooks wrote after the grid: {late} (0: they only aggregated)")
+            print(f"[run] run records the notebooks wrote after the grid: {late} (0: they only aggregated)")
         readme = []
         if profile == "local" and not self.options.only and self.out.parent == REPO_ROOT / "results":
             readme = ["--readme"]
         elif profile == "local":
-            print("[run_all] README.md not refreshed: it shows a complete 'local' run of every notebook into results/.")
+            print("[run] README.md not refreshed: it shows a complete 'local' run of every notebook into results/.")
         sys.stdout.flush()
         if not self.options.only and config.load_profile(profile).test_inputs is not None:
             self._call(["-m", "plugin_lib.commands.confirmation", "judge"], check=True)

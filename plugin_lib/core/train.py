@@ -238,6 +238,9 @@ def fit_grid(runs: Sequence[GridRun], *, progress: bool = True, checkpoint_every
             groups.setdefault((len(state.history), order), []).append(state)
     for group in groups.values():
         _train_together(group, progress, checkpoint_every_s, stack)
+    for run in runs:
+        if run.checkpoint is not None and not run.keep_checkpoint:
+            Path(run.checkpoint).unlink(missing_ok=True)
     return [state.result for state in states]
 
 
@@ -358,10 +361,8 @@ class _RunState:
         run = self.run
         run.model.load_state_dict(self.best_state)
         run.model.eval()
-        if run.checkpoint is not None and run.keep_checkpoint:
+        if run.checkpoint is not None:  # kept until the grid ends: a resume never retrains it alone
             _save_atomically(run.checkpoint, self.checkpoint_state(True, seconds, order_rng))
-        elif run.checkpoint is not None:
-            Path(run.checkpoint).unlink(missing_ok=True)
         self.result = FitResult(self.best_epoch, self.best_loss, len(self.history), self.steps, seconds, self.history,
                                 self.stacked)
 

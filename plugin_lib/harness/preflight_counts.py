@@ -84,6 +84,7 @@ def count_task(dataset: str, model: str, profile: Profile) -> TaskCounts:
     (``core.pairs.encode_pairs``: the prompt's last ``max_prompt`` tokens, the target's first
     ``max_target`` and EOS)."""
     spec = models.model_spec(model)
+    _splits(dataset, profile.rows)  # missing data is said before a first run converts a tokenizer
     tokenizer, _ = tokenizer_for(model)
     return _count(dataset, spec["family"], bool(spec.get("chat_template", False)), profile.prompts, id(tokenizer),
                   profile.rows, profile.tokens, tokenizer)

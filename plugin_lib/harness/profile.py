@@ -28,6 +28,12 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
 
+
+class ProfileError(ValueError):
+    """profiles.yaml cannot be read, names no such profile, or has a wrong field: one line that
+    names the file, the place and what to do. Every command exits 2 on it."""
+
+
 # Lists in profiles.yaml are never empty (an empty grid or seed list would fail far from here).
 Floats = Annotated[tuple[float, ...], pydantic.Field(min_length=1)]
 Ints = Annotated[tuple[int, ...], pydantic.Field(min_length=1)]
@@ -388,14 +394,30 @@ def validated(value: Any, hint: Any, where: str) -> Any:
         inner = [e for e in errors if not any(o["loc"][:len(e["loc"])] == e["loc"] != o["loc"] for o in errors)]
         wrong = "; ".join(f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].replace('valid array', 'list')}"
                           + (f", got {e['input']!r}" if e["type"] != "missing" else "") for e in inner)
-        raise ValueError(f"Profile field(s) wrong: {wrong}.") from None
+        raise ProfileError(f"Profile field(s) wrong: {wrong}. Mend them in plugin_lib/harness/profiles.yaml "
+                           "(docs/profiles.md says what each field takes).") from None
 
 
 @functools.lru_cache(maxsize=1)
 def settings() -> dict[str, Any]:
     """profiles.yaml as parsed."""
-    with open(PROFILES_FILE, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+    try:
+        with open(PROFILES_FILE, encoding="utf-8") as f:
+            parsed = yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        mark, begun = getattr(err, "problem_mark", None), getattr(err, "context_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        if begun is not None and getattr(err, "context", None):
+            problem += f", {err.context} begun at line {begun.line + 1}, column {begun.column + 1}"
+        shown = PROFILES_FILE.relative_to(REPO_ROOT) if PROFILES_FILE.is_relative_to(REPO_ROOT) else PROFILES_FILE
+        raise ProfileError(f"{shown}{where}: not valid YAML ({problem}). Mend it there (`git diff {shown}` shows "
+                           f"your edits; `git checkout -- {shown}` undoes them).") from None
+    except OSError as err:
+        raise ProfileError(f"{PROFILES_FILE} cannot be read ({err.strerror}): restore it with `git checkout`.") from None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("profiles"), dict):
+        raise ProfileError(f"{PROFILES_FILE} has no `profiles:` mapping at its top: restore it with `git checkout`.")
+    return parsed
 
 
 def profile_names() -> tuple[str, ...]:
@@ -412,7 +434,7 @@ def load_profile(name: str | Profile, **overrides: Any) -> Profile:
     else:
         profiles = settings()["profiles"]
         if not isinstance(name, str) or name not in profiles:
-            raise ValueError(f"Unknown profile {name!r}. Choose one of: {', '.join(profiles)}.")
+            raise ProfileError(f"Unknown profile {name!r}. Choose one of: {', '.join(profiles)}.")
         profile = validated({**profiles[name], "name": name}, Profile, name)
     given = {k: v for k, v in overrides.items() if v is not None}
     return profile.replace(**given) if given else profile

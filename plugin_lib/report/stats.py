@@ -3,13 +3,12 @@
 confidence intervals over test inputs for a system's corpus metrics (``input_ci``)."""
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from .. import data
+from ..harness import record_scores
 from ..metrics import METRIC_NAMES
 from ..metrics.resample import InputStatistics, resample_counts
 from . import verdicts
@@ -135,12 +134,9 @@ def comparison_summary(comparison: dict, metric: str = "BLEU") -> str:
             f"{comparison['n_inputs']} inputs, {n_seeds(len(comparison['seeds']))}")
 
 
-@functools.lru_cache(maxsize=8)
 def _references(dataset: str, test_ids: tuple[str, ...]) -> list[list[str]]:
-    # Test inputs come from the test split, or (fresh inputs of a preregistered profile) also
-    # from validation inputs that no profile trains on.
-    examples = {ex.id: ex for split in ("validation", "test") for ex in data.load_dataset(dataset, split)}
-    return [list(examples[i].references) for i in test_ids]
+    by_id = record_scores.references_by_id(dataset)
+    return [by_id[i] for i in test_ids]
 
 
 def input_ci(runs: Sequence[dict], references: Sequence[Sequence[str]], n_resamples: int,

@@ -11,6 +11,8 @@ the base's) is one line on stderr and exit status 2, before any model is loaded 
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import json
 import shutil
 import signal
@@ -21,7 +23,7 @@ from typing import Optional
 import typer
 
 from ..harness import profile as config
-from ..harness.profile import load_profile, profile_names
+from ..harness.profile import load_profile
 from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, data_sha256, read_pairs, read_prompts
 
 # torch, transformers and the models load inside each command, after its input is checked: --help
@@ -46,9 +48,11 @@ def head_dtype_option():
                                         "docs/serving.md measures both).")
 
 
-def fail(message: str) -> None:
+def fail(message: str, status: int = 2) -> None:
+    """One line on stderr and the exit status (README, "Exit statuses": 2 bad input, 3 held by
+    another call, 1 a failure of the machine, such as a full disk)."""
     typer.echo(f"plugin-repro: error: {message}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(status)
 
 
 @app.command()
@@ -57,8 +61,9 @@ def train(
                                        "or an OpenAI-compatible server's URL (http://host:port)."),
     data: Path = typer.Option(..., help="JSONL or CSV with the columns prompt and completion."),
     out: Path = typer.Option(..., help="The artifact directory to write (replaced whole when training ends)."),
-    profile: Optional[str] = typer.Option(None, help="Whose grid and training budget: " + ", ".join(profile_names())
-                                          + " (default: paper with a GPU and the Hub, else local)."),
+    profile: Optional[str] = typer.Option(None, help="Whose grid and training budget: a profile of profiles.yaml, e.g. "
+                                               "local, smoke or paper (default: paper with a GPU and the Hub, else "
+                                               "local)."),
     epochs: Optional[int] = typer.Option(None, min=1, help="At most this many epochs (default: the profile's)."),
     lr: Optional[list[float]] = typer.Option(None, help="Learning rates to search (repeat; default: the profile's)."),
     weight_decay: Optional[list[float]] = typer.Option(None, help="Weight decays to search (repeat)."),
@@ -80,15 +85,26 @@ def train(
         pairs = read_pairs(data)
         if out.exists() and any(out.iterdir()) and not (out / CONFIG_FILE).exists():
             fail(f"{out} exists and is not a Plugin artifact: choose a new directory (an artifact there is replaced).")
-        recipe = _training_recipe(profile, epochs, lr, weight_decay)  # without --profile, torch looks for a GPU
-        with _only_writer(out):
+        with _only_writer(out):  # before torch loads: a second train is refused at once
+            typer.echo(f"{len(pairs)} pairs from {data}; loading torch and the base {base} (a first run also "
+                       "downloads or converts it)", err=True)
+            recipe = _training_recipe(profile, epochs, lr, weight_decay)  # without --profile, torch looks for a GPU
             plugin = _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, model, api_key_env,
                             tokenizer, reweighter_layers, reweighter_width)
+    except DiskFull as err:
+        fail(str(err), status=1)
     except user_errors() as err:
         fail(str(err))
     record = plugin.training
+    refit_note = (f"; the saved weights are that configuration trained again on all {record['refit']['pairs']} pairs "
+                  f"for {record['refit']['epochs']} epoch(s) (--no-refit keeps the selection's)" if record.get("refit")
+                  else "; the saved weights are the selection's (trained on the training part only)")
     typer.echo(f"wrote {out}: lr {record['hparams']['lr']:g}, weight decay {record['hparams']['weight_decay']:g}, "
-               f"hyper-validation loss {record['val_loss']:.4f} (epoch {record['best_epoch']})")
+               f"hyper-validation loss {record['val_loss']:.4f} (epoch {record['best_epoch']}){refit_note}")
+
+
+class DiskFull(Exception):
+    """``train`` stopped by a full disk; its message says what was removed and what to do."""
 
 
 def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, model, api_key_env, tokenizer,
@@ -102,13 +118,19 @@ def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, mo
     arch = reweighter_arch(spec, layers, width)
     if spec.kind == "endpoint" and not tokenizer:
         fail("an endpoint base needs --tokenizer (a local copy of the server's tokenizer).")
-    typer.echo(f"{len(pairs)} pairs from {data}; base {spec.display}; profile {recipe.name}"
+    typer.echo(f"base {spec.display}; profile {recipe.name}"
                f"{'' if profile else ' (chosen for this machine; --profile overrides)'}", err=True)
     # An interrupted call resumes: every configuration's state is kept beside the output until it is written.
     resume = out.parent / f".{out.name}.resume-{data_sha256(pairs)[:12]}"
+    for stale in sorted(out.parent.glob(f".{glob.escape(out.name)}.resume-*")):
+        if stale != resume:  # we hold --out's lock, so no other train is using it
+            size = sum(f.stat().st_size for f in stale.rglob("*") if f.is_file())
+            shutil.rmtree(stale, ignore_errors=True)
+            typer.echo(f"removed {stale} ({size / 2**20:,.0f} MiB): the state of an interrupted train of {out} on "
+                       "other data, which this one cannot resume", err=True)
     if resume.exists():
         typer.echo(f"resuming from {resume}", err=True)
-    with _interrupts_resume(out, resume):
+    with _interrupts_resume(out, resume), _full_disk_leaves_nothing(out, resume):
         black_box = spec.load(_tokenizer(tokenizer) if spec.kind == "endpoint" else None)
         plugin = train_plugin(black_box, spec, pairs, recipe, prompt_format="chat" if chat else "plain", seed=seed,
                               arch=arch, refit=refit, cache_dir=config.cache_dir() / "train-outputs",
@@ -116,6 +138,26 @@ def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, mo
         plugin.save_pretrained(out)
     shutil.rmtree(resume, ignore_errors=True)
     return plugin
+
+
+@contextlib.contextmanager
+def _full_disk_leaves_nothing(out: Path, resume: Path):
+    """A full disk (torch reports it as "file write failed" or "unexpected pos") ends ``train``
+    with one line, status 1: its resume state is removed, since it holds the space a next
+    attempt needs and may be partly written."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        free = shutil.disk_usage(out.parent).free
+        said = str(err)
+        if not (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in said or "file write failed" in said
+                or "unexpected pos" in said or free < 2**26):
+            raise
+        kept = sum(f.stat().st_size for f in resume.rglob("*") if f.is_file()) if resume.exists() else 0
+        shutil.rmtree(resume, ignore_errors=True)
+        raise DiskFull(f"the disk under {out.parent} is full ({free / 2**20:,.0f} MiB free): {out} was not written "
+                       f"and the resume state ({kept / 2**20:,.0f} MiB) was removed. Free disk space or choose --out on a "
+                       "larger disk (PLUGIN_CACHE_DIR holds the base's outputs), and run again.") from None
 
 
 @contextlib.contextmanager
@@ -128,7 +170,7 @@ def _only_writer(out: Path):
     if not lock.acquire(blocking=False):
         held = lock.holder() or {}
         fail(f"another plugin-repro train (pid {held.get('pid')} on {held.get('host')}) is writing {out}: wait for "
-             "it to end, or choose another --out.")
+             "it to end, or choose another --out.", status=3)
     try:
         yield
     finally:
@@ -217,7 +259,9 @@ def evaluate(
     card: bool = typer.Option(True, help="Store evaluation.json in the artifact and add the table to its model card."),
     head_dtype: str = head_dtype_option(),
 ):
-    """The Plugin against its base alone on held-out pairs: BLEU, ROUGE, NIST, chrF, with paired bootstrap CIs."""
+    """The Plugin against its base alone on held-out pairs, with paired bootstrap CIs: the paper's BLEU, ROUGE-1/2/L
+    and NIST; sacrebleu's BLEU and chrF (0-100, with signatures); exact match; output length against the
+    references', empty outputs and outputs at the token limit."""
     try:
         pairs = read_pairs(data)
         from .evaluation import evaluate as run_evaluation, markdown, write_to_artifact
