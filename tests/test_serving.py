@@ -28,7 +28,7 @@ from plugin_lib.serving import cli
 from plugin_lib.serving.artifact import ArtifactError, BaseSpec, Completion, DecodingSettings, PluginModel, read_config
 from plugin_lib.serving.completions import CompletionService, StopScanner
 from plugin_lib.serving.protocol import CompletionRequest, OpenAIError
-from plugin_lib.serving.server import Limits, create_app
+from plugin_lib.serving.server import GracefulServer, Limits, create_app
 from plugin_lib.serving.inputs import DataFileError, read_pairs
 
 PAIRS = Path(__file__).parent / "fixtures" / "pairs.jsonl"
@@ -172,8 +172,9 @@ class Served:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.key = options.get("api_key") or "unused"
+        grace_s = options.pop("grace_s", 5.0)
         self.app = create_app(adapted, model_id="mine", limits=limits, **options)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="info"))
+        self.server = GracefulServer(self.app, host="127.0.0.1", port=self.port, grace_s=grace_s, log_level="info")
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):

@@ -4,6 +4,7 @@ as text parts, and the docs off unless asked for. A real uvicorn server, the off
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 
@@ -12,7 +13,7 @@ import openai
 import pytest
 
 from plugin_lib.serving.server import Limits, exposure_warning
-from test_serving import PROMPT, Served, ask_at_once, plugin  # noqa: F401 - the fixture
+from test_serving import PROMPT, Served, _wait_until, ask_at_once, plugin  # noqa: F401 - the fixture
 
 
 def _health(url: str) -> dict:
@@ -169,6 +170,35 @@ def test_shutdown_finishes_what_is_in_flight_and_refuses_new_work(plugin):  # no
         rest = list(stream)
         assert rest[-1].choices[0].finish_reason == "length"
         assert len(plugin.tokenizer(first.choices[0].text + "".join(c.choices[0].text for c in rest)).input_ids) > 20
+    engine = served.app.state.engine
+    engine._thread.join(30)
+    assert not engine._thread.is_alive()
+
+
+def test_sigterm_stops_what_is_in_flight_after_its_grace_with_an_error_event(plugin):  # noqa: F811
+    """Issue 76: SIGTERM after clients had vanished mid-stream waited on them for 30 s and more.
+    Now the requests in flight have the grace period, then stop: an open stream ends with an error
+    event, a request without a stream gets a 503, and the server has exited seconds later."""
+    served = Served(plugin, Limits(max_concurrency=2), grace_s=1.0)
+    body = {"model": "mine", "prompt": PROMPT, "max_tokens": 500, "min_tokens": 500}
+    with served:
+        url = f"{served.url}/v1/completions"
+        plain: dict = {}
+        asking = threading.Thread(target=lambda: plain.update(r=httpx.post(url, json=body, timeout=120)))
+        with httpx.stream("POST", url, json={**body, "stream": True}, timeout=120) as stream:
+            lines = stream.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))  # decoding
+            asking.start()
+            _wait_until(lambda: _health(served.url)["decoding"] == 2)
+            began = time.monotonic()
+            served.server.handle_exit(signal.SIGTERM, None)  # what uvicorn's signal handler calls
+            events = [line for line in lines if line.startswith("data: ")]
+        asking.join(60)
+        served.thread.join(30)
+        took = time.monotonic() - began
+    assert json.loads(events[-1][len("data: "):])["error"]["code"] == "server_shutdown"
+    assert plain["r"].status_code == 503 and plain["r"].json()["error"]["code"] == "server_shutdown"
+    assert not served.thread.is_alive() and took < 1.0 + 10
     engine = served.app.state.engine
     engine._thread.join(30)
     assert not engine._thread.is_alive()

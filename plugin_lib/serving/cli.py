@@ -298,6 +298,9 @@ def serve(
                                           help="Clients must send 'Authorization: Bearer <key>' (OpenAI's api_key)."),
     docs: bool = typer.Option(False, help="Also serve the interactive docs (/docs, /openapi.json)."),
     head_dtype: str = head_dtype_option(),
+    shutdown_grace_s: float = typer.Option(5.0, min=0, help="On SIGTERM or Ctrl-C, the seconds requests in flight "
+                                                             "have to finish before they are stopped (open streams "
+                                                             "end with an error event)."),
 ):
     """Serve the adapted model with an OpenAI-compatible API (/v1/completions, /v1/chat/completions)."""
     from .server import exposure_warning
@@ -307,10 +310,8 @@ def serve(
         typer.secho(warning, err=True, fg=typer.colors.RED, bold=True)
 
     try:
-        import uvicorn
-
         from .artifact import PluginModel
-        from .server import Limits, create_app
+        from .server import GracefulServer, Limits, create_app
 
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
         limits = Limits(max_concurrency=max_concurrency or (4 if adapted.base_spec.kind == "endpoint" else 8),
@@ -318,7 +319,7 @@ def serve(
         api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits, api_key=api_key, docs=docs)
     except user_errors() as err:
         fail(str(err))
-    uvicorn.run(api, host=host, port=port, log_level="info")
+    GracefulServer(api, host=host, port=port, grace_s=shutdown_grace_s, log_level="info").run()
 
 
 def _tokenizer(source: str):

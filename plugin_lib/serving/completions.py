@@ -148,6 +148,23 @@ class CompletionService:
         # Decoding runs on threads of its own, one per slot: the event loop keeps answering.
         self.workers = ThreadPoolExecutor(limits.max_concurrency, thread_name_prefix="decode")
         self.created = int(time.time())
+        # Shutdown: each request's cancel event while it is in flight, and whether they were stopped.
+        self.in_flight: set[threading.Event] = set()
+        self.closing = False
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's, set when it starts
+
+    def stop_all(self) -> None:
+        """The end of a shutdown's grace (on the event loop): every request in flight stops at its
+        next token; an open stream ends with an error event, any other request gets a 503, and so
+        does a queued one when its turn comes."""
+        self.closing = True
+        for cancel in list(self.in_flight):
+            cancel.set()
+
+    @staticmethod
+    def shutdown_error() -> OpenAIError:
+        return OpenAIError(503, "The server is shutting down: this request was stopped before its end. Retry it.",
+                           "server_error", code="server_shutdown")
 
     def close(self) -> None:
         if self.engine is not None:
@@ -181,16 +198,22 @@ class CompletionService:
             return body
         started, cancel = time.perf_counter(), threading.Event()
         watcher = asyncio.create_task(_watch(raw, cancel))
+        self.in_flight.add(cancel)
         try:
             async with _Slot(self.gate):
+                if self.closing:
+                    raise self.shutdown_error()
                 # a list of prompts decodes together: in the batch, or on the worker threads
                 done = list(await asyncio.gather(*(self._decode(text, settings, None, cancel) for text in texts)))
         except RequestCancelled:
             self.metrics.cancelled.inc()
+            if self.closing:
+                raise self.shutdown_error() from None
             return Response(status_code=499)  # nobody reads it: the client has gone
         finally:
             watcher.cancel()
             self.gate.leave()
+            self.in_flight.discard(cancel)
         self.metrics.latency.labels(raw.url.path).observe(time.perf_counter() - started)
         usage = _usage(done)
         self.metrics.tokens(usage["prompt_tokens"], usage["completion_tokens"])
@@ -279,9 +302,12 @@ class CompletionService:
         started, cancel = time.perf_counter(), threading.Event()
         watcher = asyncio.create_task(_watch(raw, cancel))
         slot, held, work = _Slot(self.gate), False, None
+        self.in_flight.add(cancel)
         try:
             await slot.__aenter__()
             held = True
+            if self.closing:  # queued until the shutdown stopped the others: a 503 (not yet streaming)
+                raise self.shutdown_error()
             loop = asyncio.get_running_loop()
             streamer = QueueStreamer(self.plugin.tokenizer, loop, cancel)
             work = (loop.run_in_executor(self.workers, self._run_streaming, text, settings, streamer)
@@ -295,6 +321,7 @@ class CompletionService:
         finally:
             watcher.cancel()
             cancel.set()  # after the end a no-op; after a drop, decoding stops at the next token
+            self.in_flight.discard(cancel)
             self._release_when_stopped(work, held)
 
     async def _events(self, streamer: QueueStreamer, work, raw: Request, ident: str, chat: bool, include_usage: bool,
@@ -317,6 +344,8 @@ class CompletionService:
             done = await work
         except RequestCancelled:
             self.metrics.cancelled.inc()
+            if self.closing:  # the stream is still open: it ends saying why
+                yield _event(self.shutdown_error().body())
             return
         except OpenAIError as err:
             yield _event(err.body())

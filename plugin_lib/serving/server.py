@@ -15,8 +15,9 @@ cuts the text at the first stop string.
 Decoding: with a base in this process, the admitted requests decode together in one batch
 (``batching.BatchEngine``: they join and leave at token boundaries, each with its own KV caches,
 sampling settings and stop; greedy outputs equal single-request decoding); with a base behind an
-API, up to ``max_concurrency`` requests ask it at once. On shutdown, uvicorn refuses new
-connections and lets the requests in flight finish; then the batch's thread ends.
+API, up to ``max_concurrency`` requests ask it at once. On shutdown (``GracefulServer``), uvicorn
+refuses new connections and the requests in flight have a grace period to finish; then they are
+stopped (an open stream ends with an error event), and the batch's thread ends.
 
 Bounds: at most ``max_concurrency`` requests decode at once and ``max_queue`` wait; the next one
 gets 503 at once. A request counts until its decoding has stopped: a client that disconnects
@@ -39,9 +40,12 @@ environment variable at each request and is never logged.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import ipaddress
+
+import uvicorn
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -62,8 +66,9 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        service.loop = asyncio.get_running_loop()
         yield
-        service.close()  # uvicorn has let the requests in flight finish and refused new ones
+        service.close()  # uvicorn has let the requests in flight finish (or stopped them) and refused new ones
 
     app = FastAPI(title="plugin-repro", description=f"A base adapted by a Plugin: {plugin!r}", lifespan=lifespan,
                   **shown)
@@ -92,6 +97,25 @@ def create_app(plugin: PluginModel, *, model_id: str = "plugin", limits: Limits 
         return _streamed(await service.answer(request, raw, [service.chat_prompt(request.messages)], chat=True))
 
     return app
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server for ``create_app``'s app: on SIGTERM or Ctrl-C it refuses new connections
+    and gives the requests in flight ``grace_s`` seconds to finish; then it stops them
+    (``CompletionService.stop_all``: open streams end with an error event, the others get 503), so
+    it exits within seconds whatever the clients do. uvicorn's own timeout backs it."""
+
+    def __init__(self, app: FastAPI, *, host: str, port: int, grace_s: float = 5.0, **options):
+        super().__init__(uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=int(grace_s) + 10,
+                                        **options))
+        self.service, self.grace_s, self._stopping = app.state.service, grace_s, False
+
+    def handle_exit(self, sig, frame) -> None:
+        super().handle_exit(sig, frame)
+        loop = self.service.loop
+        if not self._stopping and loop is not None:
+            self._stopping = True
+            loop.call_soon_threadsafe(loop.call_later, self.grace_s, self.service.stop_all)
 
 
 def _streamed(answer):
