@@ -2,6 +2,7 @@
 handing its arguments, --help included, to the job's own parser; exit statuses pass through."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,27 @@ def test_the_stamp_check_gives_the_scripts_status():
     script = subprocess.run([sys.executable, "scripts/run_stamp.py", "--profile", "local", "--check", notebook],
                             capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert door.returncode == script.returncode and door.stderr == script.stderr
+
+
+def test_another_checkouts_commands_are_refused_in_one_line(tmp_path):
+    """Issue 76: with one environment for two clones, `plugin-repro run` in clone B ran clone A's
+    code and rewrote A's report. In another checkout, the commands that read or write it refuse;
+    the others warn."""
+    other = tmp_path / "other-clone"
+    (other / "plugin_lib").mkdir(parents=True)
+    (other / "plugin_lib" / "__init__.py").write_text("")
+    (other / "run_all.sh").write_text("")
+    (other / "notebooks").mkdir()
+
+    def call(*args):  # this checkout's plugin_lib, as an environment installed from it imports it
+        return subprocess.run([sys.executable, "-P", "-c", "from plugin_lib.__main__ import main; main()", *args],
+                              cwd=other / "notebooks", capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    refused = call("report", "--profile", "smoke")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"runs the plugin_lib of {ROOT}, not of the checkout you are in ({other})" in refused.stderr
+    warned = call("train", "--help")
+    assert warned.returncode == 0 and warned.stderr == ""  # --help: no warning
+    warned = call("evaluate", "--plugin", str(tmp_path / "none"), "--data", str(tmp_path / "none.jsonl"))
+    assert warned.returncode == 2 and warned.stderr.startswith("warning: plugin-repro: this command runs")

@@ -164,6 +164,18 @@ def test_the_committed_records_match_their_manifest(profile, names):
     assert {s.name for s in record_manifest.stores(local)} == names
 
 
+@pytest.mark.parametrize("profile", ["local", "wave3"])
+def test_the_committed_records_metrics_are_what_their_predictions_score(profile):
+    """Every committed record of the profile scored again (``harness.record_scores``). `confirm`'s
+    264 records (5 minutes) are checked by `plugin-repro stamp --check --profile confirm`."""
+    real_data.require()
+    from plugin_lib.harness import record_scores
+
+    paths = [store / name for store in record_manifest.stores(ROOT / "results" / profile)
+             for name in record_manifest.records(store)]
+    assert [m.line() for m in record_scores.mismatches(paths)] == []
+
+
 def test_an_edited_committed_record_is_mended_from_git():
     local = ROOT / "results" / "local"
     # An edit to one of them is mended from git, whose copy has the listed hash.

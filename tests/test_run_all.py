@@ -284,10 +284,27 @@ def test_a_second_call_refuses_and_an_interrupt_leaves_nothing_half_written(tmp_
         if first.poll() is None:
             first.kill()
             first.wait()
-    assert first.returncode == 143 and "interrupted" in err
+    assert first.returncode == 143 and "[run] interrupted by SIGTERM:" in err
     assert sorted(p.name for p in executed.iterdir()) == []  # no executed notebook, no stamp, no temp
     assert not (repo / "results" / "smoke" / "REPORT.md").exists()
     assert not StoreLock(repo / "results" / "smoke" / ".run_all.lock").busy()  # released
+
+
+@pytest.mark.parametrize("edit, said", [
+    (("seeds: [0]", "seeds: [zero]"), "run_all.sh: Profile field(s) wrong: smoke.seeds.0: Input should be a valid integer"),
+    (("seeds: [0]", "seeds: [0"), "run_all.sh: plugin_lib/harness/profiles.yaml, line "),
+], ids=["a wrong value", "a YAML syntax error"])
+def test_a_bad_profiles_yaml_is_one_line_and_status_2(tmp_path, edit, said):
+    """Issue 76: a wrong value ended run, preflight and grid plan in a 21-line traceback, a YAML
+    syntax error in 64 lines."""
+    repo = make_repo(tmp_path, {"00_ok": OK})
+    settings = repo / "plugin_lib" / "harness" / "profiles.yaml"
+    text = settings.read_text()
+    smoke = text.index("\n  smoke:\n")
+    settings.write_text(text[:smoke] + text[smoke:].replace(*edit, 1))
+    result = run_all(repo, "--profile", "smoke")
+    assert result.returncode == 2 and result.stderr.strip().startswith(said), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (repo / "results" / "smoke").exists()
 
 
 # -- where results go, which code runs ----------------------------------------------------------

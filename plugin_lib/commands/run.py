@@ -26,7 +26,8 @@ paper and colab go to Drive).
   settings and the code version (scripts/run_stamp.py). Inside a notebook finished runs are
   skipped too, so an interrupted call resumes.
 - Before any stamp, every stored run record is checked against the store's manifest
-  (results/<profile>/RECORDS.sha256): a damaged, edited or unlisted record stops the call, named.
+  (results/<profile>/RECORDS.sha256), and its metrics against its own predictions (scored again
+  once per machine): a damaged, edited or unlisted record stops the call, named.
 - papermill writes to a temporary file, moved into place only on success: a failed notebook
   leaves the last executed notebook and its stamp as they were and <name>.failed.ipynb beside
   them; the report is written only when every notebook finished, the README's results block only
@@ -34,8 +35,9 @@ paper and colab go to Drive).
 - A paper or colab run prints its preflight plan first and stops when the GPU memory or the disk
   will not do; every other profile checks the disk the notebooks still to run may write.
 - One call per profile at a time (a lock in results/<profile>): a second call refuses at once.
-Exit status: 0 done, 1 a notebook or the data check failed, 2 bad arguments, 3 another call holds
-the profile, 4 a damaged stored run record, 5 an edited one, 6 one the store did not write,
+Exit status (as every command's, README "Exit statuses"): 0 done, 1 a notebook or the data check
+failed, 2 bad arguments or profiles.yaml, 3 another call holds the profile, 4 a damaged stored run
+record, 5 an edited one (or metrics its predictions do not give), 6 one the store did not write,
 129/130/143 interrupted.
 """
 from __future__ import annotations
