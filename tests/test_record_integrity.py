@@ -210,6 +210,7 @@ def test_metrics_that_the_records_own_predictions_do_not_give_stop_the_check(sco
     assert list((tmp_path / "cache" / "verified-records").iterdir())  # remembered as true
     record = json.loads(scored_store.read_text())
     record["metrics"]["BLEU"] = 0.9
+    record["metrics"]["a key of its own"] = 1.0  # does not exempt the record
     write_record(scored_store, record)  # re-hashes its manifest line: the manifest now agrees
     assert record_manifest.verify(scored_store.parents[3]) == ([], [])
     caught = stamp(tmp_path, "--check", str(tmp_path / "00_x.ipynb"), env=env)

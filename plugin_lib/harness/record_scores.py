@@ -101,9 +101,11 @@ def _remember(digests: Iterable[str]) -> None:
 
 
 def _scored(record: dict) -> bool:
+    """A record of a run's outputs: predictions, their inputs' ids and any of the seven metrics
+    (a key of its own beside them does not exempt it)."""
     return (isinstance(record, dict) and isinstance(record.get("predictions"), list)
             and isinstance(record.get("test_ids"), list) and isinstance(record.get("metrics"), dict)
-            and isinstance(record.get("dataset"), str) and set(record["metrics"]) <= set(METRIC_NAMES))
+            and isinstance(record.get("dataset"), str) and bool(set(record["metrics"]) & set(METRIC_NAMES)))
 
 
 def _differs(stored, recomputed: float) -> bool:
@@ -147,7 +149,11 @@ def mismatches(paths: Sequence[Path], say=print) -> list[Mismatch]:
                 found.append(Mismatch(path, "test_ids", f"{len(record['test_ids'])} ids",
                                       f"{len(missing)} not in the {dataset} data, {len(record['predictions'])} predictions"))
                 continue
-            texts = normalise_inputs(record["predictions"], [references[i] for i in record["test_ids"]])
+            try:
+                texts = normalise_inputs(record["predictions"], [references[i] for i in record["test_ids"]])
+            except (TypeError, ValueError) as err:  # a prediction that is not text
+                found.append(Mismatch(path, "predictions", "stored", f"unscorable ({err})"))
+                continue
             ready.append((path, digest, record, texts))
         for path, digest, record, texts in ready:
             score = _scores(*texts, with_java)
