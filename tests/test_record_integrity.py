@@ -219,22 +219,6 @@ def test_metrics_that_the_records_own_predictions_do_not_give_stop_the_check(sco
     assert "delete" in caught.stderr and len(caught.stderr.strip().splitlines()) == 1
 
 
-def test_a_tables_point_outside_its_own_interval_is_refused():
-    """A mean from stored metrics outside the interval scored from the same runs' predictions."""
-    import pandas as pd
-    from plugin_lib.metrics import METRIC_NAMES
-    from plugin_lib.report import tables
-
-    row = {m: 0.5 for m in METRIC_NAMES} | {f"{m}_std": 0.01 for m in METRIC_NAMES}
-    summary = pd.DataFrame([{"model": "m", "method": "Plugin", **row, "BLEU_ci_low": 0.4, "BLEU_ci_high": 0.6}]
-                           ).set_index(["model", "method"])
-    assert "[0.4000, 0.6000]" in tables.format_table(summary).to_markdown()
-    summary["BLEU"] = 0.4439
-    summary["BLEU_ci_low"], summary["BLEU_ci_high"] = 0.2007, 0.2406
-    with pytest.raises(ValueError, match=r"m / Plugin: BLEU 0.4439 lies outside its 95% CI \[0.2007, 0.2406\]"):
-        tables.format_table(summary)
-
-
 def test_run_all_stops_on_an_edited_or_a_truncated_record_with_their_own_statuses(tmp_path):
     """The user's report: an edited BLEU passed run_all.sh, and a truncated record exited 3."""
     repo = make_repo(tmp_path, {"00_ok": OK})
