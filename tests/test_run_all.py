@@ -216,6 +216,43 @@ def test_failure_keeps_the_executed_notebook_and_prints_the_package_message(fini
     assert again.returncode == 1 and "already finished" not in again.stdout
 
 
+# A study that needs an optional engine: it runs when FAKE_ENGINE=present, else records a skip.
+ENGINE = '''import os
+from plugin_lib.report import writer
+from plugin_lib.harness.profile import results_dir
+if os.environ.get("FAKE_ENGINE") == "present":
+    (results_dir(profile) / "engine_table.txt").write_text("ran with the engine")
+    writer._clear_skip("engine_table", profile)
+    print("the study ran")
+else:
+    writer.save_skip("engine_table", profile, "the engine is not installed")
+    print("the study skipped")
+'''
+
+
+def test_a_skip_for_a_missing_engine_keeps_the_last_execution_that_ran(tmp_path):
+    repo = make_repo(tmp_path, {"00_engine": ENGINE})
+    smoke = repo / "results" / "smoke"
+    ran = run_all(repo, "--profile", "smoke", FAKE_ENGINE="present")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    executed, stamp = smoke / "executed" / "00_engine.ipynb", smoke / "executed" / "00_engine.done"
+    kept = {path: path.read_bytes() for path in (executed, stamp, smoke / "engine_table.txt")}
+    assert "the study ran" in executed.read_text()
+    skipped = run_all(repo, "--profile", "smoke", "--force")
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    assert "skipped its study (the engine is not installed)" in skipped.stdout
+    assert "are kept" in skipped.stdout
+    assert {path: path.read_bytes() for path in kept} == kept
+    assert not (smoke / "skipped" / "engine_table.json").exists()
+    assert leftovers(smoke / "executed") == []
+    # with no execution that ran it, the skip is the execution, and its record stays for the report
+    fresh = make_repo(tmp_path / "fresh", {"00_engine": ENGINE})
+    first = run_all(fresh, "--profile", "smoke")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "the study skipped" in (fresh / "results" / "smoke" / "executed" / "00_engine.ipynb").read_text()
+    assert (fresh / "results" / "smoke" / "skipped" / "engine_table.json").is_file()
+
+
 # -- arguments ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

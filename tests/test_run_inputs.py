@@ -214,7 +214,7 @@ def test_weights_are_saved_under_a_unique_name_and_never_half_written(tmp_path, 
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", disk_full)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(OSError, match="is full"):
         run_store.save_state(model, path)
     assert not path.exists() and list(tmp_path.iterdir()) == []  # the temporary file is gone too
     assert len(seen) == 1 and seen[0].startswith(".Plugin-best.pt.") and seen[0].endswith(".tmp")

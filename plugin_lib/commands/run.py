@@ -31,7 +31,8 @@ paper and colab go to Drive).
 - papermill writes to a temporary file, moved into place only on success: a failed notebook
   leaves the last executed notebook and its stamp as they were and <name>.failed.ipynb beside
   them; the report is written only when every notebook finished, the README's results block only
-  by a complete --profile local run.
+  by a complete --profile local run. A notebook that skips its study for want of an optional
+  engine (14 without llama-cpp-python's server) keeps the last execution that ran it.
 - A paper or colab run prints its preflight plan first and stops when the GPU memory or the disk
   will not do; every other profile checks the disk the notebooks still to run may write.
 - One call per profile at a time (a lock in results/<profile>): a second call refuses at once.
@@ -54,7 +55,7 @@ from pathlib import Path
 from ..harness import profile as config
 from ..harness.profile import REPO_ROOT
 from ..utils import malloc
-from ..utils.io import reap_tree
+from ..utils.io import read_json, reap_tree
 from ..utils.locks import StoreLock
 
 # The name the user called it by, in every message: run_all.sh says so (PLUGIN_RUN_COMMAND).
@@ -333,7 +334,7 @@ class Orchestrator:
             return
         log = self.out / "logs" / f"{name}.log"
         print(f"[run] {count} {name}: running (log: {self.shown}/logs/{name}.log)", flush=True)
-        started = time.monotonic()
+        started, skips_before = time.monotonic(), self._skips()
         self.temporary = executed / f".{name}.running.{os.getpid()}.ipynb"
         with open(log, "w", encoding="utf-8") as out:
             self.child = subprocess.Popen(
@@ -342,6 +343,8 @@ class Orchestrator:
                 stdout=out, stderr=subprocess.STDOUT)
             status, self.child = self.child.wait(), None
         if status == 0 and self._strip(self.temporary, log) == 0:
+            if self._kept_real_execution(name, final, skips_before, count):
+                return
             self.temporary.chmod(self.mode)
             os.replace(self.temporary, final)
             self.temporary = None
@@ -356,6 +359,26 @@ class Orchestrator:
             print(f"[run] {count} {name}: done in {seconds} s", flush=True)
             return
         self._failed(name, log, final, failed)
+
+    def _skips(self) -> dict[Path, float]:
+        """The notebooks' records of what they skipped (report.writer.save_skip), with their times."""
+        return {path: path.stat().st_mtime for path in (self.out / "skipped").glob("*.json")}
+
+    def _kept_real_execution(self, name: str, final: Path, skips_before: dict[Path, float], count: str) -> bool:
+        """A notebook that skipped its study for want of an optional engine (notebook 14 without
+        llama-cpp-python's server) does not replace a last execution that ran it: that execution,
+        its results and its stamp stay, and the new skip records go. True when so."""
+        new = [path for path, when in self._skips().items() if skips_before.get(path) != when]
+        if not new or not final.is_file() or any(path in skips_before for path in new):
+            return False
+        reasons = "; ".join(read_json(path).get("reason", "") for path in new)
+        for path in new:
+            path.unlink(missing_ok=True)
+        self.temporary.unlink(missing_ok=True)
+        self.temporary = None
+        print(f"[run] {count} {name}: skipped its study ({reasons}); the last execution that ran it, "
+              f"{self.shown}/executed/{name}.ipynb, and its results are kept, and its stamp stays stale", flush=True)
+        return True
 
     def _failed(self, name: str, log: Path, final: Path, failed: Path) -> None:
         """The last executed notebook and its stamp stay; this attempt is kept as <name>.failed.ipynb."""

@@ -46,6 +46,7 @@ from .preflight_plan import Plan
 from .preflight_rates import (Rates, estimated_rates, expected_share, load_rates, measure_rates, reference_estimate,
                               save_rates)
 from .shared_rates import CPU_COUNTS, GPU_COUNTS
+from ..utils.io import folder_bytes
 
 
 
@@ -80,8 +81,7 @@ def stored_bytes(profile: config.Profile) -> int:
     """What the profile's runs and fine-tuned models already hold on disk (caches, weights,
     checkpoints): a resumed or repeated run does not write it again."""
     root = config.results_dir(profile)
-    return sum(path.stat().st_size for folder in ("runs", "finetuned") for path in (root / folder).rglob("*")
-               if path.is_file() and not path.is_symlink())
+    return sum(folder_bytes(root / folder) for folder in ("runs", "finetuned"))
 
 
 def _disk_needed(planned: int, stored: int, free: int) -> tuple[int, str]:

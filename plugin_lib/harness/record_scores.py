@@ -25,7 +25,6 @@ import functools
 import hashlib
 import json
 import os
-import secrets
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -36,6 +35,7 @@ from tqdm.auto import tqdm
 
 from .. import data
 from ..metrics import METRIC_NAMES, compute_metrics, java, normalise_inputs
+from ..utils.io import atomic_write_text
 from ..utils.record_manifest import content_hash
 from .profile import cache_dir
 
@@ -92,10 +92,7 @@ def _remember(digests: Iterable[str]) -> None:
     """Add ``digests`` to the verified list, atomically (a lost race only forgets some)."""
     path = _verified_file()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        tmp.write_text("".join(f"{d}\n" for d in sorted(_remembered() | set(digests))), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(path, "".join(f"{d}\n" for d in sorted(_remembered() | set(digests))))
     except OSError:  # a read-only cache only costs the next check its time
         pass
 

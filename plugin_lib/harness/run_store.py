@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..utils.io import atomic_write_with, read_json, remove_stale_temporaries
+from ..utils.io import atomic_write_with, is_full_disk, read_json, remove_stale_temporaries
 from ..utils.locks import StoreLock
 from . import profile as config
 from .profile import Profile
@@ -73,9 +73,8 @@ def save_state(model: torch.nn.Module, path: Path) -> None:
         atomic_write_with(path, lambda f: torch.save(model.state_dict(), f))
     except BaseException as err:
         needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-        free = shutil.disk_usage(path.parent).free
-        if isinstance(err, (OSError, RuntimeError)) and free < 2 * needed:
-            # torch.save reports a full disk as "unexpected pos ...": say what it is and what to do.
+        if isinstance(err, (OSError, RuntimeError)) and is_full_disk(err, path.parent, need=2 * needed):
+            free = shutil.disk_usage(path.parent).free
             raise OSError(errno.ENOSPC, f"the disk under {path.parent} is full ({free / 2**20:,.0f} MiB free; "
                           f"these weights need {needed / 2**20:,.0f} MiB), so {path.name} was not written and no "
                           "stored result was replaced. Free disk space, or point PLUGIN_RESULTS_DIR at a larger "
@@ -93,8 +92,7 @@ def nothing_left_on_full_disk(checkpoint):
     except (OSError, RuntimeError) as err:
         path = checkpoint()
         size = path.stat().st_size if path is not None and path.exists() else 0
-        if size and (getattr(err, "errno", None) == errno.ENOSPC
-                     or shutil.disk_usage(path.parent).free < max(2 * size, 2**26)):
+        if size and is_full_disk(err, path.parent, need=max(2 * size, 2**26)):
             path.unlink(missing_ok=True)
             said = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             raise OSError(errno.ENOSPC, f"{said.rstrip('.')}. Its training checkpoint {path.name} "

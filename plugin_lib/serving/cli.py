@@ -11,7 +11,6 @@ the base's) is one line on stderr and exit status 2, before any model is loaded 
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
 import json
 import shutil
@@ -24,6 +23,7 @@ import typer
 
 from ..harness import profile as config
 from ..harness.profile import load_profile
+from ..utils.io import folder_bytes, is_full_disk
 from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, data_sha256, read_pairs, read_prompts
 
 # torch, transformers and the models load inside each command, after its input is checked: --help
@@ -124,7 +124,7 @@ def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, mo
     resume = out.parent / f".{out.name}.resume-{data_sha256(pairs)[:12]}"
     for stale in sorted(out.parent.glob(f".{glob.escape(out.name)}.resume-*")):
         if stale != resume:  # we hold --out's lock, so no other train is using it
-            size = sum(f.stat().st_size for f in stale.rglob("*") if f.is_file())
+            size = folder_bytes(stale)
             shutil.rmtree(stale, ignore_errors=True)
             typer.echo(f"removed {stale} ({size / 2**20:,.0f} MiB): the state of an interrupted train of {out} on "
                        "other data, which this one cannot resume", err=True)
@@ -142,18 +142,15 @@ def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, mo
 
 @contextlib.contextmanager
 def _full_disk_leaves_nothing(out: Path, resume: Path):
-    """A full disk (torch reports it as "file write failed" or "unexpected pos") ends ``train``
+    """A full disk (``utils.io.is_full_disk``) ends ``train``
     with one line, status 1: its resume state is removed, since it holds the space a next
     attempt needs and may be partly written."""
     try:
         yield
     except (OSError, RuntimeError) as err:
-        free = shutil.disk_usage(out.parent).free
-        said = str(err)
-        if not (getattr(err, "errno", None) == errno.ENOSPC or "No space left" in said or "file write failed" in said
-                or "unexpected pos" in said or free < 2**26):
+        if not is_full_disk(err, out.parent):
             raise
-        kept = sum(f.stat().st_size for f in resume.rglob("*") if f.is_file()) if resume.exists() else 0
+        free, kept = shutil.disk_usage(out.parent).free, folder_bytes(resume)
         shutil.rmtree(resume, ignore_errors=True)
         raise DiskFull(f"the disk under {out.parent} is full ({free / 2**20:,.0f} MiB free): {out} was not written "
                        f"and the resume state ({kept / 2**20:,.0f} MiB) was removed. Free disk space or choose --out on a "

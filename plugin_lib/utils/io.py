@@ -3,6 +3,7 @@ run never leaves a half-written file that a resumed run would trust. Files get t
 permissions (``0666`` less the umask), as ``open(path, "w")`` would give them, not mkstemp's 0600."""
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -137,3 +138,20 @@ def reap_tree(root: str | os.PathLike) -> list[Path]:
                 removed.append(path)
         dirnames[:] = [d for d in dirnames if Path(dirpath, d) not in removed]
     return removed
+
+
+def folder_bytes(root: str | os.PathLike) -> int:
+    """The bytes of the plain files under ``root`` (links not followed); 0 when it does not exist."""
+    return sum(path.stat().st_size for path in Path(root).rglob("*") if path.is_file() and not path.is_symlink())
+
+
+def is_full_disk(err: BaseException, folder: str | os.PathLike, need: int = 2**26) -> bool:
+    """Whether ``err`` came from a full disk under ``folder``: ENOSPC, or less than ``need`` bytes
+    left there. torch's serializer reports a full disk without an errno ("file write failed",
+    "unexpected pos"), so the free space decides; those words alone prove nothing."""
+    if getattr(err, "errno", None) == errno.ENOSPC or "No space left" in str(err):
+        return True
+    try:
+        return shutil.disk_usage(folder).free < need
+    except OSError:
+        return False
