@@ -10,6 +10,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from plugin_lib.harness import api_server
 from plugin_lib.harness.profile import REPO_ROOT
 
@@ -23,3 +25,46 @@ def test_every_committed_local_stamp_matches_the_current_inputs():
     check = subprocess.run([sys.executable, "scripts/run_stamp.py", "--check", "--profile", "local", *notebooks],
                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stderr
+
+
+# -- the committed reports are what the code makes of the committed results (issue 73) ---------
+
+REPORTED = ("local", "confirm", "wave3")
+
+
+def test_every_notebook_has_a_report_section():
+    from plugin_lib.commands.studies import NOTEBOOKS
+    from plugin_lib.report.document import SECTIONS
+
+    assert sorted(prefix for prefix, _, _ in SECTIONS) == sorted(n.split("_", 1)[0] for n in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("profile", REPORTED)
+def test_each_committed_report_is_current(profile, monkeypatch):
+    """A report that says runs are under way while their records exist, or lacks a section, is
+    not what the code makes of the results: `python -m plugin_lib.report --profile NAME` mends it."""
+    from plugin_lib.harness.profile import load_profile
+    from plugin_lib.report.document import report_text
+
+    monkeypatch.delenv("PLUGIN_RESULTS_DIR", raising=False)
+    committed = (REPO_ROOT / "results" / profile / "REPORT.md").read_text(encoding="utf-8")
+    assert committed == report_text(load_profile(profile)), (
+        f"results/{profile}/REPORT.md is stale: `python -m plugin_lib.report --profile {profile}` rewrites it")
+
+
+def test_the_readme_results_block_is_current(monkeypatch):
+    from plugin_lib.report.document import readme_text
+
+    monkeypatch.delenv("PLUGIN_RESULTS_DIR", raising=False)
+    assert (REPO_ROOT / "README.md").read_text(encoding="utf-8") == readme_text("local"), (
+        "the README's results block is stale: `python -m plugin_lib.report --profile local --readme` rewrites it")
+
+
+def test_no_committed_report_says_runs_are_under_way_once_their_records_exist():
+    judged = {"wave 2": any((REPO_ROOT / "results" / "confirm" / "claims").glob("wave2_*.json")),
+              "wave 3": any((REPO_ROOT / "results" / "wave3" / "claims").glob("wave3_*.json"))}
+    for report in [REPO_ROOT / "README.md", *(REPO_ROOT / "results" / p / "REPORT.md" for p in REPORTED)]:
+        text = report.read_text(encoding="utf-8")
+        for wave, stored in judged.items():
+            assert not (stored and f"{wave} under way" in text), f"{report} says {wave} is under way; its records exist"
+        assert "runs under way" not in text or not all(judged.values()), f"{report} says runs are under way"

@@ -219,7 +219,7 @@ def test_wave3_waits_for_its_runs_then_judges_every_claim_under_the_frozen_rules
     assert wave3_rows.row("dexperts")[0] == pre.NOT_MEASURABLE
     # DExperts decoded proxy-tuning's very outputs (the nucleus never cut the chosen token): said, since
     # its verdicts then repeat proxy-tuning's and are not separate evidence.
-    assert wave3_rows.row("dexperts")[1].endswith("; same outputs as proxy-tuning on 4")
+    assert wave3_rows.row("dexperts")[1].endswith("; same outputs as proxy-tuning on e2e, webnlg, commongen, adidas")
     put("DExperts", 61, {"alpha_hyper_losses": {"0": 2.5, "0.25": 2.495, "1": 2.9}}, alpha=0.25)
     assert "same outputs" not in wave3_rows.row("dexperts")[1]
     line = wave3_rows.count_line()

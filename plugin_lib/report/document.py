@@ -16,7 +16,8 @@ from ..harness import models
 from ..harness import profile as config
 from ..harness.profile import Profile
 from ..utils.io import atomic_write_text, read_json
-from . import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2
+from . import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2, wave3_rows
+from . import preregistered_wave3 as wave3
 from .claim_tables import (PREREGISTERED_LEGEND, SCOPE_TITLES, VERDICT_LEGEND, claims_table, margin_section, scope_of,
                            shown_verdict, statistic_summary, tally)
 from .code_versions import code_versions_section
@@ -39,6 +40,7 @@ SECTIONS = [
     ("12", "Beyond the paper: top-k log-probability APIs", ["topk"]),
     ("13", "Theorem 1, measured", ["theorem1"]),
     ("14", "Beyond the paper: a model behind an HTTP API", ["api"]),
+    ("15", "Beyond the paper: proxy-tuning and DExperts", ["proxy"]),
 ]
 README_START = "<!-- results:start (written by python -m plugin_lib.report --readme; do not edit) -->"
 README_END = "<!-- results:end -->"
@@ -126,13 +128,22 @@ EXPLORATORY = (
 )
 
 
+# A preregistered profile: (its rules' file, the commit that froze them, the test of that history).
+FREEZES = {freeze.FROZEN_PROFILE: ("preregistered.py", freeze.FROZEN_AT, "test_preregistration.py"),
+           wave3.PROFILE: ("preregistered_wave3.py", freeze.WAVE3_FROZEN_AT, "test_preregistration_wave3.py")}
+
+
 def preregistered_note(prof: Profile) -> str:
     """What makes a preregistered profile's verdicts confirmatory, with the freezing commit."""
-    return (f"**Preregistered.** Every verdict below follows a rule of `plugin_lib/report/preregistered.py`, frozen in "
+    rules, commit, test = FREEZES.get(prof.name, FREEZES[freeze.FROZEN_PROFILE])
+    seen = [c.claim for c in wave3.CLAIMS if c.key in wave3.SEEN_BEFORE_FREEZE] if prof.name == wave3.PROFILE else []
+    return (f"**Preregistered.** Every verdict below follows a rule of `plugin_lib/report/{rules}`, frozen in "
             f"git with this profile's settings and its fresh test inputs ({prof.rows.test} per dataset, never decoded "
-            f"by the local profile) in commit `{(freeze.FROZEN_AT or 'not yet frozen')[:10]}`, before any of these "
-            "numbers existed; `tests/test_preregistration.py` checks that history "
-            "([docs/preregistration.md](../../docs/preregistration.md)).")
+            f"by an earlier profile) in commit `{(commit or 'not yet frozen')[:10]}`, before any of these "
+            f"numbers existed; `tests/{test}` checks that history "
+            "([docs/preregistration.md](../../docs/preregistration.md))."
+            + "".join(f" Exploratory, not confirmatory: *{claim}*, whose numbers were seen before the freeze "
+                      "(its own table below)." for claim in seen))
 
 
 def _twin_note(prof: Profile) -> list[str]:
@@ -173,8 +184,27 @@ def wave2_section(claims: list[dict], root: Path) -> list[str]:
             *margin_section(root, "margin_sensitivity_wave2.json", "plugin-repro confirmation wave2 margins")]
 
 
+def wave3_section(claims: list[dict]) -> list[str]:
+    """The wave3 profile's report: its tally as the README states it, and the claims whose
+    numbers were seen before the freeze, apart, as exploratory."""
+    seen = [c for c in claims if c["key"] in wave3.SEEN_BEFORE_FREEZE]
+    return [wave3_rows.count_line(), "",
+            *(["## Exploratory: numbers seen before the freeze", "", *claims_table(seen, VERDICT_LEGEND)] if seen else [])]
+
+
 def write_report(profile: Profile | str) -> Path:
+    """REPORT.md and TIMES.md of the profile, from its results as they stand."""
     prof = config.load_profile(profile)
+    root = config.results_dir(prof)
+    times = [f"# Wall times: profile `{prof.name}`", "", "Measured by run_all.sh on the machine that ran each "
+             "notebook; kept apart from REPORT.md, whose results do not change when a notebook is re-executed.",
+             "", *times_table(root)]
+    atomic_write_text(root / "TIMES.md", "\n".join(times) + "\n")
+    return atomic_write_text(root / "REPORT.md", report_text(prof))
+
+
+def report_text(prof: Profile) -> str:
+    """REPORT.md's text: a committed report is current when it is this (tests/test_report_current.py)."""
     root = config.results_dir(prof)
     lines = [
         f"# Reproduction report: profile `{prof.name}`",
@@ -189,8 +219,9 @@ def write_report(profile: Profile | str) -> Path:
         "",
         *([EXPLORATORY, ""] if prof.name == "local" else []),
         *([preregistered_note(prof), ""] if prof.test_inputs is not None else []),
-        *claims_table(first_wave(load_claims(prof)),
+        *claims_table([c for c in first_wave(load_claims(prof)) if c["key"] not in wave3.SEEN_BEFORE_FREEZE],
                       PREREGISTERED_LEGEND if prof.test_inputs is not None else VERDICT_LEGEND),
+        *(wave3_section(load_claims(prof)) if prof.name == wave3.PROFILE else []),
         *margin_section(root),
         *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
         *wave2_section(load_claims(prof), root),
@@ -199,11 +230,7 @@ def write_report(profile: Profile | str) -> Path:
         lines += _section(root, prefix, title, stems)
     lines += _controls_section(root)
     lines += code_versions_section(root)
-    times = [f"# Wall times: profile `{prof.name}`", "", "Measured by run_all.sh on the machine that ran each "
-             "notebook; kept apart from REPORT.md, whose results do not change when a notebook is re-executed.",
-             "", *times_table(root)]
-    atomic_write_text(root / "TIMES.md", "\n".join(times) + "\n")
-    return atomic_write_text(root / "REPORT.md", "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def _scale(prof: Profile) -> str:
@@ -294,15 +321,19 @@ def readme_block(profile: Profile | str) -> list[str]:
                     "[docs/preregistration.md](docs/preregistration.md).", ""]
 
 
-def update_readme(profile: Profile | str, readme: Path = config.REPO_ROOT / "README.md") -> Path:
-    """Replace the block between README_START and README_END with ``readme_block``."""
+def readme_text(profile: Profile | str, readme: Path = config.REPO_ROOT / "README.md") -> str:
+    """The README with the block between README_START and README_END made ``readme_block``."""
     text = readme.read_text(encoding="utf-8")
     if README_START not in text or README_END not in text:
         raise ValueError(f"{readme} has no results block: add the lines {README_START!r} and {README_END!r}.")
     head, rest = text.split(README_START, 1)
     tail = rest.split(README_END, 1)[1]
-    block = "\n".join([README_START, "", *readme_block(profile), README_END])
-    return atomic_write_text(readme, head + block + tail)
+    return head + "\n".join([README_START, "", *readme_block(profile), README_END]) + tail
+
+
+def update_readme(profile: Profile | str, readme: Path = config.REPO_ROOT / "README.md") -> Path:
+    """Replace the README's results block with ``readme_block``."""
+    return atomic_write_text(readme, readme_text(profile, readme))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -121,3 +121,11 @@ def flag(claim: dict) -> str:
             parts.append(f"behind {versus} on {', '.join(behind)} (Holm p {max(behind.values()):.3f})")
     parts += seed_deficits(claim.get("statistic"))
     return f"mixed: {'; '.join(parts)}" if parts else ""
+
+
+def group_flag(found: Mapping[str, dict], datasets: Mapping[str, str]) -> str:
+    """A row of several claims (one per dataset, ``found`` by key): each flagged claim's deficits,
+    named by its dataset ("mixed: adidas behind LoRA on ROUGE-1 (Holm p 0.010)"), or ""."""
+    parts = [f"{datasets.get(key, key)} {flagged.removeprefix('mixed: ')}"
+             for key, claim in found.items() if (flagged := flag(claim))]
+    return f"mixed: {'; '.join(parts)}" if parts else ""

@@ -41,13 +41,32 @@ def row(group: str, folder: Path | None = None) -> tuple[str, str]:
     verdicts = [c["verdict"] for c in found.values()]
     if len(keys) == 1:
         return verdicts[0], next(iter(found.values()))["statistic"]["summary"]
-    flags = [f for f in (mixed.flag(c) for c in found.values()) if f]
+    flagged = mixed.group_flag(found, {c.key: c.dataset for c in wave3.CLAIMS})
     same = [c.dataset for c in wave3.CLAIMS if c.key in found and group == "dexperts"
             and _same_outputs(folder or root(), c.dataset, "DExperts", "ProxyTuning")]
-    statistic = (f"{len(found)}/{len(keys)} datasets judged: {_counts(verdicts)}" + (f"; {len(flags)} mixed" if flags else "")
+    expert = expert_ahead(folder or root()) if group == "proxy_tuning" else ""
+    statistic = (f"{len(found)}/{len(keys)} datasets judged: {_counts(verdicts)}" + (f"; {flagged}" if flagged else "")
                  + (f"; {len(keys) - len(found)} waiting" if len(found) < len(keys) else "")
-                 + (f"; same outputs as proxy-tuning on {len(same)}" if same else ""))
+                 + (f"; same outputs as proxy-tuning on {', '.join(same)}" if same else "")
+                 + (f"; {expert}" if expert else ""))
     return (wave3.row_verdict(verdicts) if len(found) == len(keys) else ""), statistic
+
+
+def _mean_bleu(folder: Path, dataset: str, arm: str) -> float | None:
+    runs = sorted((folder / "runs" / dataset).glob(f"*/{arm}-seed*.json"))
+    return sum(read_json(run)["metrics"]["BLEU"] for run in runs) / len(runs) if runs else None
+
+
+def expert_ahead(folder: Path, arms=("Plugin", "ProxyTuning", "DExperts")) -> str:
+    """Where the expert alone (NewModel) has a higher mean BLEU than every arm that uses it, the
+    Plugin included (descriptive: means over the stored seeds; no rule judges it)."""
+    found = []
+    for dataset in wave3.DATASETS:
+        expert, others = _mean_bleu(folder, dataset, "NewModel"), {a: _mean_bleu(folder, dataset, a) for a in arms}
+        if expert is not None and all(v is not None and expert > v for v in others.values()):
+            found.append(f"{dataset}: the expert alone has the top mean BLEU ({expert:.4f}; Plugin "
+                         f"{others['Plugin']:.4f}, proxy-tuning {others['ProxyTuning']:.4f})")
+    return "; ".join(found)
 
 
 def _same_outputs(folder: Path, dataset: str, arm: str, other: str) -> bool:
