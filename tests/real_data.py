@@ -21,7 +21,9 @@ from plugin_lib.data.files import data_dir, describe_data_dir
 
 FETCH = "`.venv/bin/python -m plugin_lib.data.fetch` gets them (data/README.md; Adidas needs a Kaggle account)"
 UNSET = object()
-_real_setting: object = UNSET  # PLUGIN_DATA_DIR as the test run was given it (set by conftest)
+# PLUGIN_DATA_DIR as the test run was given it: read at import (collection), so that a module
+# fixture that declares before the first test's conftest fixture has run still finds it.
+_real_setting: object = os.environ.get("PLUGIN_DATA_DIR", UNSET)
 
 
 def refuse_undeclared(empty: Path) -> None:
