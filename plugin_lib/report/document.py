@@ -204,7 +204,7 @@ def write_report(profile: Profile | str) -> Path:
 
 
 def report_text(prof: Profile) -> str:
-    """REPORT.md's text: a committed report is current when it is this (tests/test_report_current.py)."""
+    """REPORT.md's text: a committed report is current when it is this (tests/test_committed_results.py)."""
     root = config.results_dir(prof)
     lines = [
         f"# Reproduction report: profile `{prof.name}`",

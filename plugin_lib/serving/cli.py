@@ -142,9 +142,8 @@ def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, mo
 
 @contextlib.contextmanager
 def _full_disk_leaves_nothing(out: Path, resume: Path):
-    """A full disk (``utils.io.is_full_disk``) ends ``train``
-    with one line, status 1: its resume state is removed, since it holds the space a next
-    attempt needs and may be partly written."""
+    """A full disk (``utils.io.is_full_disk``) ends ``train`` with one line, status 1: its resume
+    state is removed, since it holds the space a next attempt needs and may be partly written."""
     try:
         yield
     except (OSError, RuntimeError) as err:
