@@ -82,9 +82,10 @@ def model_spec(name: str) -> dict[str, Any]:
     )
 
 
-# Registry keys that change how a model is reached, never what it outputs: exact speculative
-# decoding over an API gives the tokens of one request per token (core.api.ApiBlackBox.generate).
-OUTPUT_NEUTRAL = ("speculate",)
+# Registry keys that change how a model is reached, or name another model, never what this one
+# outputs: exact speculative decoding over an API gives the tokens of one request per token
+# (core.api.ApiBlackBox.generate); a run from the family's small model names it in its own arch.
+OUTPUT_NEUTRAL = ("speculate", "small_model")
 
 
 def output_spec(name: str) -> dict[str, Any]:

@@ -147,7 +147,7 @@ def reweighter_params(model: str, arch_items: tuple = ()) -> int:
         return count_parameters(make_reweighter(vocab_size=base_shape(model)["vocab"], **arch))
 
 
-# The public shapes of proxy-tuning's pretrained experts (harness.variants.PROXY_EXPERTS), to
+# The public shapes of the families' small models (profiles.yaml's small_model: hub_id), to
 # count their parameters without the Hub: GPT2-Small is GPT2Config's default; LLaMA-3.2-1B's config.json.
 EXPERT_CONFIGS = {
     "gpt2": GPT2Config(),

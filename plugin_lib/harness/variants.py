@@ -20,13 +20,16 @@ from . import methods, models, runner, search
 from .finetune import decoder_layers, save_model_dir
 from .profile import Profile, cache_dir
 
-# GPT2-Small shares GPT-2's tokenizer: the paper's pretrained reweighting model.
-PAPER_PRETRAINED = {"gpt2-medium": "gpt2", "gpt2-xl": "gpt2"}
 ONE_LAYER = "Plugin"  # label of the family's default (1-layer) reweighting model
-# Proxy-tuning's pretrained experts (issue 60): GPT2-Small for the GPT-2 bases, as above, and
-# LLaMA-3.2-1B, which shares LLaMA-3.1's tokenizer, for LLaMA-3.1-8B.
-PROXY_EXPERTS = {**PAPER_PRETRAINED, "llama-3.1-8b": "meta-llama/Llama-3.2-1B"}
-EXPERT_NAMES = {"gpt2": "GPT2-Small", "meta-llama/Llama-3.2-1B": "LLaMA-3.2-1B"}
+
+
+def small_model(model_name: str) -> dict | None:
+    """The base family's small pretrained model (``small_model`` of its entry in profiles.yaml:
+    ``hub_id`` and ``display``), or None where the registry names none."""
+    try:
+        return models.model_spec(model_name).get("small_model")
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -65,13 +68,13 @@ def truncated_pretrained(model_name: str, n_layers: int) -> Path:
 
 
 def pretrained_variant(model_name: str, n_layers: int | None) -> Variant:
-    """The pretrained reweighting model of notebooks 07 and 15 (one run, Plugin-pretrained):
-    ``PROXY_EXPERTS``' model for the paper's bases (GPT2-Small for GPT-2, as the paper);
-    otherwise the base's own checkpoint, truncated."""
-    if model_name in PROXY_EXPERTS:
-        source = PROXY_EXPERTS[model_name]
-        return Variant("Plugin-pretrained", {"arch": "pretrained", "pretrained": source},
-                       f"pretrained: {EXPERT_NAMES[source]}")
+    """The pretrained reweighting model of notebooks 07 and 15 (one run, Plugin-pretrained): the
+    base family's :func:`small_model` where profiles.yaml names one (GPT2-Small for GPT-2, as the
+    paper; LLaMA-3.2-1B for LLaMA-3.1-8B); otherwise the base's own checkpoint, truncated."""
+    small = small_model(model_name)
+    if small is not None:
+        return Variant("Plugin-pretrained", {"arch": "pretrained", "pretrained": small["hub_id"]},
+                       f"pretrained: {small['display']}")
     if n_layers is None:
         raise ValueError(f"No pretrained reweighting model is known for {model_name}: set pretrained_layers.")
     path = truncated_pretrained(model_name, n_layers)
@@ -83,11 +86,11 @@ def pretrained_variant(model_name: str, n_layers: int | None) -> Variant:
 
 def expert_variant(model_name: str, n_layers: int | None) -> Variant:
     """The pretrained small model of notebook 15's ``-pretrained`` arms: proxy-tuning's expert
-    (tuned alone) and anti-expert (untuned), and the Plugin's starting point. ``PROXY_EXPERTS``
-    for the paper's bases; otherwise :func:`pretrained_variant`'s (the base cut to ``n_layers``
+    (tuned alone) and anti-expert (untuned), and the Plugin's starting point: the family's
+    :func:`small_model`; otherwise :func:`pretrained_variant`'s (the base cut to ``n_layers``
     blocks: a weaker stand-in, labelled so). The same model as notebook 07's Plugin-pretrained."""
     variant = pretrained_variant(model_name, n_layers)
-    stand_in = "" if model_name in PROXY_EXPERTS else " (a stand-in for a pretrained small model)"
+    stand_in = "" if small_model(model_name) else " (a stand-in for a pretrained small model)"
     return Variant("pretrained", variant.arch, variant.name + stand_in)
 
 
