@@ -21,12 +21,13 @@ from ..harness import concurrency, preflight
 from ..harness import profile as config
 from ..harness.grid import executors, plan as planning, units as grid_units
 from ..harness.profile import Profile
-from . import confirmation_wave2, confirmation_wave3, studies
+from . import confirmation_wave2, confirmation_wave3, confirmation_wave4, studies
 
 GIB = 2**30
 # Each preregistered wave with runs of its own: its profile, its units, the notebooks they come from.
 WAVES = {2: (confirmation.PROFILE, confirmation_wave2.units, ("05", "07", "11")),
-         3: ("wave3", confirmation_wave3.units, ("01", "02", "03", "04", "15"))}
+         3: ("wave3", confirmation_wave3.units, ("01", "02", "03", "04", "15")),
+         4: (confirmation_wave4.PROFILE, confirmation_wave4.units, ("06", "07", "15"))}
 
 
 def select_units(units: Sequence[grid_units.Unit], keep: Sequence[str] = (), skip: Sequence[str] = ()
@@ -130,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--skip", nargs="+", default=[], metavar="KEY",
                        help="leave out the units whose keys match these patterns, and those that need them")
         p.add_argument("--wave", type=int, choices=tuple(WAVES),
-                       help="a preregistered wave's runs instead of notebooks: 2 (profile confirm), 3 (profile wave3); "
+                       help="a preregistered wave's runs instead of notebooks: 2 (profile confirm), 3 (profile wave3), "
+                            "4 (profile wave4); "
                             "docs/preregistration.md")
     plan_parser = sub.choices["plan"]
     plan_parser.add_argument("--summary", action="store_true", help="totals only, not one line per unit")
