@@ -37,9 +37,10 @@ from ..utils.io import atomic_write_json, read_json
 
 PROFILE = freeze.FROZEN_PROFILE
 FROZEN_INPUTS = REPO_ROOT / "plugin_lib" / "report" / "preregistered_inputs.json"
-# Each preregistered profile's test inputs, frozen with its rules (waves 1 and 2: confirm; 3: wave3).
+# Each preregistered profile's test inputs, frozen with its rules (waves 1 and 2: confirm; 3: wave3; 4: wave4).
 FROZEN_INPUT_FILES = {PROFILE: FROZEN_INPUTS,
-                      "wave3": REPO_ROOT / "plugin_lib" / "report" / "preregistered_wave3_inputs.json"}
+                      "wave3": REPO_ROOT / "plugin_lib" / "report" / "preregistered_wave3_inputs.json",
+                      "wave4": REPO_ROOT / "plugin_lib" / "report" / "preregistered_wave4_inputs.json"}
 
 
 class Missing(LookupError):
