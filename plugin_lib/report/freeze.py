@@ -19,6 +19,8 @@ commit or in one that does not descend from it.
 The third wave (``report.preregistered_wave3``, issue 60) has a profile of its own, ``wave3``,
 frozen with its rules and inputs in ``WAVE3_FROZEN_AT``; :func:`check_wave3` lists the
 contradictions of its history, and every file under ``results/wave3`` is one of its results.
+The fourth (``report.preregistered_wave4``, issue 73) is checked the same way, with its profile
+``wave4``, ``WAVE4_FROZEN_AT`` and ``results/wave4`` (:func:`check_wave4`).
 
 ``tests/test_preregistration*.py`` run the checks on the repository; the report quotes the commits.
 """
@@ -52,6 +54,11 @@ WAVE3_FILES = ("plugin_lib/report/preregistered_wave3.py", "plugin_lib/report/pr
 WAVE3_FROZEN_AT = "901843a2cc662a66eb8d1449428d265ce430aae4"  # the commit "Wave 3 preregistered (issue 60): ..."
 WAVE3_PROFILE = "wave3"
 WAVE3_RESULTS = "results/wave3"  # everything under it
+
+WAVE4_FILES = ("plugin_lib/report/preregistered_wave4.py", "plugin_lib/report/preregistered_wave4_inputs.json")
+WAVE4_FROZEN_AT = "690db6c2b857bcbe7fb7325807c7c09fc394ffa5"  # the commit "Wave 4 preregistered (issue 73): ..."
+WAVE4_PROFILE = "wave4"
+WAVE4_RESULTS = "results/wave4"  # everything under it
 
 
 class HistoryUnavailable(RuntimeError):
@@ -133,12 +140,13 @@ def check_wave2(repo: Path = REPO_ROOT, frozen_at: str = WAVE2_FROZEN_AT, files:
 
 
 def check_wave3(repo: Path = REPO_ROOT, frozen_at: str = WAVE3_FROZEN_AT, files: Sequence[str] = WAVE3_FILES,
-                results: str = WAVE3_RESULTS, profile: str = WAVE3_PROFILE, profiles: str | None = None) -> list[str]:
+                results: str = WAVE3_RESULTS, profile: str = WAVE3_PROFILE, profiles: str | None = None,
+                wave: str = "wave-3") -> list[str]:
     """Every contradiction between the history of ``repo`` and the third wave's freeze (empty:
     none): its rules or frozen inputs differ from that commit, its profile (with the models and
     architectures it uses) does, or any file under ``results`` entered git in that commit or in
     one that does not descend from it."""
-    problems = _check_wave(repo, "wave-3", frozen_at, files, ("*",), results)
+    problems = _check_wave(repo, wave, frozen_at, files, ("*",), results)
     profiles_path = profiles or str(PROFILES_FILE.relative_to(REPO_ROOT))
     then = _git(Path(repo), "show", f"{frozen_at}:{profiles_path}", check=False)
     now_path = Path(repo) / profiles_path
@@ -146,8 +154,15 @@ def check_wave3(repo: Path = REPO_ROOT, frozen_at: str = WAVE3_FROZEN_AT, files:
     if then.returncode != 0 or not frozen_settings(now, profile) or \
             frozen_settings(then.stdout, profile) != frozen_settings(now, profile):
         problems.append(f"the {profile!r} profile (or a model or architecture it uses) in {profiles_path} differs "
-                        f"from the wave-3 freezing commit {frozen_at[:10]}")
+                        f"from the {wave} freezing commit {frozen_at[:10]}")
     return problems
+
+
+def check_wave4(repo: Path = REPO_ROOT, frozen_at: str = WAVE4_FROZEN_AT, files: Sequence[str] = WAVE4_FILES,
+                results: str = WAVE4_RESULTS, profile: str = WAVE4_PROFILE, profiles: str | None = None) -> list[str]:
+    """The fourth wave's contradictions, checked as the third's (:func:`check_wave3`): its rules,
+    frozen inputs and profile as at ``WAVE4_FROZEN_AT``, every file under ``results`` after it."""
+    return check_wave3(repo, frozen_at, files, results, profile, profiles, wave="wave-4")
 
 
 def _check_wave(repo: Path, wave: str, frozen_at: str, files: Sequence[str], patterns: Sequence[str],
