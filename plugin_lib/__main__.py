@@ -9,7 +9,7 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro preflight --profile paper ...  plugin_lib.commands.preflight
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
     plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
-    plugin-repro confirmation [wave2|wave3] status|judge     plugin_lib.commands.confirmation, commands.confirmation_wave2, _wave3
+    plugin-repro confirmation [wave2|3|4] status|judge       plugin_lib.commands.confirmation, commands.confirmation_wave2, _wave3, _wave4
     plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
     plugin-repro gpu-check [--only NB] [--deadline-s S]    plugin_lib.commands.gpu_check (a checkout)
     plugin-repro train|generate|evaluate|serve  plugin_lib.serving.cli (a Plugin on your own data)
@@ -118,9 +118,9 @@ def report(ctx: typer.Context) -> None:
 
 @app.command("confirmation", **PASS_ON)
 def confirmation(ctx: typer.Context) -> None:
-    """The preregistered confirmation: status, judge, margins; `confirmation wave2|wave3 ...` the later
-    waves (python -m plugin_lib.commands.confirmation, plugin_lib.commands.confirmation_wave2, plugin_lib.commands.confirmation_wave3)."""
-    waves = {"wave2": "plugin_lib.commands.confirmation_wave2", "wave3": "plugin_lib.commands.confirmation_wave3"}
+    """The preregistered confirmation: status, judge, margins; `confirmation wave2|wave3|wave4 ...` the
+    later waves (python -m plugin_lib.commands.confirmation, plugin_lib.commands.confirmation_wave2, _wave3, _wave4)."""
+    waves = {f"wave{n}": f"plugin_lib.commands.confirmation_wave{n}" for n in (2, 3, 4)}
     if ctx.args[:1] and ctx.args[0] in waves:
         _hand_over(waves[ctx.args[0]], ctx.args[1:])
     _hand_over("plugin_lib.commands.confirmation", ctx.args)

@@ -135,3 +135,84 @@ def test_wave4s_units_are_the_pretrained_arms_the_two_bases_and_plugin_4l():
     assert all(u.task.model.endswith("-5ep") for u in finetuned)
     assert len([u for u in units if u.kind == "finetune"]) == 3
     assert len(runs) == 4 * (1 + 3 * 5) + 3 * (3 + 4)  # proxy arms; Plugin-4L and the 5-epoch base's runs
+
+
+@pytest.fixture
+def wave4_store(tmp_path, monkeypatch):
+    """The wave4 profile with its results in tmp_path, its frozen test ids answered by made-up
+    references, and a helper that stores a label's runs (``good``: inputs answered with their
+    reference) on the datasets given, on the original base or the 5-epoch one."""
+    import json
+
+    from plugin_lib.commands import confirmation_wave4
+    from plugin_lib.experiments import confirmation
+    from plugin_lib.harness import run_store
+    from plugin_lib.harness.profile import load_profile
+
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    frozen = {d: confirmation.frozen_inputs(wave4.PROFILE)[d]["ids"] for d in wave4.PROXY_DATASETS}
+    refs = {i: [f"the {k % 7} blue {k} cats sat on mat {k // 3} near river {k % 11}"] for ids in frozen.values()
+            for k, i in enumerate(ids)}
+    monkeypatch.setattr(confirmation_wave4, "references", lambda dataset, ids: [refs[i] for i in ids])
+    monkeypatch.setattr(confirmation, "references", lambda dataset, ids: [refs[i] for i in ids])
+    profile = load_profile(wave4.PROFILE)
+    roles = confirmation.Roles(profile)
+
+    def put(label, good, datasets=wave4.PROXY_DATASETS, tuned=False, alpha_losses=None):
+        for dataset in datasets:
+            ids = frozen[dataset]
+            model = roles.finetuned_folder(dataset, 5) if tuned else profile.base_models[0]
+            folder = run_store.runs_dir(profile, dataset, model)
+            folder.mkdir(parents=True, exist_ok=True)
+            share = good if isinstance(good, float) else good / 200
+            predictions = [refs[i][0] if n < share * len(ids) else "completely unrelated words here"
+                           for n, i in enumerate(ids)]
+            for seed in profile.seeds[:1] if label == "Zeroshot" else profile.seeds:
+                record = {"dataset": dataset, "model": model, "method": label, "seed": seed, "test_ids": ids,
+                          "predictions": predictions, "metrics": dict.fromkeys(METRIC_NAMES, share),
+                          "training": {"alpha_hyper_losses": alpha_losses} if alpha_losses else {},
+                          "hparams": {"alpha": 0.05} if alpha_losses else {}}
+                (folder / f"{label}-seed{seed}.json").write_text(json.dumps(record))
+
+    return profile, put
+
+
+def test_wave4_waits_for_its_runs_then_judges_every_claim_under_the_frozen_rules(wave4_store):
+    import real_data
+    from plugin_lib.commands import confirmation_wave4
+
+    real_data.require()
+    profile, put = wave4_store
+    put("Plugin", 150)
+    state = confirmation_wave4.status(profile).set_index("claim")["state"]
+    assert state["wave4_proxy_one_layer_e2e"].startswith("waiting")
+    helps, too_little = {"0": 2.5, "0.05": 2.3, "1": 2.9}, {"0": 2.5, "0.05": 2.495, "1": 2.9}
+    put("ProxyTuning-pretrained", 60, alpha_losses=helps)
+    put("DExperts-pretrained", 60, alpha_losses=too_little)  # decodes alike, and its expert helps too little
+    put("Plugin-pretrained", 120)
+    put("Plugin-4L", 140, wave4.FIGURE_DATASETS)
+    put("Zeroshot", 40)
+    put("Zeroshot", 80, wave4.FIGURE_DATASETS, tuned=True)
+    put("Plugin", 190, wave4.FIGURE_DATASETS, tuned=True)
+    verdicts = {c["key"]: c for c in confirmation_wave4.judge(profile)}
+    assert len(verdicts) == len(wave4.CLAIMS)
+    one_layer = verdicts["wave4_proxy_one_layer_webnlg"]
+    assert one_layer["verdict"] == pre.REPRODUCED, one_layer["statistic"]["summary"]
+    assert one_layer["statistic"]["frozen_at"] == freeze.WAVE4_FROZEN_AT
+    assert "DExperts-pretrained left out: the same outputs" in one_layer["statistic"]["summary"]
+    assert [r["versus"] for r in one_layer["statistic"]["result"]["comparisons"]] == ["vs ProxyTuning-pretrained"]
+    assert verdicts["wave4_base_quality_adidas"]["verdict"] == pre.REPRODUCED
+    assert verdicts["wave4_plugin_beats_base_commongen"]["verdict"] == pre.REPRODUCED
+    # Plugin-pretrained behind Plugin-4L on every metric: not reproduced.
+    assert verdicts["wave4_pretrained_init_webnlg"]["verdict"] == pre.NOT_REPRODUCED
+    assert verdicts["wave4_proxy_same_model_e2e"]["statistic"]["n"] == {"inputs": 200, "seeds": 3}
+    assert verdicts["wave4_proxy_same_model_adidas"]["statistic"]["n"]["inputs"] == 54
+    # Proxy-tuning's expert no longer helps, and DExperts decodes otherwise but helps too little: no rival left.
+    put("ProxyTuning-pretrained", 60, alpha_losses=too_little)
+    put("DExperts-pretrained", 61, alpha_losses=too_little)
+    again = confirmation_wave4.judge(profile, keys=["wave4_proxy_one_layer_e2e"])[0]
+    assert again["verdict"] == pre.NOT_MEASURABLE and again["statistic"]["summary"].startswith("no rival left")
+    # Fine-tuning that did not improve the base alone: Figure 2's trend is not measurable.
+    put("Zeroshot", 30, wave4.FIGURE_DATASETS, tuned=True)
+    trend = confirmation_wave4.judge(profile, keys=["wave4_base_quality_webnlg"])[0]
+    assert trend["verdict"] == pre.NOT_MEASURABLE and trend["statistic"]["summary"].startswith("premise fails")

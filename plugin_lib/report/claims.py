@@ -26,7 +26,7 @@ from .verdicts import NOT_MEASURABLE, VERDICTS  # noqa: F401  (VERDICTS: the voc
 SCOPES = ("paper", "beyond")
 # The profiles whose numbers can support or refute a claim. Every other profile (smoke, and
 # paper-twin, whose bases have random weights) only checks that code paths run.
-MEASURING_PROFILES = ("local", "paper", "confirm", "wave3")
+MEASURING_PROFILES = ("local", "paper", "confirm", "wave3", "wave4")
 RULE_NOT_RECORDED = "rule not recorded: rerun the notebook"
 STATISTIC_NOT_RECORDED = "not recorded: rerun the notebook"
 
