@@ -29,26 +29,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList, PreTrainedModel
+from transformers import AutoTokenizer, LogitsProcessorList
 
 from ..core.api import ApiBlackBox, DEFAULT_SPECULATE
 from ..core.api_client import CompletionsClient, TokenizerMismatch
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM
 from ..core.decode import PluginLogitsProcessor, generate
-from ..core.reweighter import ContextFreeReweighter, check_vocabulary, for_decoding
+from ..core.reweighter import check_vocabulary, for_decoding
 from ..data.prompts import format_for_model
 from ..harness import models
-from ..utils.io import current_umask, remove_stale_temporaries, temporary_prefix
+from ..utils.io import remove_stale_temporaries, temporary_prefix
+from . import artifact_files
+from .artifact_files import FORMAT, ArtifactError, load_reweighter, read_json, save_reweighter, usual_modes
 from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS
 
-FORMAT = 1
 PROMPT_FORMATS = ("plain", "chat")
-
-
-class ArtifactError(ValueError):
-    """A directory that is not a loadable Plugin artifact."""
 
 
 @dataclass(frozen=True)
@@ -259,12 +254,12 @@ class PluginModel:
         partial.mkdir()
         try:
             config = {"format": FORMAT, "package_version": package_version(), "base": asdict(self.base_spec),
-                      "decoding": asdict(self.decoding), "reweighter": _save_reweighter(self.reweighter, partial)}
+                      "decoding": asdict(self.decoding), "reweighter": save_reweighter(self.reweighter, partial)}
             self.tokenizer.save_pretrained(partial / "tokenizer")
             (partial / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
             (partial / "training.json").write_text(json.dumps(self.training, indent=2) + "\n")
             (partial / "README.md").write_text(model_card(self.base_spec, self.decoding, self.training))
-            _usual_modes(partial)
+            usual_modes(partial)
             if target.exists():
                 os.replace(target, old)
             os.replace(partial, target)
@@ -291,8 +286,8 @@ class PluginModel:
         if base is None:
             base = spec.load(tokenizer)
         check_same_tokenizer(tokenizer, base.tokenizer, spec.display)
-        reweighter = _load_reweighter(directory, config["reweighter"]).to(base.device)
-        training = _read_json(directory / "training.json") if (directory / "training.json").exists() else {}
+        reweighter = load_reweighter(directory, config["reweighter"]).to(base.device)
+        training = read_json(directory / "training.json") if (directory / "training.json").exists() else {}
         return cls(base, reweighter, base_spec=spec, decoding=DecodingSettings(**config["decoding"]), training=training,
                    head_dtype=head_dtype)
 
@@ -318,22 +313,10 @@ def _sampling(temperature: float, top_p: float) -> dict[str, Any]:
 
 def read_config(directory: str | os.PathLike) -> dict:
     """``plugin_config.json`` of an artifact, with a clear error for anything else."""
-    directory = Path(directory)
-    path = directory / CONFIG_FILE
-    if not path.is_file():
-        raise ArtifactError(f"{directory} is not a Plugin artifact (no {CONFIG_FILE}): make one with "
-                            "`plugin-repro train` or PluginModel.save_pretrained.")
-    config = _read_json(path)
-    if config.get("format") != FORMAT:
-        raise ArtifactError(f"{path} has artifact format {config.get('format')!r}; this package reads format "
-                            f"{FORMAT}: install the plugin-repro version that wrote it ({config.get('package_version')}).")
-    for part in ("tokenizer",):
-        if not (directory / part).is_dir():
-            raise ArtifactError(f"{directory} is incomplete: {part}/ is missing. Save the artifact again.")
-    known = {f.name for f in fields(BaseSpec)}
-    unknown = set(config.get("base", {})) - known
+    config = artifact_files.read_config(directory)
+    unknown = set(config.get("base", {})) - {f.name for f in fields(BaseSpec)}
     if unknown:
-        raise ArtifactError(f"{path}: unknown base fields {sorted(unknown)}.")
+        raise ArtifactError(f"{Path(directory) / CONFIG_FILE}: unknown base fields {sorted(unknown)}.")
     return config
 
 
@@ -345,59 +328,6 @@ def check_same_tokenizer(saved, base_tokenizer, where: str) -> None:
             f"The Plugin was trained on another tokenizer than {where}'s ({len(saved)} vs {len(base_tokenizer)} "
             "tokens, or other ids): a reweighting model works only on the vocabulary it was trained on. "
             "Load it with the base it was trained for, or train a Plugin for this base.")
-
-
-def _usual_modes(folder: Path) -> None:
-    """Every file of ``folder`` with the user's normal permissions (0666 less the umask), as
-    ``open`` gives: safetensors writes its file 0600, the rest 0644."""
-    mode = 0o666 & ~current_umask()
-    for path in folder.rglob("*"):
-        if path.is_file():
-            path.chmod(mode)
-
-
-def _save_reweighter(reweighter: torch.nn.Module, directory: Path) -> dict:
-    if isinstance(reweighter, PreTrainedModel):
-        reweighter.save_pretrained(directory / "reweighter")
-        return {"kind": "transformers"}
-    if isinstance(reweighter, ContextFreeReweighter):
-        save_model(reweighter, str(directory / "reweighter.safetensors"))
-        hidden = reweighter.trunk_layers[0].out_features if isinstance(reweighter.trunk_layers, torch.nn.Sequential) else None
-        return {"kind": "context-free", "vocab_size": reweighter.vocab_size,
-                "embed_dim": reweighter.embed.embedding_dim, "hidden_size": hidden}
-    raise ArtifactError(f"Cannot save a reweighting model of type {type(reweighter).__name__}: use a transformers "
-                        "causal LM or one of plugin_lib.make_reweighter's architectures.")
-
-
-def _read_json(path: Path) -> dict:
-    """A JSON file of the artifact, or one line naming it and what is wrong."""
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ArtifactError(f"{path} is damaged ({err}): write the artifact again (plugin-repro train, or "
-                            "save_pretrained), or restore the file.") from None
-    if not isinstance(found, dict):
-        raise ArtifactError(f"{path} holds a {type(found).__name__}, not an object: the artifact is damaged.")
-    return found
-
-
-def _load_reweighter(directory: Path, spec: dict) -> torch.nn.Module:
-    """The saved reweighting model, or one line naming the damaged file (a truncated weights file,
-    an edited config)."""
-    kind = spec.get("kind")
-    where = directory / ("reweighter" if kind == "transformers" else "reweighter.safetensors")
-    try:
-        if kind == "transformers":
-            return AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32).eval()
-        if kind == "context-free":
-            model = ContextFreeReweighter(spec["vocab_size"], spec["embed_dim"], spec["hidden_size"])
-            load_model(model, str(where))
-            return model.eval()
-    except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ArtifactError(f"{where}: the reweighting model cannot be loaded ({first[:300]}); the artifact is "
-                            "damaged: write it again (plugin-repro train) or restore it.") from None
-    raise ArtifactError(f"{directory}: unknown reweighter kind {kind!r}.")
 
 
 def _what_it_saw(training: dict) -> str:
