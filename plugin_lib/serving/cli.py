@@ -48,6 +48,24 @@ def head_dtype_option():
                                         "docs/serving.md measures both).")
 
 
+ENGINES = ("package", "vllm")
+
+
+def engine_option():
+    return typer.Option("package", help="What decodes: the package's own (transformers' generate) or vllm (its own "
+                                        "environment: bash scripts/bootstrap_vllm.sh; docs/serving.md).")
+
+
+def check_engine(engine: str, **package_only) -> None:
+    """One line for an unknown engine, or for options that only the package's own engine has."""
+    if engine not in ENGINES:
+        fail(f"unknown --engine {engine!r}; choose one of {', '.join(ENGINES)}.")
+    given = [name for name, value in package_only.items() if value]
+    if engine == "vllm" and given:
+        fail(f"{', '.join('--' + g.replace('_', '-') for g in given)}: the package's own engine only; leave "
+             f"{'it' if len(given) == 1 else 'them'} out with --engine vllm.")
+
+
 def fail(message: str, status: int = 2) -> None:
     """One line on stderr and the exit status (README, "Exit statuses": 2 bad input, 3 held by
     another call, 1 a failure of the machine, such as a full disk)."""
@@ -216,14 +234,21 @@ def generate(
     max_prompt_tokens: int = typer.Option(MAX_PROMPT_TOKENS, help="Longest prompt accepted, in tokens (a longer "
                                                                   "one is refused, never cut; as serve)."),
     head_dtype: str = head_dtype_option(),
+    engine: str = engine_option(),
 ):
     """Generate with a trained Plugin: one prompt printed as text, a file as JSONL."""
     if (prompt is None) == (file is None):
         fail("give exactly one of --prompt and --file.")
     if base_only and temperature:
         fail("--base-only decodes greedily, as the comparison with the Plugin does; leave out --temperature.")
+    check_engine(engine, base_url=base_url, head_dtype=head_dtype != "float32")
     try:
         prompts = [prompt] if prompt is not None else read_prompts(file)
+        if engine == "vllm":
+            outputs = _vllm_outputs(plugin, prompts, max_prompt_tokens, base_only=base_only,
+                                    max_new_tokens=max_new_tokens, temperature=temperature)["base" if base_only else "plugin"]
+            _print_outputs(prompt, prompts, outputs)
+            return
         from .artifact import PluginModel
 
         adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
@@ -238,11 +263,28 @@ def generate(
                                        **overrides)
     except user_errors() as err:
         fail(str(err))
+    _print_outputs(prompt, prompts, outputs)
+
+
+def _print_outputs(prompt: str | None, prompts: list[str], outputs: list[str]) -> None:
     if prompt is not None:
         typer.echo(outputs[0])
     else:
         for text, output in zip(prompts, outputs):
             typer.echo(json.dumps({"prompt": text, "completion": output}, ensure_ascii=False))
+
+
+def _vllm_outputs(plugin: Path, prompts: list[str], max_prompt_tokens: int, **options) -> dict[str, list[str]]:
+    """The texts of ``vllm_engine.generate``, prompts over ``max_prompt_tokens`` refused first."""
+    from . import vllm_engine
+    from .artifact import PromptTooLong
+
+    ids, _ = vllm_engine.prompt_ids(plugin, prompts)
+    for i, row in enumerate(ids):
+        if len(row) > max_prompt_tokens:
+            raise PromptTooLong(f"prompt {i + 1} has {len(row)} tokens; at most {max_prompt_tokens} are accepted "
+                                "(--max-prompt-tokens). Shorten it: it is never cut silently.")
+    return vllm_engine.generate(plugin, prompts, progress=len(prompts) > 1, **options)
 
 
 @app.command()
@@ -254,19 +296,33 @@ def evaluate(
     base_url: Optional[str] = typer.Option(None, help="The endpoint base at another address."),
     card: bool = typer.Option(True, help="Store evaluation.json in the artifact and add the table to its model card."),
     head_dtype: str = head_dtype_option(),
+    engine: str = engine_option(),
 ):
     """The Plugin against its base alone on held-out pairs, with paired bootstrap CIs: the paper's BLEU, ROUGE-1/2/L
     and NIST; sacrebleu's BLEU and chrF (0-100, with signatures); exact match; output length against the
     references', empty outputs and outputs at the token limit."""
+    check_engine(engine, base_url=base_url, head_dtype=head_dtype != "float32")
     try:
         pairs = read_pairs(data)
-        from .evaluation import evaluate as run_evaluation, markdown, write_to_artifact
-        from .artifact import PluginModel
+        from .evaluation import evaluate as run_evaluation, markdown, score, write_to_artifact
 
-        adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
-        typer.echo(f"{len(pairs)} pairs from {data}; decoding with the Plugin and with the base alone", err=True)
-        result = run_evaluation(adapted, pairs, resamples=resamples, max_new_tokens=max_new_tokens,
-                                progress=len(pairs) > 16)
+        typer.echo(f"{len(pairs)} pairs from {data}; decoding with the Plugin and with the base alone"
+                   + (" in vLLM" if engine == "vllm" else ""), err=True)
+        if engine == "vllm":
+            from . import vllm_engine
+            from .artifact_files import read_config
+
+            limit = max_new_tokens or (read_config(plugin).get("decoding") or {}).get("max_new_tokens", 64)
+            found = vllm_engine.generate(plugin, [p.prompt for p in pairs], both=True, max_new_tokens=limit,
+                                         temperature=0.0, progress=len(pairs) > 16)
+            result = score(found["plugin"], found["base"], [p.completion for p in pairs],
+                           vllm_engine.tokenizer_of(plugin), limit=limit, resamples=resamples, engine="vllm")
+        else:
+            from .artifact import PluginModel
+
+            adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
+            result = run_evaluation(adapted, pairs, resamples=resamples, max_new_tokens=max_new_tokens,
+                                    progress=len(pairs) > 16)
         result["data"] = {"file": str(data), "pairs": len(pairs)}
         if card:
             write_to_artifact(plugin, result)
@@ -297,13 +353,19 @@ def serve(
     shutdown_grace_s: float = typer.Option(5.0, min=0, help="On SIGTERM or Ctrl-C, the seconds requests in flight "
                                                              "have to finish before they are stopped (open streams "
                                                              "end with an error event)."),
+    engine: str = engine_option(),
 ):
-    """Serve the adapted model with an OpenAI-compatible API (/v1/completions, /v1/chat/completions)."""
+    """Serve the adapted model with an OpenAI-compatible API (/v1/completions, /v1/chat/completions); with
+    --engine vllm, vLLM's own server with the Plugin inside it."""
     from .server import exposure_warning
 
+    check_engine(engine, base_url=base_url, head_dtype=head_dtype != "float32", docs=docs)
     warning = exposure_warning(host, api_key)
     if warning:
         typer.secho(warning, err=True, fg=typer.colors.RED, bold=True)
+    if engine == "vllm":
+        _serve_in_vllm(plugin, host=host, port=port, name=name or plugin.resolve().name, api_key=api_key,
+                       max_concurrency=max_concurrency or 16, max_model_len=max_prompt_tokens + max_tokens)
 
     try:
         from .artifact import PluginModel
@@ -316,6 +378,22 @@ def serve(
     except user_errors() as err:
         fail(str(err))
     GracefulServer(api, host=host, port=port, grace_s=shutdown_grace_s, log_level="info").run()
+
+
+def _serve_in_vllm(plugin: Path, **options) -> None:
+    """Become vLLM's OpenAI-compatible server with the Plugin's processor (signals reach it directly)."""
+    try:
+        import os
+
+        from . import vllm_engine
+
+        command = vllm_engine.server_command(plugin, **options)
+        typer.echo(f"plugin-repro serve: vLLM's server with the Plugin ({plugin}) on {options['host']}:{options['port']}",
+                   err=True)
+        sys.stdout.flush()
+        os.execve(command[0], command, vllm_engine.environment(plugin))
+    except user_errors() as err:
+        fail(str(err))
 
 
 def _tokenizer(source: str):

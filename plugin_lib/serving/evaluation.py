@@ -89,24 +89,34 @@ def _ratio(counts: np.ndarray, numerators: np.ndarray, denominators: np.ndarray 
 
 def evaluate(plugin: PluginModel, pairs: Sequence[Pair], *, resamples: int = 1000, seed: int = 0,
              max_new_tokens: int | None = None, progress: bool = False) -> dict:
-    """The Plugin against the base alone on ``pairs``: per metric both scores, the difference
-    and its paired-bootstrap 95% interval; ``n``, the resamples, and both systems' outputs."""
+    """The Plugin against the base alone on ``pairs``, both decoded in process (:func:`score`)."""
     if len(pairs) < 2:
         raise ValueError(f"evaluate needs at least 2 pairs to resample; got {len(pairs)}.")
-    prompts, references = [p.prompt for p in pairs], [p.completion for p in pairs]
+    prompts = [p.prompt for p in pairs]
     overrides = {"max_new_tokens": max_new_tokens} if max_new_tokens else {}
     adapted = plugin.generate(prompts, progress=progress, **overrides)
     alone = base_only_outputs(plugin, prompts, max_new_tokens=max_new_tokens, progress=progress)
+    return score(adapted, alone, [p.completion for p in pairs], plugin.base.tokenizer,
+                 limit=max_new_tokens or plugin.decoding.max_new_tokens, resamples=resamples, seed=seed,
+                 head_dtype=plugin.head_dtype)
+
+
+def score(adapted: Sequence[str], alone: Sequence[str], references: Sequence[str], tokenizer, *, limit: int,
+          resamples: int = 1000, seed: int = 0, head_dtype: str = "float32", engine: str = "package") -> dict:
+    """The two systems' outputs against ``references``: per metric both scores, the difference
+    and its paired-bootstrap 95% interval; ``n``, the resamples, and both systems' outputs.
+    ``limit``: the decoding's max_new_tokens (the "at the token limit" row); ``engine``: what decoded."""
+    if len(references) < 2:
+        raise ValueError(f"evaluate needs at least 2 pairs to resample; got {len(references)}.")
     metrics = PACKAGE_METRICS + (("ROUGE-L",) if java.has_java() else ())
-    limit = max_new_tokens or plugin.decoding.max_new_tokens
-    full = np.ones((1, len(pairs)), dtype=np.int64)
-    draws = resample_counts(len(pairs), resamples, seed)
+    full = np.ones((1, len(references)), dtype=np.int64)
+    draws = resample_counts(len(references), resamples, seed)
     scores, signatures = {}, {}
     for name, outputs in (("plugin", adapted), ("base", alone)):
         package = InputStatistics(outputs, [[r] for r in references], metrics)
         corpus = {"sacreBLEU": _Sacrebleu(BLEU(), outputs, references), "chrF": _Sacrebleu(CHRF(), outputs, references)}
         signatures = {m: str(c.metric.get_signature()) for m, c in corpus.items()}
-        tokens = [len(plugin.base.tokenizer(o, add_special_tokens=False).input_ids) for o in outputs]
+        tokens = [len(tokenizer(o, add_special_tokens=False).input_ids) for o in outputs]
         form = _form(outputs, references, tokens, limit)
         scores[name] = {
             "whole": {**{m: float(v[0]) for m, v in package.scores(full).items()},
@@ -121,8 +131,9 @@ def evaluate(plugin: PluginModel, pairs: Sequence[Pair], *, resamples: int = 100
         table[metric] = {"plugin": plugin_score, "base": base_score, "difference": plugin_score - base_score,
                          "ci95": [float(q) for q in np.percentile(difference, [2.5, 97.5])],
                          "measures": METRICS[metric]}
-    return {"metrics": table, "n": len(pairs), "resamples": resamples, "seed": seed, "head_dtype": plugin.head_dtype,
-            "max_new_tokens": limit, "signatures": signatures, "outputs": {"plugin": adapted, "base": alone}}
+    found = {"metrics": table, "n": len(references), "resamples": resamples, "seed": seed, "head_dtype": head_dtype,
+             "max_new_tokens": limit, "signatures": signatures, "outputs": {"plugin": list(adapted), "base": list(alone)}}
+    return found if engine == "package" else {**found, "engine": engine}
 
 
 def markdown(result: dict) -> str:
@@ -131,7 +142,8 @@ def markdown(result: dict) -> str:
     source = result.get("data", {}).get("file")
     lines = [f"On {result['n']} held-out pairs" + (f" ({source})" if source else "")
              + f"; paired bootstrap over the pairs ({result['resamples']} draws), 95% interval of the difference."
-             + ("" if head == "float32" else f" The Plugin decoded with a {head} output layer."), "",
+             + ("" if head == "float32" else f" The Plugin decoded with a {head} output layer.")
+             + (f" Both decoded in {result['engine']}." if result.get("engine") else ""), "",
              "| metric | what it measures, scale | Plugin | base alone | difference | 95% CI |",
              "| --- | --- | --- | --- | --- | --- |"]
     for metric, row in result["metrics"].items():

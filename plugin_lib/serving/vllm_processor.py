@@ -5,18 +5,19 @@ holds the trained reweighting model and adds its log-probabilities, as ``core.co
 combine_log_probs`` does: log p = log_softmax(log_softmax(b) + log_softmax(r)). Sampling
 (temperature, top-p, seeds, stop strings) stays vLLM's, so greedy decoding is argmax p.
 
-The reweighting model keeps one KV cache for the whole batch (:class:`BatchCache`): its rows
-follow vLLM's requests through ``update_state`` (added, removed, moved), and each step feeds every
-request only the tokens it has not seen (its prompt the first time, then its newest token), all
-requests in one call. A row's cache is left-padded to the batch's length; columns no row needs
-any more are dropped.
+The reweighting model keeps one KV cache for the whole batch (``serving.batch_cache``): the
+processor follows vLLM's requests through ``update_state`` (added, removed, moved), and each
+step feeds every request only the tokens it has not seen (its prompt the first time, then its
+newest token), all requests in one call.
 
 Per request, ``SamplingParams.extra_args`` (the OpenAI server's ``vllm_xargs``):
 
 - ``plugin``: 0, "0", "off" or "false" serves the base alone from the same engine (default on);
 - ``plugin_repetition_penalty``: the package's CTRL penalty on the generated tokens, applied to
-  b and to r before they are combined, as ``core.decode`` does (vLLM's own ``repetition_penalty``
-  acts after this processor, on prompt and output tokens: another rule).
+  b and to r before they are combined, as ``core.decode`` does; by default the artifact's own
+  (``decoding.repetition_penalty``), for the base alone too, as ``generate --base-only`` decodes
+  it; 1 turns it off. vLLM's own ``repetition_penalty`` acts after this processor, on prompt and
+  output tokens: another rule, on top.
 
 The artifact comes from ``additional_config={"plugin_artifact": DIR}`` or the environment
 variable ``PLUGIN_VLLM_ARTIFACT``. Load it with ``--logits-processors
@@ -27,17 +28,17 @@ environment (``scripts/bootstrap_vllm.sh``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoTokenizer, DynamicCache
+from transformers import AutoTokenizer
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
 from ..core.reweighter import output_vocab_size
 from .artifact_files import ArtifactError, load_reweighter, read_config
+from .batch_cache import BatchCache, Request, step
 
 ARTIFACT_ENV = "PLUGIN_VLLM_ARTIFACT"
 CONFIG_KEY = "plugin_artifact"
@@ -59,9 +60,10 @@ def plugin_on(params: SamplingParams) -> bool:
     return str(value).strip().lower() not in OFF
 
 
-def penalty_of(params: SamplingParams) -> float | None:
-    value = (params.extra_args or {}).get("plugin_repetition_penalty")
-    return None if value in (None, "", 1, 1.0, "1") else float(value)
+def penalty_of(params: SamplingParams, default: float | None) -> float | None:
+    """The request's ``plugin_repetition_penalty``, else the artifact's (None: no penalty)."""
+    value = (params.extra_args or {}).get("plugin_repetition_penalty", default)
+    return None if value in (None, "") or float(value) == 1.0 else float(value)
 
 
 def penalise(scores: torch.Tensor, tokens: list[int], penalty: float) -> torch.Tensor:
@@ -74,76 +76,6 @@ def penalise(scores: torch.Tensor, tokens: list[int], penalty: float) -> torch.T
     return scores.index_copy(-1, index, torch.where(seen < 0, seen * penalty, seen / penalty))
 
 
-@dataclass
-class Request:
-    """One request of the batch, as the processor follows it."""
-
-    prompt: list[int]
-    output: list[int]  # vLLM's own list: it grows as tokens are sampled
-    plugin: bool
-    penalty: float | None
-    fed: int = 0  # tokens the reweighting model has seen
-    last: torch.Tensor | None = None  # r's logits after them (a step with no new token reuses them)
-    key: object = field(default_factory=object)  # its identity in the cache
-
-    def unfed(self) -> list[int]:
-        return (self.prompt + self.output)[self.fed:]
-
-
-class BatchCache:
-    """The reweighting model's KV cache for several requests at once: row i belongs to
-    ``keys[i]``; every row is right-aligned (left-padded) to the cache's length, with a mask."""
-
-    def __init__(self):
-        self.keys: list[object] = []
-        self.cache: DynamicCache | None = None
-        self.mask: torch.Tensor | None = None  # (rows, length), 1 where a row has a token
-
-    def _layers(self):
-        return self.cache.layers if self.cache is not None else []
-
-    def keep(self, keys: list[object]) -> None:
-        """Keep the rows of ``keys`` (in that order), drop the others."""
-        if keys == self.keys:
-            return
-        if not keys or self.cache is None:
-            self.keys, self.cache, self.mask = [], None, None
-            return
-        index = torch.tensor([self.keys.index(k) for k in keys], device=self.mask.device)
-        for layer in self._layers():
-            layer.keys, layer.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
-        self.mask, self.keys = self.mask.index_select(0, index), list(keys)
-
-    def add(self, keys: list[object]) -> None:
-        """New rows at the end, empty (masked) over the cache's length."""
-        if not keys:
-            return
-        self.keys += keys
-        if self.cache is None:
-            return
-        for layer in self._layers():
-            for name in ("keys", "values"):
-                old = getattr(layer, name)
-                setattr(layer, name, torch.cat((old, old.new_zeros((len(keys), *old.shape[1:])))))
-        self.mask = torch.cat((self.mask, self.mask.new_zeros(len(keys), self.mask.shape[1])))
-
-    def extend(self, block_mask: torch.Tensor) -> torch.Tensor:
-        """The attention mask over the cache and a new block of columns; the cache's new mask."""
-        self.mask = block_mask if self.mask is None else torch.cat((self.mask, block_mask), dim=1)
-        return self.mask
-
-    def trim(self) -> None:
-        """Drop the leading columns that no row has a token in."""
-        if self.mask is None:
-            return
-        used = self.mask.any(0).nonzero()
-        start = int(used[0]) if len(used) else self.mask.shape[1]
-        if start:
-            for layer in self._layers():
-                layer.keys, layer.values = layer.keys[:, :, start:], layer.values[:, :, start:]
-            self.mask = self.mask[:, start:]
-
-
 class PluginLogitsProcessor(LogitsProcessor):
     """vLLM V1's batch-level logits processor for a trained Plugin (module docstring)."""
 
@@ -151,14 +83,13 @@ class PluginLogitsProcessor(LogitsProcessor):
         directory = artifact_dir(vllm_config)
         config = read_config(directory)
         self.reweighter = load_reweighter(directory, config["reweighter"]).to(device)
-        self.device = device
+        self.device, self.penalty = device, (config.get("decoding") or {}).get("repetition_penalty")
         served = vllm_config.model_config.tokenizer
         saved, theirs = AutoTokenizer.from_pretrained(directory / "tokenizer"), AutoTokenizer.from_pretrained(served)
         if saved.get_vocab() != theirs.get_vocab():
             raise ArtifactError(f"The Plugin {directory} was trained on another tokenizer than the served model's "
                                 f"({served}; {len(saved)} vs {len(theirs)} tokens): serve the base it was trained for.")
         self.vocab_size = output_vocab_size(self.reweighter)
-        self.context_free = bool(getattr(self.reweighter, "is_context_free", False))
         self.requests: dict[int, Request] = {}  # by vLLM's batch index
         self.cache = BatchCache()
 
@@ -182,7 +113,8 @@ class PluginLogitsProcessor(LogitsProcessor):
         for index in batch_update.removed:
             self.requests.pop(index, None)
         for index, params, prompt, output in batch_update.added:  # may replace a request at that index
-            self.requests[index] = Request(list(prompt or []), output, plugin_on(params), penalty_of(params))
+            self.requests[index] = Request(list(prompt or []), output, plugin_on(params),
+                                           penalty_of(params, self.penalty))
         for a, b, direction in batch_update.moved:
             first, second = self.requests.pop(a, None), self.requests.pop(b, None)
             if first is not None:
@@ -215,35 +147,5 @@ class PluginLogitsProcessor(LogitsProcessor):
         return logits.index_copy(0, index, combined.to(logits.dtype))
 
     def _reweighter_logits(self, requests: list[Request]) -> torch.Tensor:
-        """r's logits at each request's newest position: one call, each request fed what it has not seen."""
-        if self.context_free:  # it reads the newest token alone
-            last = torch.tensor([(r.prompt + r.output)[-1] for r in requests], device=self.device)
-            return self.reweighter(last[:, None]).logits[:, -1]
-        cache = self.cache
-        keys = [r.key for r in requests]
-        wanted, held = set(keys), set(cache.keys)
-        cache.keep([k for k in cache.keys if k in wanted])
-        cache.add([k for k in keys if k not in held])
-        by_key = {r.key: r for r in requests}
-        ordered = [by_key[k] for k in cache.keys]
-        new = [r.unfed() for r in ordered]
-        width = max(1, max(len(ids) for ids in new))
-        ids = torch.zeros(len(ordered), width, dtype=torch.long)
-        block = torch.zeros(len(ordered), width, dtype=torch.long)
-        positions = torch.zeros(len(ordered), width, dtype=torch.long)
-        for k, (request, tokens) in enumerate(zip(ordered, new)):
-            if tokens:  # left-padded within the block: its last column is each row's newest token
-                ids[k, width - len(tokens):] = torch.tensor(tokens)
-                block[k, width - len(tokens):] = 1
-                positions[k, width - len(tokens):] = torch.arange(request.fed, request.fed + len(tokens))
-        mask = cache.extend(block.to(self.device))
-        if cache.cache is None:
-            cache.cache = DynamicCache()
-        out = self.reweighter(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions.to(self.device),
-                              past_key_values=cache.cache, use_cache=True, logits_to_keep=1)
-        cache.cache = out.past_key_values
-        for k, (request, tokens) in enumerate(zip(ordered, new)):
-            if tokens:
-                request.fed, request.last = request.fed + len(tokens), out.logits[k, -1]
-        cache.trim()
-        return torch.stack([by_key[k].last for k in keys])
+        """r's logits at each request's newest position (``batch_cache.step``)."""
+        return step(self.reweighter, self.cache, requests, self.device)
