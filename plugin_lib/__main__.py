@@ -120,7 +120,8 @@ def report(ctx: typer.Context) -> None:
 def confirmation(ctx: typer.Context) -> None:
     """The preregistered confirmation: status, judge, margins; `confirmation wave2|wave3|wave4 ...` the
     later waves (python -m plugin_lib.commands.confirmation, plugin_lib.commands.confirmation_wave2, _wave3, _wave4)."""
-    waves = {f"wave{n}": f"plugin_lib.commands.confirmation_wave{n}" for n in (2, 3, 4)}
+    waves = {"wave2": "plugin_lib.commands.confirmation_wave2", "wave3": "plugin_lib.commands.confirmation_wave3",
+             "wave4": "plugin_lib.commands.confirmation_wave4"}
     if ctx.args[:1] and ctx.args[0] in waves:
         _hand_over(waves[ctx.args[0]], ctx.args[1:])
     _hand_over("plugin_lib.commands.confirmation", ctx.args)

@@ -36,11 +36,12 @@ from ..report import preregistered as pre
 from ..report import preregistered_wave4 as wave4
 from ..report.claim_summary import summary, versus_labels
 from ..report.claims import record_claim
+from . import studies
 
 PROFILE = wave4.PROFILE
 PROXY_DATASETS, FIGURE_DATASETS = wave4.PROXY_DATASETS, wave4.FIGURE_DATASETS  # E2E's Figures 2, 3: wave 1's
-PROXY_NOTEBOOK, BASE_NOTEBOOK, COMPLEXITY_NOTEBOOK = ("15_proxy_tuning", "06_fig2_base_quality",
-                                                      "07_fig3_reweighting_complexity")
+PROXY_NOTEBOOK, BASE_NOTEBOOK, COMPLEXITY_NOTEBOOK = (studies.notebook_of(u) for u in (
+    proxy.units, base_quality.units, ablations.complexity_units))
 
 
 def units(profile: Profile) -> list[grid.Unit]:

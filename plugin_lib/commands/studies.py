@@ -68,6 +68,11 @@ NOTEBOOKS = tuple(study.notebook for study in STUDIES)
 BY_NOTEBOOK = {study.notebook: study for study in STUDIES}
 
 
+def notebook_of(units: UnitsOf) -> str:
+    """The notebook whose work ``units`` declares (a wave that reuses a study's units names it so)."""
+    return next(study.notebook for study in STUDIES if study.units == units)
+
+
 def chosen(only: Sequence[str] = ()) -> list[Study]:
     """The studies whose notebooks start with one of ``only`` (all by default)."""
     found = [s for s in STUDIES if not only or any(s.notebook.startswith(o) for o in only)]
