@@ -26,7 +26,8 @@ def test_each_request_gets_the_logits_it_would_get_alone_while_the_batch_changes
 
     a, b, c, d = request(5), request(11), request(3), request(7)
     cache = BatchCache()
-    # (the requests of each step, in the engine's order): joins, a leave, a swap, a step with nothing new
+    # (the requests of each step, in the engine's order): joins, a leave, a swap, a step with nothing
+    # new (the next-to-last: its logits are kept), and at step 4 two tokens at once for a (it starts again)
     schedule = [[a, b], [a, b, c], [c, b, a], [c, a], [c, a, d], [d, a], [d, a]]
     for n, batch in enumerate(schedule):
         with torch.no_grad():
@@ -34,9 +35,9 @@ def test_each_request_gets_the_logits_it_would_get_alone_while_the_batch_changes
         for row, r in zip(got, batch):
             want = _alone(model, r.prompt + r.output)
             assert torch.allclose(row, want, rtol=1e-5, atol=1e-5), (arch, layers, n, (row - want).abs().max())
-        if n != len(schedule) - 2:  # the next-to-last step adds nothing: its logits are kept
+        if n != len(schedule) - 2:
             for r in batch:
-                r.output.append(int(torch.randint(0, VOCAB, (1,), generator=rng)))
+                r.output += torch.randint(0, VOCAB, (2 if (n, r) == (3, a) else 1,), generator=rng).tolist()
     # the columns of the requests that left and a block's padding are trimmed: none is empty for every row
     assert bool(cache.mask.any(0).all()) and cache.mask.shape[0] == 2
 

@@ -23,3 +23,18 @@ def test_docs_serving_quotes_the_latest_run_with_its_machine():
 def test_the_readme_quotes_the_same_ratio():
     most = max(RUN["rows"], key=lambda row: row["clients"])
     assert f"{most['clients']} clients: {most['vs_one_client']:.1f}x one client's tokens/s" in (ROOT / "README.md").read_text()
+
+
+def test_docs_serving_quotes_the_latest_vllm_run():
+    """benchmarks/bench_vllm.py's kept run (results/bench/bench_vllm.json): docs/serving.md's table
+    of the two engines is that file's, with its machine and date."""
+    run = json.loads((ROOT / "results" / "bench" / "bench_vllm.json").read_text())
+    doc = (ROOT / "docs" / "serving.md").read_text()
+    assert run["machine"] in doc and run["date"] in doc
+    for row in run["rows"]:
+        line = (f"| {row['concurrency']} | {row['vllm_plugin_tokens_per_s']:.1f} | {row['vllm_base_tokens_per_s']:.1f} | "
+                f"{row['vllm_plugin_over_base_time']:.3f} | {row['vllm_bf16_head_plugin_over_base_time']:.3f} | "
+                f"{row['package_server_plugin_tokens_per_s']:.1f} | {row['package_plugin_over_base_time']:.3f} |")
+        assert line in doc, line
+    speedups = [row["vllm_over_package_server_plugin"] for row in run["rows"]]
+    assert f"{min(speedups):.2f} to {max(speedups):.2f} times the package server's" in doc

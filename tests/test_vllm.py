@@ -182,7 +182,7 @@ def test_without_vllm_the_engine_is_one_line_that_says_how_to_install_it(artifac
 
 def test_the_package_engines_options_are_refused_with_vllm(artifact):
     _, folder = artifact
-    for extra in (["--head-dtype", "bfloat16"], ["--base-url", "http://127.0.0.1:1"], ["--engine", "tgi"]):
+    for extra in (["--head-dtype", "float16"], ["--base-url", "http://127.0.0.1:1"], ["--engine", "tgi"]):
         done = subprocess.run([sys.executable, "-m", "plugin_lib", "generate", "--plugin", str(folder), "--prompt", "Hi",
                                "--engine", "vllm", *extra], capture_output=True, text=True, timeout=300)
         assert done.returncode == 2 and done.stderr.startswith("plugin-repro: error:"), done.stderr

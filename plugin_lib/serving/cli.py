@@ -60,6 +60,8 @@ def check_engine(engine: str, **package_only) -> None:
     """One line for an unknown engine, or for options that only the package's own engine has."""
     if engine not in ENGINES:
         fail(f"unknown --engine {engine!r}; choose one of {', '.join(ENGINES)}.")
+    if package_only.pop("head_dtype", "float32") not in ("float32", "bfloat16"):
+        fail("--head-dtype: float32 or bfloat16.")
     given = [name for name, value in package_only.items() if value]
     if engine == "vllm" and given:
         fail(f"{', '.join('--' + g.replace('_', '-') for g in given)}: the package's own engine only; leave "
@@ -241,11 +243,11 @@ def generate(
         fail("give exactly one of --prompt and --file.")
     if base_only and temperature:
         fail("--base-only decodes greedily, as the comparison with the Plugin does; leave out --temperature.")
-    check_engine(engine, base_url=base_url, head_dtype=head_dtype != "float32")
+    check_engine(engine, base_url=base_url, head_dtype=head_dtype)
     try:
         prompts = [prompt] if prompt is not None else read_prompts(file)
         if engine == "vllm":
-            outputs = _vllm_outputs(plugin, prompts, max_prompt_tokens, base_only=base_only,
+            outputs = _vllm_outputs(plugin, prompts, max_prompt_tokens, base_only=base_only, head_dtype=head_dtype,
                                     max_new_tokens=max_new_tokens, temperature=temperature)["base" if base_only else "plugin"]
             _print_outputs(prompt, prompts, outputs)
             return
@@ -301,7 +303,7 @@ def evaluate(
     """The Plugin against its base alone on held-out pairs, with paired bootstrap CIs: the paper's BLEU, ROUGE-1/2/L
     and NIST; sacrebleu's BLEU and chrF (0-100, with signatures); exact match; output length against the
     references', empty outputs and outputs at the token limit."""
-    check_engine(engine, base_url=base_url, head_dtype=head_dtype != "float32")
+    check_engine(engine, base_url=base_url, head_dtype=head_dtype)
     try:
         pairs = read_pairs(data)
         from .evaluation import evaluate as run_evaluation, markdown, score, write_to_artifact
@@ -314,9 +316,10 @@ def evaluate(
 
             limit = max_new_tokens or (read_config(plugin).get("decoding") or {}).get("max_new_tokens", 64)
             found = vllm_engine.generate(plugin, [p.prompt for p in pairs], both=True, max_new_tokens=limit,
-                                         temperature=0.0, progress=len(pairs) > 16)
+                                         temperature=0.0, progress=len(pairs) > 16, head_dtype=head_dtype)
             result = score(found["plugin"], found["base"], [p.completion for p in pairs],
-                           vllm_engine.tokenizer_of(plugin), limit=limit, resamples=resamples, engine="vllm")
+                           vllm_engine.tokenizer_of(plugin), limit=limit, resamples=resamples, engine="vllm",
+                           head_dtype=head_dtype)
         else:
             from .artifact import PluginModel
 
@@ -359,12 +362,12 @@ def serve(
     --engine vllm, vLLM's own server with the Plugin inside it."""
     from .server import exposure_warning
 
-    check_engine(engine, base_url=base_url, head_dtype=head_dtype != "float32", docs=docs)
+    check_engine(engine, base_url=base_url, docs=docs, head_dtype=head_dtype)
     warning = exposure_warning(host, api_key)
     if warning:
         typer.secho(warning, err=True, fg=typer.colors.RED, bold=True)
     if engine == "vllm":
-        _serve_in_vllm(plugin, host=host, port=port, name=name or plugin.resolve().name, api_key=api_key,
+        _serve_in_vllm(plugin, head_dtype, host=host, port=port, name=name or plugin.resolve().name, api_key=api_key,
                        max_concurrency=max_concurrency or 16, max_model_len=max_prompt_tokens + max_tokens)
 
     try:
@@ -380,7 +383,7 @@ def serve(
     GracefulServer(api, host=host, port=port, grace_s=shutdown_grace_s, log_level="info").run()
 
 
-def _serve_in_vllm(plugin: Path, **options) -> None:
+def _serve_in_vllm(plugin: Path, head_dtype: str, **options) -> None:
     """Become vLLM's OpenAI-compatible server with the Plugin's processor (signals reach it directly)."""
     try:
         import os
@@ -391,7 +394,7 @@ def _serve_in_vllm(plugin: Path, **options) -> None:
         typer.echo(f"plugin-repro serve: vLLM's server with the Plugin ({plugin}) on {options['host']}:{options['port']}",
                    err=True)
         sys.stdout.flush()
-        os.execve(command[0], command, vllm_engine.environment(plugin))
+        os.execve(command[0], command, vllm_engine.environment(plugin, head_dtype))
     except user_errors() as err:
         fail(str(err))
 

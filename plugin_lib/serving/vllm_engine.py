@@ -72,9 +72,9 @@ def served_model(artifact: Path) -> str:
     return str(models.weights_source(base["name"]))
 
 
-def environment(artifact: Path) -> dict[str, str]:
-    """vLLM's process environment: the artifact for the processor, this checkout's code first."""
-    env = {**os.environ, "PLUGIN_VLLM_ARTIFACT": str(Path(artifact).resolve()),
+def environment(artifact: Path, head_dtype: str = "float32") -> dict[str, str]:
+    """vLLM's process environment: the artifact and head dtype for the processor, this checkout's code first."""
+    env = {**os.environ, "PLUGIN_VLLM_ARTIFACT": str(Path(artifact).resolve()), "PLUGIN_VLLM_HEAD_DTYPE": head_dtype,
            "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH"))))}
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     return env
@@ -116,7 +116,7 @@ def prompt_ids(artifact: Path, prompts: list[str]) -> tuple[list[list[int]], obj
 
 def generate_ids(artifact: Path, ids: list[list[int]], arms: dict[str, dict | list[dict]], *, max_new_tokens: int,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, max_concurrency: int = 16,
-                 progress: bool = False) -> dict[str, list[list[int]]]:
+                 progress: bool = False, head_dtype: str = "float32") -> dict[str, list[list[int]]]:
     """Each arm's generated token ids (``arms``: name -> the processor's ``extra_args``, or a list of
     them, one per prompt), from one offline vLLM engine in vLLM's environment, with at most
     ``max_concurrency`` requests in its batch. Its log goes to stderr only if it fails."""
@@ -130,7 +130,7 @@ def generate_ids(artifact: Path, ids: list[list[int]], arms: dict[str, dict | li
         asked.write_text(json.dumps(request), encoding="utf-8")
         with open(log, "w", encoding="utf-8") as out:
             done = subprocess.run([str(python()), "-m", "plugin_lib.serving.vllm_offline", str(asked), str(answered)],
-                                  env=environment(artifact), stdout=out, stderr=subprocess.STDOUT)
+                                  env=environment(artifact, head_dtype), stdout=out, stderr=subprocess.STDOUT)
         if done.returncode != 0 or not answered.exists():
             tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-15:]
             sys.stderr.write("\n".join(tail) + "\n")

@@ -2,8 +2,11 @@
 
 vLLM computes the base's logits b for every request of its persistent batch; this processor
 holds the trained reweighting model and adds its log-probabilities, as ``core.combine.
-combine_log_probs`` does: log p = log_softmax(log_softmax(b) + log_softmax(r)). Sampling
-(temperature, top-p, seeds, stop strings) stays vLLM's, so greedy decoding is argmax p.
+combine_log_probs`` does: log p = log_softmax(log_softmax(b) + log_softmax(r)). It returns
+b + log_softmax(r), which differs from log p by each row's constant: vLLM's own softmax removes
+it (sampling, and the processed log-probabilities it returns), so the distribution is the same
+with one pass over the vocabulary instead of three. Sampling (temperature, top-p, seeds, stop
+strings) stays vLLM's, so greedy decoding is argmax p, up to rounding at near-ties.
 
 The reweighting model keeps one KV cache for the whole batch (``serving.batch_cache``): the
 processor follows vLLM's requests through ``update_state`` (added, removed, moved), and each
@@ -20,7 +23,8 @@ Per request, ``SamplingParams.extra_args`` (the OpenAI server's ``vllm_xargs``):
   output tokens: another rule, on top.
 
 The artifact comes from ``additional_config={"plugin_artifact": DIR}`` or the environment
-variable ``PLUGIN_VLLM_ARTIFACT``. Load it with ``--logits-processors
+variable ``PLUGIN_VLLM_ARTIFACT``; ``PLUGIN_VLLM_HEAD_DTYPE=bfloat16`` computes the reweighting
+model's output layer in bfloat16 (an approximation, opt-in). Load it with ``--logits-processors
 plugin_lib.serving.vllm_processor:PluginLogitsProcessor`` (``plugin-repro serve --engine vllm``
 does it). It imports torch, transformers and this package's core only: it runs in vLLM's own
 environment (``scripts/bootstrap_vllm.sh``).
@@ -41,6 +45,10 @@ from .artifact_files import ArtifactError, load_reweighter, read_config
 from .batch_cache import BatchCache, Request, step
 
 ARTIFACT_ENV = "PLUGIN_VLLM_ARTIFACT"
+# The reweighting model's output layer computes in float32 (exact) or bfloat16 (about 3 significant
+# digits, opt-in: --head-dtype bfloat16, as the package's own engine offers it).
+HEAD_DTYPE_ENV = "PLUGIN_VLLM_HEAD_DTYPE"
+HEAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CONFIG_KEY = "plugin_artifact"
 OFF = {"0", "off", "false", "no"}
 
@@ -91,7 +99,10 @@ class PluginLogitsProcessor(LogitsProcessor):
                                 f"({served}; {len(saved)} vs {len(theirs)} tokens): serve the base it was trained for.")
         self.vocab_size = output_vocab_size(self.reweighter)
         self.requests: dict[int, Request] = {}  # by vLLM's batch index
-        self.cache = BatchCache()
+        head = os.environ.get(HEAD_DTYPE_ENV, "float32")
+        if head not in HEAD_DTYPES:
+            raise ArtifactError(f"{HEAD_DTYPE_ENV}={head!r}: choose one of {', '.join(HEAD_DTYPES)}.")
+        self.cache = BatchCache(HEAD_DTYPES[head])
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams):
@@ -137,14 +148,17 @@ class PluginLogitsProcessor(LogitsProcessor):
             self.cache.keep([])
             return logits
         r = self._reweighter_logits([self.requests[i] for i in plugged])
-        index = torch.tensor(plugged, device=logits.device)
         for k, i in enumerate(plugged):
             request = self.requests[i]
             if request.penalty is not None:
                 r[k] = penalise(r[k], request.output, request.penalty)
-        combined = F.log_softmax(F.log_softmax(logits.index_select(0, index).float(), -1)
-                                 + F.log_softmax(r.to(logits.device).float(), -1), -1)
-        return logits.index_copy(0, index, combined.to(logits.dtype))
+        # log b + log r up to each row's constant, which vLLM's softmax (sampling, processed
+        # log-probabilities) removes: combine_log_probs' distribution in one pass over the vocabulary
+        added = F.log_softmax(r.to(logits.device).float(), -1).to(logits.dtype)
+        if len(plugged) == logits.shape[0]:  # the usual batch: no rows to pick out
+            return logits.add_(added)
+        index = torch.tensor(plugged, device=logits.device)
+        return logits.index_add_(0, index, added)
 
     def _reweighter_logits(self, requests: list[Request]) -> torch.Tensor:
         """r's logits at each request's newest position (``batch_cache.step``)."""
