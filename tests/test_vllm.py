@@ -127,8 +127,14 @@ def _wait_for(url: str, process: subprocess.Popen, timeout_s: float = 600) -> No
     raise AssertionError("vLLM's server did not answer /health in time")
 
 
+def _running(url: str) -> float:
+    """vLLM's requests running now (its Prometheus gauge, summed over labels)."""
+    lines = httpx.get(f"{url}/metrics", timeout=10).text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("vllm:num_requests_running"))
+
+
 @needs_vllm
-def test_serve_with_vllm_answers_the_openai_client_with_the_plugin_its_key_and_its_metrics(artifact, tmp_path):
+def test_serve_with_vllm_answers_the_openai_client_with_the_plugin_its_key_metrics_and_cancellation(artifact, tmp_path):
     plugin, folder = artifact
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -147,6 +153,15 @@ def test_serve_with_vllm_answers_the_openai_client_with_the_plugin_its_key_and_i
         with pytest.raises(openai.AuthenticationError):
             client.with_options(api_key="sk-wrong").models.list()
         assert "vllm:" in httpx.get(f"{url}/metrics", timeout=10).text
+        # a client that goes away mid-stream: vLLM aborts its request, long before its 400 tokens
+        stream = client.completions.create(model="mine", prompt=PROMPTS[0], max_tokens=400, stream=True,
+                                           extra_body={"min_tokens": 400})
+        next(iter(stream))
+        stream.close()
+        deadline = time.monotonic() + 8  # 400 tokens take 20 s and more here
+        while _running(url) > 0:
+            assert time.monotonic() < deadline, "the dropped stream's request still runs"
+            time.sleep(0.5)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(60)
