@@ -179,7 +179,8 @@ def test_the_authors_context_is_the_same_for_every_input_and_seed(monkeypatch):
 def test_the_profile_chooses_the_prompts():
     styles = {name: load_profile(name).prompts for name in profile_names()}
     assert styles == {"paper": "authors", "local": "appendix", "confirm": "authors", "smoke": "authors",
-                      "paper-twin": "authors", "paper-twin-gpu": "authors", "colab": "authors", "wave3": "authors"}
+                      "paper-twin": "authors", "paper-twin-gpu": "authors", "colab": "authors", "wave3": "authors",
+                      "wave4": "authors"}
     assert load_profile("local", prompts="authors").prompts == "authors"
     with pytest.raises(ValueError, match="smoke.prompts: Input should be 'authors' or 'appendix', got 'paper'"):
         load_profile("smoke", prompts="paper")

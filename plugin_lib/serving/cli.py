@@ -60,8 +60,9 @@ def check_engine(engine: str, **package_only) -> None:
     """One line for an unknown engine, or for options that only the package's own engine has."""
     if engine not in ENGINES:
         fail(f"unknown --engine {engine!r}; choose one of {', '.join(ENGINES)}.")
-    if package_only.pop("head_dtype", "float32") not in ("float32", "bfloat16"):
-        fail("--head-dtype: float32 or bfloat16.")
+    head = package_only.pop("head_dtype", "float32")
+    if head not in ("float32", "bfloat16"):
+        fail(f"Unknown head dtype {head!r}; choose one of ('float32', 'bfloat16').")
     given = [name for name, value in package_only.items() if value]
     if engine == "vllm" and given:
         fail(f"{', '.join('--' + g.replace('_', '-') for g in given)}: the package's own engine only; leave "
