@@ -16,7 +16,7 @@ from ..harness import models
 from ..harness import profile as config
 from ..harness.profile import Profile
 from ..utils.io import atomic_write_text, read_json
-from . import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2, wave3_rows
+from . import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2, wave3_rows, wave4_rows
 from . import preregistered_wave3 as wave3
 from .claim_tables import (PREREGISTERED_LEGEND, SCOPE_TITLES, VERDICT_LEGEND, claims_table, margin_section, scope_of,
                            shown_verdict, statistic_summary, tally)
@@ -130,7 +130,8 @@ EXPLORATORY = (
 
 # A preregistered profile: (its rules' file, the commit that froze them, the test of that history).
 FREEZES = {freeze.FROZEN_PROFILE: ("preregistered.py", freeze.FROZEN_AT, "test_preregistration.py"),
-           wave3.PROFILE: ("preregistered_wave3.py", freeze.WAVE3_FROZEN_AT, "test_preregistration_wave3.py")}
+           wave3.PROFILE: ("preregistered_wave3.py", freeze.WAVE3_FROZEN_AT, "test_preregistration_wave3.py"),
+           freeze.WAVE4_PROFILE: ("preregistered_wave4.py", freeze.WAVE4_FROZEN_AT, "test_preregistration_wave4.py")}
 
 
 def preregistered_note(prof: Profile) -> str:
@@ -222,6 +223,7 @@ def report_text(prof: Profile) -> str:
         *claims_table([c for c in first_wave(load_claims(prof)) if c["key"] not in wave3.SEEN_BEFORE_FREEZE],
                       PREREGISTERED_LEGEND if prof.test_inputs is not None else VERDICT_LEGEND),
         *(wave3_section(load_claims(prof)) if prof.name == wave3.PROFILE else []),
+        *([wave4_rows.count_line(), ""] if prof.name == freeze.WAVE4_PROFILE else []),
         *margin_section(root),
         *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
         *wave2_section(load_claims(prof), root),

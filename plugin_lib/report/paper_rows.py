@@ -25,12 +25,13 @@ from pathlib import Path
 
 from ..harness import profile as config
 from ..utils.io import atomic_write_json, read_json
-from . import freeze, mixed, wave3_rows
+from . import freeze, mixed, wave3_rows, wave4_rows
 from . import preregistered_wave2 as wave2
 from . import preregistered_wave3 as wave3
+from . import preregistered_wave4 as wave4
 from .verdicts import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 
-EXPLORATORY, WAVE_2, WAVE_3, PAPER_ONLY = "exploratory", "wave 2", "wave 3", "paper profile only"
+EXPLORATORY, WAVE_2, WAVE_3, WAVE_4, PAPER_ONLY = "exploratory", "wave 2", "wave 3", "wave 4", "paper profile only"
 FOLDER = "exploratory"
 RULES_WRITTEN = "2026-11-27, after the confirmation's numbers were visible: exploratory"
 DATASETS = ("e2e", "webnlg", "commongen", "adidas")
@@ -67,6 +68,7 @@ class PaperRow:
     why: str = ""
     group: str = ""  # a wave-2 row: its group of claims (``preregistered_wave2.GROUPS``)
     wave3: str = ""  # the group of wave 3 that judges it (``preregistered_wave3.GROUPS``)
+    wave4: str = ""  # a wave-4 row: its group (``preregistered_wave4.GROUPS``)
 
 
 ROWS = (
@@ -87,11 +89,28 @@ ROWS = (
              group="table8_lora"),
     PaperRow("complexity_other_three", f"Figure 3's trend on {OTHER_THREE}: more layers do not help", WAVE_2,
              group="complexity"),
+    # Wave 4: proxy-tuning's published pairing, and Figures 2 and 3 on the other three datasets.
+    PaperRow("proxy_same_model", "beyond the paper: the Plugin from a pretrained small model beats proxy-tuning and "
+             "DExperts as published (4 datasets; at CPU scale the base's first 4 blocks)", WAVE_4, wave4="proxy_same_model"),
+    PaperRow("proxy_one_layer", "beyond the paper: the 1-layer Plugin beats proxy-tuning and DExperts as published "
+             "(4 datasets)", WAVE_4, wave4="proxy_one_layer"),
     PaperRow("base_quality_other_three", f"Figure 2's trend on {OTHER_THREE}: the Plugin improves with the base",
-             PAPER_ONLY, "about 19 CPU-hours (3 fine-tunes a dataset), over wave 2's budget"),
-    PaperRow("pretrained_other_three", f"Figure 3 on {OTHER_THREE}: pretrained initialisation helps", PAPER_ONLY,
-             "about 6 CPU-hours more; a truncated copy of the base for GPT2-Small: a weaker test"),
+             WAVE_4, wave4="base_quality"),
+    PaperRow("plugin_beats_base_other_three", f"Figure 2 on {OTHER_THREE}: the Plugin beats the base alone on every "
+             "base", WAVE_4, wave4="plugin_beats_base"),
+    PaperRow("pretrained_other_three", f"Figure 3 on {OTHER_THREE}: pretrained initialisation helps (the base's first "
+             "4 blocks)", WAVE_4, wave4="pretrained_init"),
 )
+# The README's one row for wave 4 while none of its groups is judged (REPORT.md shows each).
+WAVE_4_WAITING = ("beyond the paper: proxy-tuning and DExperts as published (4 datasets); Figures 2 and 3 on "
+                  f"{OTHER_THREE} (5 rows, {len(wave4.CLAIMS)} claims)")
+
+
+def wave_row(root: Path, row: PaperRow) -> tuple[str, str]:
+    """(verdict, statistic) of a row of waves 2 to 4 ("" while its group is not all judged)."""
+    if row.kind == WAVE_2:
+        return wave2_row(root, row)
+    return wave3_rows.row(row.wave3) if row.kind == WAVE_3 else wave4_rows.row(row.wave4)
 
 
 def _comparison(claims: dict, dataset: str, versus: str) -> dict | None:
@@ -204,7 +223,12 @@ def table_rows(root: Path) -> list[str]:
     """The README's rows for these claims: | claim | statistic | confirmatory | exploratory |."""
     judged = load(root)
     lines = []
+    waiting = not any(wave4_rows.judged(group=row.wave4) for row in ROWS if row.kind == WAVE_4)
     for row in ROWS:
+        if row.kind == WAVE_4 and waiting:
+            if row is next(r for r in ROWS if r.kind == WAVE_4):
+                lines.append(f"| {WAVE_4_WAITING} | {wave4_rows.under_way()} | *wave 4* | - |")
+            continue
         if row.kind == EXPLORATORY:
             found = judged.get(row.key)
             statistic = found["statistic"]["summary"] if found else ""
@@ -217,8 +241,8 @@ def table_rows(root: Path) -> list[str]:
             else:
                 confirmatory, statistic = f"**{again}** (wave 3)", again_statistic
             lines.append(f"| {row.claim} | {statistic} | {confirmatory} | {explored} |")
-        elif row.kind in (WAVE_2, WAVE_3):
-            verdict, statistic = wave2_row(root, row) if row.kind == WAVE_2 else wave3_rows.row(row.wave3)
+        elif row.kind in (WAVE_2, WAVE_3, WAVE_4):
+            verdict, statistic = wave_row(root, row)
             lines.append(f"| {row.claim} | {statistic} | {f'**{verdict}** ({row.kind})' if verdict else f'*{row.kind}*'} "
                          "| - |")
         else:
@@ -244,8 +268,9 @@ def count_line(root: Path) -> str:
     return (f"The paper's other claims: {len(only)} exploratory only (rules written after the confirmation's "
             f"numbers{'' if not again else f'; {len(again)} more judged again by wave 3'}); {len(waves)} rows in wave 2 ({len(wave2.CLAIMS)} claims, rules frozen "
             f"at {freeze.WAVE2_FROZEN_AT[:7]} before its runs): {len(claims)} claims judged"
-            f"{f' ({verdicts})' if claims else ''}{'' if all(waves) else f', {sum(map(bool, waves))} of {len(waves)} rows complete'}; "
-            f"{kinds.count(PAPER_ONLY)} not run at CPU scale (`paper` only). {wave3_rows.count_line()}")
+            f"{f' ({verdicts})' if claims else ''}{'' if all(waves) else f', {sum(map(bool, waves))} of {len(waves)} rows complete'}"
+            + (f"; {kinds.count(PAPER_ONLY)} not run at CPU scale (`paper` only). " if PAPER_ONLY in kinds else ". ")
+            + f"{wave3_rows.count_line()} {wave4_rows.count_line()}")
 
 
 def main() -> None:
@@ -263,15 +288,16 @@ def report_section(root: Path) -> list[str]:
              "Rows for the paper's claims that have no preregistered rule. *Exploratory*: judged on this profile's "
              f"runs by rules written on {RULES_WRITTEN}. *Wave 2*, *wave 3*: rules frozen before their runs "
              "(docs/preregistration.md); wave 3 judges the three exploratory claims again, on fresh inputs, and the "
-             "Plugin against proxy-tuning and DExperts (`results/wave3/claims`). *Paper profile only*: not run at "
-             "CPU scale.", "",
+             "Plugin against proxy-tuning and DExperts with a from-scratch expert (`results/wave3/claims`); wave 4 the "
+             "published pairing, and Figures 2 and 3 on the other three datasets (`results/wave4/claims`). *Paper "
+             "profile only*: not run at CPU scale.", "",
              "| claim | kind | verdict | statistic |", "| --- | --- | --- | --- |"]
     for row in ROWS:
         found = judged.get(row.key)
         verdict = found["verdict"] if found else ("-" if row.kind != EXPLORATORY else "not yet judged")
         statistic = found["statistic"]["summary"] if found else row.why
-        if row.kind in (WAVE_2, WAVE_3):
-            verdict, statistic = wave2_row(root, row) if row.kind == WAVE_2 else wave3_rows.row(row.wave3)
+        if row.kind in (WAVE_2, WAVE_3, WAVE_4):
+            verdict, statistic = wave_row(root, row)
             verdict = verdict or "-"
         lines.append(f"| {row.claim} | {row.kind} | {verdict} | {statistic} |")
     lines.append("")
@@ -283,6 +309,9 @@ def report_section(root: Path) -> list[str]:
         lines.append(f"- **{claim}** (wave 3, frozen at {freeze.WAVE3_FROZEN_AT[:7]}"
                      f"{'; seen before the freeze: exploratory' if first.key in wave3.SEEN_BEFORE_FREEZE else ''}): "
                      f"{wave3.rule_text(first)}")
+    for group, claim in wave4.GROUPS.items():
+        first = next(c for c in wave4.CLAIMS if wave4.group(c) == group)
+        lines.append(f"- **{claim}** (wave 4, frozen at {freeze.WAVE4_FROZEN_AT[:7]}): {wave4.rule_text(first)}")
     return lines + [""]
 
 
