@@ -96,7 +96,6 @@ def _stand_in_training(monkeypatch, fault):
     from plugin_lib.serving import artifact, training
 
     monkeypatch.setattr(artifact.BaseSpec, "load", lambda self, tokenizer=None: object())
-    monkeypatch.setattr(training, "reweighter_arch", lambda spec, layers, width: {})
 
     def train_plugin(*args, resume_dir, **kwargs):
         resume_dir.mkdir(parents=True, exist_ok=True)
@@ -279,9 +278,8 @@ def test_the_estimate_comes_before_any_work_and_a_resume_counts_what_is_left(smo
     monkeypatch.setattr(BaseOutputCache, "build", classmethod(recorded))
     pairs, spec = read_pairs(PAIRS), BaseSpec("model", "smollm2-135m-instruct")
     arch = {"arch": "llama", "n_layer": 1, "hidden_size": 32, "num_attention_heads": 1, "intermediate_size": 64}
-    kept = dict(cache_dir=tmp_path / "outputs", resume_dir=tmp_path / "resume", arch=arch, progress=False,
-                announce=events.append)
-    recipe = TrainingRecipe.from_profile(load_profile("smoke"))
+    kept = dict(cache_dir=tmp_path / "outputs", resume_dir=tmp_path / "resume", progress=False, announce=events.append)
+    recipe = TrainingRecipe.from_profile(load_profile("smoke")).replace(arch=arch)
     first = train_plugin(smollm2, spec, pairs, recipe, **kept)
     assert events[0].startswith("estimated ") and "base outputs" in events[0] and "refit on every pair" in events[0]
     # One pass of the base over every pair: the grid's two parts and the refit read it.

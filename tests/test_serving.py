@@ -258,7 +258,7 @@ def test_requests_are_checked_and_answered_without_building_the_app(plugin):
     service = CompletionService(plugin, "mine", Limits(max_tokens=32, max_prompt_tokens=200))
     try:
         settings = service.check(CompletionRequest(model="mine", prompt=PROMPT, max_tokens=8, stop="END"), [PROMPT])
-        assert settings["max_new_tokens"] == 8 and settings["stops"] == ["END"]
+        assert settings.max_new_tokens == 8 and settings.stops == ("END",)
         with pytest.raises(OpenAIError) as caught:
             service.check(CompletionRequest(prompt=PROMPT, max_tokens=64), [PROMPT])
         assert caught.value.status == 400 and caught.value.param == "max_tokens"
@@ -395,9 +395,9 @@ def test_an_interrupted_training_resumes_and_base_outputs_are_reused(smollm2, tm
     from plugin_lib.serving.training import train_plugin
 
     pairs, spec = read_pairs(PAIRS), BaseSpec("model", "smollm2-135m-instruct")
-    profile = TrainingRecipe.from_profile(load_profile("smoke"))
     arch = {"arch": "llama", "n_layer": 1, "hidden_size": 32, "num_attention_heads": 1, "intermediate_size": 64}
-    kept = dict(cache_dir=tmp_path / "outputs", resume_dir=tmp_path / "resume", arch=arch, progress=False)
+    profile = TrainingRecipe.from_profile(load_profile("smoke")).replace(arch=arch)
+    kept = dict(cache_dir=tmp_path / "outputs", resume_dir=tmp_path / "resume", progress=False)
     first = train_plugin(smollm2, spec, pairs, profile, **kept)
     assert list((tmp_path / "resume").glob("config-*.pt")) and list((tmp_path / "outputs").glob("base-*.npy"))
     # Again, as after an interrupt: nothing is trained and the base is not run again.

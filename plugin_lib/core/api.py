@@ -64,13 +64,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
-from transformers import (LogitsProcessorList, PreTrainedTokenizerBase, TemperatureLogitsWarper, TopKLogitsWarper,
-                          TopPLogitsWarper)
+from transformers import LogitsProcessorList, PreTrainedTokenizerBase
 
 from .api_client import ApiRequestError, CompletionsClient, NoLogProbs, TokenizerMismatch, Usage
 from .token_keys import KeyMap, echo_entries, token_bytes
 from .api_checks import ServerChecks, _choice, _single_top
 from .blackbox import DEFAULT_RULE, RULES, BlackBoxLM, complete_top_k
+from .sampling import DecodingRequest
 
 TEACHER_FORCING = ("stepwise", "echo")
 # Positions asked per greedy decoding request (ApiBlackBox.generate): 1 is one request per token.
@@ -344,14 +344,13 @@ class ApiBlackBox(ServerChecks, BlackBoxLM):
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                 logits_processor: Sequence[Callable] | None = None, max_new_tokens: int = 20,
-                 pad_token_id: int | None = None, eos_token_id: int | Sequence[int] | None = None,
-                 do_sample: bool = False, temperature: float | None = None, top_k: int | None = None,
-                 top_p: float | None = None, num_beams: int = 1, min_new_tokens: int = 0,
-                 speculate: int | None = None, streamer=None) -> torch.Tensor:
-        """Greedy decoding or sampling (transformers' ``generate`` for what the package uses
-        of it): ``logits_processor`` runs on the completed log-probabilities, all rows at each
-        step; a finished row is padded. Beam search is not offered over an API.
+                 logits_processor: Sequence[Callable] | None = None, streamer=None, speculate: int | None = None,
+                 **decoding) -> torch.Tensor:
+        """Greedy decoding or sampling, called as transformers' ``generate`` is: ``decoding`` holds
+        the keywords of ``core.sampling.DecodingRequest`` (``max_new_tokens``, ``do_sample``,
+        ``temperature``, ``top_p`` ...), the part of transformers' the package uses.
+        ``logits_processor`` runs on the completed log-probabilities, all rows at each step; a
+        finished row is padded. Beam search is not offered over an API.
 
         Greedy decoding is speculative: a row asks the server for its own greedy continuation
         over ``speculate`` positions (default: the constructor's) with the top k at each, and
@@ -366,29 +365,38 @@ class ApiBlackBox(ServerChecks, BlackBoxLM):
         ``streamer``: a transformers streamer (e.g. ``TextIteratorStreamer``), for a batch of
         one row: given the prompt, then each new token, then ``end()``.
         """
-        if num_beams != 1:
+        request = DecodingRequest(**decoding)
+        if request.num_beams != 1:
             raise NotImplementedError("Beam search is not available over an API black box: decode greedily or sample.")
         speculate = self.speculate if speculate is None else _check_speculate(speculate)
         if streamer is not None and input_ids.shape[0] != 1:
             raise ValueError(f"A streamer follows one row; this batch has {input_ids.shape[0]}.")
-        eos = {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id or [self.eos_token_id])
-        pad = pad_token_id if pad_token_id is not None else self.tokenizer.pad_token_id
         processors = LogitsProcessorList(list(logits_processor or []))
-        warpers = _sampling_warpers(temperature, top_k, top_p) if do_sample else LogitsProcessorList()
         if streamer is not None:
             streamer.put(input_ids.cpu())
-        rows = input_ids.shape[0]
+        sequences = self._decode(input_ids, attention_mask, request, processors, speculate, streamer)
+        if streamer is not None:
+            streamer.end()
+        return sequences
+
+    def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, request: DecodingRequest,
+                processors: LogitsProcessorList, speculate: int, streamer) -> torch.Tensor:
+        """``generate``'s loop, its arguments checked: prompt + new ids, one step for all rows at a time."""
+        eos = request.end_ids(self.eos_token_id)
+        pad = request.pad_token_id if request.pad_token_id is not None else self.tokenizer.pad_token_id
+        warpers = request.warpers()
+        rows, limit = input_ids.shape[0], request.max_new_tokens
         prefixes = [input_ids[r][attention_mask[r].bool()].tolist() for r in range(rows)]
         ahead: list[Lookahead | None] = [None] * rows
         sequences = input_ids.clone()
         done = torch.zeros(rows, dtype=torch.bool)
         uniform = -math.log(self.vocab_size)
         with ThreadPoolExecutor(max_workers=self.client.max_concurrency) as pool:
-            for step in range(max_new_tokens):
+            for step in range(limit):
                 started = time.perf_counter()
                 live = [r for r in range(rows) if not done[r]]
                 # No position past the last step is asked for; sampling uses one per request.
-                n = 1 if do_sample else min(speculate, max_new_tokens - step)
+                n = 1 if request.do_sample else min(speculate, limit - step)
                 asking = [r for r in live if ahead[r] is None]
                 for r, found in zip(asking, pool.map(lambda r: self.continuation(prefixes[r], n), asking)):
                     ahead[r] = found
@@ -397,9 +405,9 @@ class ApiBlackBox(ServerChecks, BlackBoxLM):
                 for r in live:
                     scores[r] = self._distribution(ahead[r].tops[0])
                 scores = processors(sequences, scores)
-                if step < min_new_tokens:
+                if step < request.min_new_tokens:
                     scores[:, sorted(eos)] = -math.inf
-                if do_sample:
+                if request.do_sample:
                     probs = torch.softmax(warpers(sequences, scores), dim=-1)
                     chosen = torch.multinomial(probs, 1).squeeze(1)
                 else:
@@ -421,8 +429,6 @@ class ApiBlackBox(ServerChecks, BlackBoxLM):
                     streamer.put(chosen.cpu())
                 if done.all():
                     break
-        if streamer is not None:
-            streamer.end()
         return sequences
 
     def _follows(self, ahead: Lookahead, token: int, prefix: list[int]) -> bool:
@@ -447,14 +453,3 @@ def _strict_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
 
-
-def _sampling_warpers(temperature: float | None, top_k: int | None, top_p: float | None) -> LogitsProcessorList:
-    """transformers' warpers for sampling at ``temperature``, ``top_k`` and ``top_p``."""
-    warpers = LogitsProcessorList()
-    if temperature is not None and temperature != 1.0:
-        warpers.append(TemperatureLogitsWarper(temperature))
-    if top_k:
-        warpers.append(TopKLogitsWarper(top_k))
-    if top_p is not None and top_p < 1.0:
-        warpers.append(TopPLogitsWarper(top_p))
-    return warpers

@@ -4,7 +4,8 @@
   record) with ``save_pretrained`` / ``from_pretrained``, and its generation.
 - ``training``: a Plugin trained on a user's (prompt, completion) file by the paper's protocol.
 - ``server``: an OpenAI-compatible endpoint (FastAPI) for the adapted model.
-- ``cli``: the ``plugin-repro`` command (``train``, ``generate``, ``serve``).
+- ``cli``: the ``plugin-repro`` command (``train``, ``generate``, ``evaluate``, ``serve``); each one's flags
+  are one request, checked once (``requests``).
 
 Sits beside ``report`` above the harness: it loads bases by name and reads profiles.
 """

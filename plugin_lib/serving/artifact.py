@@ -26,7 +26,6 @@ import shutil
 import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import AutoTokenizer, LogitsProcessorList
@@ -36,12 +35,13 @@ from ..core.api_client import CompletionsClient, TokenizerMismatch
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM
 from ..core.decode import PluginLogitsProcessor, generate
 from ..core.reweighter import check_vocabulary, for_decoding
+from ..core.sampling import DecodingRequest
 from ..data.prompts import format_for_model
 from ..harness import models
 from ..utils.io import remove_stale_temporaries, temporary_prefix
 from . import artifact_files
 from .artifact_files import FORMAT, ArtifactError, load_reweighter, read_json, save_reweighter, usual_modes
-from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS
+from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, is_endpoint
 
 PROMPT_FORMATS = ("plain", "chat")
 
@@ -80,7 +80,7 @@ class BaseSpec:
     def parse(cls, base: str, *, top_k: int | None = None, model: str | None = None,
               api_key_env: str = "PLUGIN_API_KEY") -> "BaseSpec":
         """``--base`` of the command line: a URL is an endpoint, anything else a model name."""
-        if base.startswith(("http://", "https://")):
+        if is_endpoint(base):
             return cls("endpoint", base.rstrip("/"), top_k=top_k or 20, model=model, api_key_env=api_key_env)
         if top_k:
             base = f"{base}@top{top_k}"
@@ -192,9 +192,10 @@ class PluginModel:
         settings = {**asdict(self.decoding), **overrides}
         texts = [self.format_prompt(p) for p in prompts]
         self.check_prompt_lengths(texts, max_prompt_tokens)
-        return generate(self.base, texts, self.decoder, max_new_tokens=settings["max_new_tokens"],
-                        repetition_penalty=settings["repetition_penalty"], progress=progress,
-                        **_sampling(settings["temperature"], settings["top_p"]))
+        request = DecodingRequest.from_temperature(settings["temperature"], settings["top_p"],
+                                                   max_new_tokens=settings["max_new_tokens"])
+        return generate(self.base, texts, self.decoder, repetition_penalty=settings["repetition_penalty"],
+                        progress=progress, **request.generate_kwargs())
 
     def check_prompt_lengths(self, texts: list[str], limit: int = MAX_PROMPT_TOKENS) -> list[int]:
         """The token counts of formatted prompts; ``PromptTooLong`` naming the first one over
@@ -219,17 +220,16 @@ class PluginModel:
         processor = PluginLogitsProcessor(self.decoder, enc.attention_mask,
                                           repetition_penalty=d.repetition_penalty)
         extra = {"streamer": streamer} if streamer is not None else {}
-        if min_new_tokens:
-            extra["min_new_tokens"] = min_new_tokens
-        sampling = _sampling(d.temperature if temperature is None else temperature, d.top_p if top_p is None else top_p)
+        request = DecodingRequest.from_temperature(
+            d.temperature if temperature is None else temperature, d.top_p if top_p is None else top_p,
+            max_new_tokens=max_new_tokens or d.max_new_tokens, min_new_tokens=min_new_tokens,
+            pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.base.eos_token_id)
         lock = self._in_process_lock or _NO_LOCK
         with lock:
-            if seed is not None and sampling["do_sample"]:
+            if seed is not None and request.do_sample:
                 torch.manual_seed(seed)
             out = self.base.generate(enc.input_ids, enc.attention_mask, logits_processor=LogitsProcessorList([processor]),
-                                     max_new_tokens=max_new_tokens or d.max_new_tokens,
-                                     pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.base.eos_token_id,
-                                     **sampling, **extra)
+                                     **request.generate_kwargs(), **extra)
         new = out[0, prompt_length:].tolist()
         eos = self.base.eos_token_id
         stopped = eos in new
@@ -301,14 +301,6 @@ class _NoLock:
 
 
 _NO_LOCK = _NoLock()
-
-
-def _sampling(temperature: float, top_p: float) -> dict[str, Any]:
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"temperature must be >= 0 and top_p in (0, 1]; got {temperature}, {top_p}.")
-    if temperature == 0:
-        return {"do_sample": False}
-    return {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p), "top_k": None}
 
 
 def read_config(directory: str | os.PathLike) -> dict:

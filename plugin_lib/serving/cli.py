@@ -22,9 +22,9 @@ from typing import Optional
 import typer
 
 from ..harness import profile as config
-from ..harness.profile import load_profile
 from ..utils.io import folder_bytes, is_full_disk
 from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, data_sha256, read_pairs, read_prompts
+from .requests import GenerationRequest, TrainingRequest
 
 # torch, transformers and the models load inside each command, after its input is checked: --help
 # and refused input answer in well under a second (tests/test_cli_startup.py).
@@ -48,25 +48,9 @@ def head_dtype_option():
                                         "docs/serving.md measures both).")
 
 
-ENGINES = ("package", "vllm")
-
-
 def engine_option():
     return typer.Option("package", help="What decodes: the package's own (transformers' generate) or vllm (its own "
                                         "environment: bash scripts/bootstrap_vllm.sh; docs/serving.md).")
-
-
-def check_engine(engine: str, **package_only) -> None:
-    """One line for an unknown engine, or for options that only the package's own engine has."""
-    if engine not in ENGINES:
-        fail(f"unknown --engine {engine!r}; choose one of {', '.join(ENGINES)}.")
-    head = package_only.pop("head_dtype", "float32")
-    if head not in ("float32", "bfloat16"):
-        fail(f"Unknown head dtype {head!r}; choose one of ('float32', 'bfloat16').")
-    given = [name for name, value in package_only.items() if value]
-    if engine == "vllm" and given:
-        fail(f"{', '.join('--' + g.replace('_', '-') for g in given)}: the package's own engine only; leave "
-             f"{'it' if len(given) == 1 else 'them'} out with --engine vllm.")
 
 
 def fail(message: str, status: int = 2) -> None:
@@ -74,6 +58,14 @@ def fail(message: str, status: int = 2) -> None:
     another call, 1 a failure of the machine, such as a full disk)."""
     typer.echo(f"plugin-repro: error: {message}", err=True)
     raise typer.Exit(status)
+
+
+def checked(kind, **flags):
+    """``kind(**flags)``: a request (``serving.requests``) whose bad value is one line and exit 2."""
+    try:
+        return kind(**flags)
+    except ValueError as err:
+        fail(str(err))
 
 
 @app.command()
@@ -102,6 +94,10 @@ def train(
                                                        "registry name (required for an endpoint)."),
 ):
     """Train a Plugin on (prompt, completion) pairs and write it as one artifact."""
+    request = checked(TrainingRequest, base=base, data=data, out=out, profile=profile, epochs=epochs, lr=lr,
+                      weight_decay=weight_decay, reweighter_layers=reweighter_layers,
+                      reweighter_width=reweighter_width, refit=refit, top_k=top_k, chat=chat, seed=seed, model=model,
+                      api_key_env=api_key_env, tokenizer=tokenizer)
     try:
         pairs = read_pairs(data)
         if out.exists() and any(out.iterdir()) and not (out / CONFIG_FILE).exists():
@@ -109,9 +105,7 @@ def train(
         with _only_writer(out):  # before torch loads: a second train is refused at once
             typer.echo(f"{len(pairs)} pairs from {data}; loading torch and the base {base} (a first run also "
                        "downloads or converts it)", err=True)
-            recipe = _training_recipe(profile, epochs, lr, weight_decay)  # without --profile, torch looks for a GPU
-            plugin = _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, model, api_key_env,
-                            tokenizer, reweighter_layers, reweighter_width)
+            plugin = _train(request, pairs)
     except DiskFull as err:
         fail(str(err), status=1)
     except user_errors() as err:
@@ -128,19 +122,15 @@ class DiskFull(Exception):
     """``train`` stopped by a full disk; its message says what was removed and what to do."""
 
 
-def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, model, api_key_env, tokenizer,
-           layers, width):
+def _train(request: TrainingRequest, pairs: list):
     """``train``'s work once its input is checked and ``out`` is ours; an interrupt (Ctrl-C,
     SIGTERM) ends it with one line saying that the same command resumes."""
-    from .artifact import BaseSpec
-    from .training import reweighter_arch, train_plugin
+    from .training import train_plugin
 
-    spec = BaseSpec.parse(base, top_k=top_k, model=model, api_key_env=api_key_env)
-    arch = reweighter_arch(spec, layers, width)
-    if spec.kind == "endpoint" and not tokenizer:
-        fail("an endpoint base needs --tokenizer (a local copy of the server's tokenizer).")
+    out, spec = request.out, request.base_spec()
+    recipe = request.recipe(spec)  # without --profile, torch looks for a GPU
     typer.echo(f"base {spec.display}; profile {recipe.name}"
-               f"{'' if profile else ' (chosen for this machine; --profile overrides)'}", err=True)
+               f"{'' if request.profile else ' (chosen for this machine; --profile overrides)'}", err=True)
     # An interrupted call resumes: every configuration's state is kept beside the output until it is written.
     resume = out.parent / f".{out.name}.resume-{data_sha256(pairs)[:12]}"
     for stale in sorted(out.parent.glob(f".{glob.escape(out.name)}.resume-*")):
@@ -152,9 +142,8 @@ def _train(base, data, out, pairs, recipe, profile, refit, top_k, chat, seed, mo
     if resume.exists():
         typer.echo(f"resuming from {resume}", err=True)
     with _interrupts_resume(out, resume), _full_disk_leaves_nothing(out, resume):
-        black_box = spec.load(_tokenizer(tokenizer) if spec.kind == "endpoint" else None)
-        plugin = train_plugin(black_box, spec, pairs, recipe, prompt_format="chat" if chat else "plain", seed=seed,
-                              arch=arch, refit=refit, cache_dir=config.cache_dir() / "train-outputs",
+        black_box = spec.load(_tokenizer(request.tokenizer) if spec.kind == "endpoint" else None)
+        plugin = train_plugin(black_box, spec, pairs, recipe, cache_dir=config.cache_dir() / "train-outputs",
                               resume_dir=resume, announce=lambda line: typer.echo(line, err=True))
         plugin.save_pretrained(out)
     shutil.rmtree(resume, ignore_errors=True)
@@ -213,17 +202,6 @@ def _interrupts_resume(out: Path, resume: Path):
         signal.signal(signal.SIGTERM, previous)
 
 
-def _training_recipe(name: str | None, epochs: int | None, lrs: list[float] | None, decays: list[float] | None):
-    """The profile's recipe (``recipe.TrainingRecipe``), with the budget and grid the flags set."""
-    from .recipe import TrainingRecipe
-
-    if any(x <= 0 for x in lrs or []) or any(x < 0 for x in decays or []):
-        raise ValueError("--lr must be positive and --weight-decay at least 0.")
-    changes = {"max_epochs": epochs, "lr": tuple(lrs or ()), "weight_decay": tuple(decays or ())}
-    recipe = TrainingRecipe.from_profile(load_profile(name or config.auto_profile()))
-    return recipe.replace(**{k: v for k, v in changes.items() if v})
-
-
 @app.command()
 def generate(
     plugin: Path = typer.Option(..., help="An artifact directory (plugin-repro train, or save_pretrained)."),
@@ -242,31 +220,29 @@ def generate(
     """Generate with a trained Plugin: one prompt printed as text, a file as JSONL."""
     if (prompt is None) == (file is None):
         fail("give exactly one of --prompt and --file.")
-    if base_only and temperature:
-        fail("--base-only decodes greedily, as the comparison with the Plugin does; leave out --temperature.")
-    check_engine(engine, base_url=base_url, head_dtype=head_dtype)
+    request = checked(GenerationRequest, max_new_tokens=max_new_tokens, temperature=temperature, base_url=base_url,
+                      base_only=base_only, max_prompt_tokens=max_prompt_tokens, head_dtype=head_dtype, engine=engine)
     try:
         prompts = [prompt] if prompt is not None else read_prompts(file)
-        if engine == "vllm":
-            outputs = _vllm_outputs(plugin, prompts, max_prompt_tokens, base_only=base_only, head_dtype=head_dtype,
-                                    max_new_tokens=max_new_tokens, temperature=temperature)["base" if base_only else "plugin"]
-            _print_outputs(prompt, prompts, outputs)
-            return
-        from .artifact import PluginModel
-
-        adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
-        overrides = {k: v for k, v in (("max_new_tokens", max_new_tokens), ("temperature", temperature)) if v is not None}
-        adapted.check_prompt_lengths([adapted.format_prompt(p) for p in prompts], max_prompt_tokens)
-        if base_only:
-            from .evaluation import base_only_outputs
-
-            outputs = base_only_outputs(adapted, prompts, max_new_tokens=max_new_tokens, progress=len(prompts) > 1)
-        else:
-            outputs = adapted.generate(prompts, progress=len(prompts) > 1, max_prompt_tokens=max_prompt_tokens,
-                                       **overrides)
+        outputs = _generated(plugin, prompts, request)
     except user_errors() as err:
         fail(str(err))
     _print_outputs(prompt, prompts, outputs)
+
+
+def _generated(plugin: Path, prompts: list[str], request: GenerationRequest) -> list[str]:
+    """``generate``'s texts: the Plugin's, or with ``base_only`` the base's alone, decoded as the Plugin decodes."""
+    progress = len(prompts) > 1
+    if request.engine == "vllm":
+        return _vllm_outputs(plugin, prompts, request)["base" if request.base_only else "plugin"]
+    adapted = request.load(plugin)
+    adapted.check_prompt_lengths([adapted.format_prompt(p) for p in prompts], request.max_prompt_tokens)
+    if request.base_only:
+        from .evaluation import base_only_outputs
+
+        return base_only_outputs(adapted, prompts, max_new_tokens=request.max_new_tokens, progress=progress)
+    return adapted.generate(prompts, progress=progress, max_prompt_tokens=request.max_prompt_tokens,
+                            **request.overrides())
 
 
 def _print_outputs(prompt: str | None, prompts: list[str], outputs: list[str]) -> None:
@@ -277,17 +253,20 @@ def _print_outputs(prompt: str | None, prompts: list[str], outputs: list[str]) -
             typer.echo(json.dumps({"prompt": text, "completion": output}, ensure_ascii=False))
 
 
-def _vllm_outputs(plugin: Path, prompts: list[str], max_prompt_tokens: int, **options) -> dict[str, list[str]]:
+def _vllm_outputs(plugin: Path, prompts: list[str], request: GenerationRequest) -> dict[str, list[str]]:
     """The texts of ``vllm_engine.generate``, prompts over ``max_prompt_tokens`` refused first."""
     from . import vllm_engine
     from .artifact import PromptTooLong
 
+    limit = request.max_prompt_tokens
     ids, _ = vllm_engine.prompt_ids(plugin, prompts)
     for i, row in enumerate(ids):
-        if len(row) > max_prompt_tokens:
-            raise PromptTooLong(f"prompt {i + 1} has {len(row)} tokens; at most {max_prompt_tokens} are accepted "
+        if len(row) > limit:
+            raise PromptTooLong(f"prompt {i + 1} has {len(row)} tokens; at most {limit} are accepted "
                                 "(--max-prompt-tokens). Shorten it: it is never cut silently.")
-    return vllm_engine.generate(plugin, prompts, progress=len(prompts) > 1, **options)
+    return vllm_engine.generate(plugin, prompts, progress=len(prompts) > 1, base_only=request.base_only,
+                                head_dtype=request.head_dtype, max_new_tokens=request.max_new_tokens,
+                                temperature=request.temperature)
 
 
 @app.command()
@@ -304,29 +283,15 @@ def evaluate(
     """The Plugin against its base alone on held-out pairs, with paired bootstrap CIs: the paper's BLEU, ROUGE-1/2/L
     and NIST; sacrebleu's BLEU and chrF (0-100, with signatures); exact match; output length against the
     references', empty outputs and outputs at the token limit."""
-    check_engine(engine, base_url=base_url, head_dtype=head_dtype)
+    request = checked(GenerationRequest, max_new_tokens=max_new_tokens, base_url=base_url, head_dtype=head_dtype,
+                      engine=engine)
     try:
         pairs = read_pairs(data)
-        from .evaluation import evaluate as run_evaluation, markdown, score, write_to_artifact
+        from .evaluation import markdown, write_to_artifact
 
         typer.echo(f"{len(pairs)} pairs from {data}; decoding with the Plugin and with the base alone"
-                   + (" in vLLM" if engine == "vllm" else ""), err=True)
-        if engine == "vllm":
-            from . import vllm_engine
-            from .artifact_files import read_config
-
-            limit = max_new_tokens or (read_config(plugin).get("decoding") or {}).get("max_new_tokens", 64)
-            found = vllm_engine.generate(plugin, [p.prompt for p in pairs], both=True, max_new_tokens=limit,
-                                         temperature=0.0, progress=len(pairs) > 16, head_dtype=head_dtype)
-            result = score(found["plugin"], found["base"], [p.completion for p in pairs],
-                           vllm_engine.tokenizer_of(plugin), limit=limit, resamples=resamples, engine="vllm",
-                           head_dtype=head_dtype)
-        else:
-            from .artifact import PluginModel
-
-            adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
-            result = run_evaluation(adapted, pairs, resamples=resamples, max_new_tokens=max_new_tokens,
-                                    progress=len(pairs) > 16)
+                   + (" in vLLM" if request.engine == "vllm" else ""), err=True)
+        result = _evaluation(plugin, pairs, resamples, request)
         result["data"] = {"file": str(data), "pairs": len(pairs)}
         if card:
             write_to_artifact(plugin, result)
@@ -335,6 +300,23 @@ def evaluate(
     typer.echo(markdown(result), nl=False)
     if card:
         typer.echo(f"stored in {plugin / 'evaluation.json'} and the model card ({plugin / 'README.md'})", err=True)
+
+
+def _evaluation(plugin: Path, pairs, resamples: int, request: GenerationRequest) -> dict:
+    """``evaluate``'s result: both systems decoded greedily by the request's engine, then scored."""
+    from .evaluation import evaluate as run_evaluation, score
+
+    if request.engine == "package":
+        return run_evaluation(request.load(plugin), pairs, resamples=resamples, max_new_tokens=request.max_new_tokens,
+                              progress=len(pairs) > 16)
+    from . import vllm_engine
+    from .artifact_files import read_config
+
+    limit = request.max_new_tokens or (read_config(plugin).get("decoding") or {}).get("max_new_tokens", 64)
+    found = vllm_engine.generate(plugin, [p.prompt for p in pairs], both=True, max_new_tokens=limit,
+                                 temperature=0.0, progress=len(pairs) > 16, head_dtype=request.head_dtype)
+    return score(found["plugin"], found["base"], [p.completion for p in pairs], vllm_engine.tokenizer_of(plugin),
+                 limit=limit, resamples=resamples, engine="vllm", head_dtype=request.head_dtype)
 
 
 @app.command()
@@ -363,22 +345,24 @@ def serve(
     --engine vllm, vLLM's own server with the Plugin inside it."""
     from .server import exposure_warning
 
-    check_engine(engine, base_url=base_url, docs=docs, head_dtype=head_dtype)
+    request = checked(GenerationRequest, max_prompt_tokens=max_prompt_tokens, base_url=base_url, docs=docs,
+                      head_dtype=head_dtype, engine=engine)
     warning = exposure_warning(host, api_key)
     if warning:
         typer.secho(warning, err=True, fg=typer.colors.RED, bold=True)
-    if engine == "vllm":
-        _serve_in_vllm(plugin, head_dtype, host=host, port=port, name=name or plugin.resolve().name, api_key=api_key,
-                       max_concurrency=max_concurrency or 16, max_model_len=max_prompt_tokens + max_tokens)
+    if request.engine == "vllm":
+        _serve_in_vllm(plugin, request.head_dtype, host=host, port=port, name=name or plugin.resolve().name,
+                       api_key=api_key, max_concurrency=max_concurrency or 16,
+                       max_model_len=request.max_prompt_tokens + max_tokens)
 
     try:
-        from .artifact import PluginModel
         from .server import GracefulServer, Limits, create_app
 
-        adapted = PluginModel.from_pretrained(plugin, base_url=base_url, head_dtype=head_dtype)
+        adapted = request.load(plugin)
         limits = Limits(max_concurrency=max_concurrency or (4 if adapted.base_spec.kind == "endpoint" else 8),
-                        max_queue=max_queue, max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens)
-        api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits, api_key=api_key, docs=docs)
+                        max_queue=max_queue, max_tokens=max_tokens, max_prompt_tokens=request.max_prompt_tokens)
+        api = create_app(adapted, model_id=name or plugin.resolve().name, limits=limits, api_key=api_key,
+                         docs=request.docs)
     except user_errors() as err:
         fail(str(err))
     GracefulServer(api, host=host, port=port, grace_s=shutdown_grace_s, log_level="info").run()

@@ -11,7 +11,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +36,19 @@ class Limits:
     max_queue: int = 16
     max_tokens: int = 512
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
+
+
+@dataclass(frozen=True)
+class CompletionSettings:
+    """One request's decoding, checked (``CompletionService.check``), the artifact's defaults
+    filled in where it left them out; ``stops``: the texts its output is cut at."""
+
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    min_new_tokens: int
+    stops: tuple[str, ...]
 
 
 class Gate:
@@ -68,7 +81,7 @@ class StopScanner:
     """Text released as it streams, cut at the first stop string; text that could still turn
     out to begin a stop string is held back until it is known not to."""
 
-    def __init__(self, stops: list[str]):
+    def __init__(self, stops: Sequence[str]):
         self.stops = [s for s in stops if s]
         self.hold = max((len(s) for s in self.stops), default=1) - 1
         self.pending = ""
@@ -219,7 +232,7 @@ class CompletionService:
         self.metrics.tokens(usage["prompt_tokens"], usage["completion_tokens"])
         return self.response(done, chat)
 
-    def check(self, request: Sampling, texts: list[str]) -> dict:
+    def check(self, request: Sampling, texts: list[str]) -> CompletionSettings:
         """The request's decoding settings; a parameter out of bounds is a 400 (404: another model)."""
         if request.model is not None and request.model != self.model_id:
             raise OpenAIError(404, f"The model {request.model!r} does not exist here; this server serves "
@@ -236,45 +249,46 @@ class CompletionService:
             self.plugin.check_prompt_lengths(texts, self.limits.max_prompt_tokens)
         except PromptTooLong as err:
             raise OpenAIError(400, str(err), param="prompt", code="context_length_exceeded") from None
-        stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+        stops = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
         if request.min_tokens > max_tokens:
             raise OpenAIError(400, f"min_tokens ({request.min_tokens}) exceeds max_tokens ({max_tokens}).",
                               param="min_tokens", code="invalid_value")
-        return {"max_new_tokens": max_tokens, "temperature": request.temperature, "top_p": request.top_p,
-                "seed": request.seed, "stops": stops, "min_new_tokens": request.min_tokens}
+        d = self.plugin.decoding
+        return CompletionSettings(max_new_tokens=max_tokens,
+                                  temperature=d.temperature if request.temperature is None else request.temperature,
+                                  top_p=d.top_p if request.top_p is None else request.top_p, seed=request.seed,
+                                  min_new_tokens=request.min_tokens, stops=stops)
 
-    def _decode(self, text: str, settings: dict, streamer, cancel: threading.Event) -> asyncio.Future:
+    def _decode(self, text: str, settings: CompletionSettings, streamer, cancel: threading.Event) -> asyncio.Future:
         """The completion of ``text``: in the batch (a base in process) or on a worker thread."""
         if self.engine is None:
             return asyncio.get_running_loop().run_in_executor(self.workers, self._complete, text, settings,
                                                               streamer or CancelWatch(cancel))
         return asyncio.ensure_future(self._batched(text, settings, streamer, cancel))
 
-    async def _batched(self, text: str, settings: dict, streamer, cancel: threading.Event) -> Completion:
+    async def _batched(self, text: str, settings: CompletionSettings, streamer, cancel: threading.Event
+                       ) -> Completion:
         plugin = self.plugin
         ids = plugin.tokenizer(text, add_special_tokens=False).input_ids
-        d = plugin.decoding
-        request = EngineRequest(ids, settings["max_new_tokens"],
-                                temperature=d.temperature if settings["temperature"] is None else settings["temperature"],
-                                top_p=d.top_p if settings["top_p"] is None else settings["top_p"], seed=settings["seed"],
-                                streamer=streamer, cancel=cancel, min_new_tokens=settings["min_new_tokens"])
+        request = EngineRequest(ids, settings.max_new_tokens, temperature=settings.temperature, top_p=settings.top_p,
+                                seed=settings.seed, streamer=streamer, cancel=cancel,
+                                min_new_tokens=settings.min_new_tokens)
         generated, reason = await asyncio.wrap_future(self.engine.submit(request))
         if reason == "cancelled":
             raise RequestCancelled()
         done = Completion(plugin.tokenizer.decode(generated, skip_special_tokens=True), len(ids), len(generated), reason)
         return _cut(done, settings)
 
-    def _complete(self, text: str, settings: dict, streamer=None) -> Completion:
+    def _complete(self, text: str, settings: CompletionSettings, streamer=None) -> Completion:
         try:
-            done = self.plugin.complete(text, max_new_tokens=settings["max_new_tokens"],
-                                        temperature=settings["temperature"], top_p=settings["top_p"],
-                                        seed=settings["seed"], streamer=streamer,
-                                        min_new_tokens=settings["min_new_tokens"])
+            done = self.plugin.complete(text, max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                                        top_p=settings.top_p, seed=settings.seed, streamer=streamer,
+                                        min_new_tokens=settings.min_new_tokens)
         except ApiError as err:
             raise OpenAIError(502, f"The upstream base failed: {err}", "upstream_error", code="upstream_failed") from None
         return _cut(done, settings)
 
-    def _run_streaming(self, text: str, settings: dict, streamer: QueueStreamer) -> Completion:
+    def _run_streaming(self, text: str, settings: CompletionSettings, streamer: QueueStreamer) -> Completion:
         try:
             return self._complete(text, settings, streamer)
         finally:
@@ -292,7 +306,7 @@ class CompletionService:
                    "created": int(time.time()), "model": self.model_id, "choices": [choice]}
         return _event({**payload, "usage": None} if include_usage else payload)
 
-    async def stream(self, request: Sampling, raw: Request, text: str, settings: dict, chat: bool
+    async def stream(self, request: Sampling, raw: Request, text: str, settings: CompletionSettings, chat: bool
                      ) -> AsyncIterator[str]:
         """The stream's events. Its first item, "", is taken by ``answer`` once the request holds
         a slot and decodes; from then on a disconnect (Starlette cancels this generator, or
@@ -325,11 +339,11 @@ class CompletionService:
             self._release_when_stopped(work, held)
 
     async def _events(self, streamer: QueueStreamer, work, raw: Request, ident: str, chat: bool, include_usage: bool,
-                      settings: dict, started: float) -> AsyncIterator[str]:
+                      settings: CompletionSettings, started: float) -> AsyncIterator[str]:
         """The text as it is decoded, cut at the stop strings, then the end (or the error)."""
         if chat:
             yield self._chunk(ident, chat, include_usage, None)
-        scanner, first = StopScanner(settings["stops"]), True
+        scanner, first = StopScanner(settings.stops), True
         while (piece := await streamer.queue.get()) is not None:
             released = scanner.feed(piece)
             if released:
@@ -410,8 +424,8 @@ async def _watch(raw: Request, cancel: threading.Event) -> None:
     cancel.set()
 
 
-def _cut(done: Completion, settings: dict) -> Completion:
-    scanner = StopScanner(settings["stops"])
+def _cut(done: Completion, settings: CompletionSettings) -> Completion:
+    scanner = StopScanner(settings.stops)
     cut = scanner.feed(done.text) + scanner.flush()
     if scanner.stopped:
         done = Completion(cut, done.prompt_tokens, done.completion_tokens, "stop")

@@ -1,6 +1,6 @@
 """What the commands accept, checked before any model is loaded: (prompt, completion) pair files,
-prompt files, the prompt-length limit. Imports nothing heavy, so refused input answers in well
-under a second (``plugin-repro``'s commands import torch only when they run).
+prompt files, the prompt-length limit, a base that is an endpoint. Imports nothing heavy, so
+refused input answers in well under a second (``plugin-repro``'s commands import torch only when they run).
 """
 from __future__ import annotations
 
@@ -15,6 +15,11 @@ MAX_PROMPT_TOKENS = 2048  # the longest prompt generate, evaluate and serve acce
 
 COLUMNS = ("prompt", "completion")
 MIN_PROMPTS = 2
+
+
+def is_endpoint(base: str) -> bool:
+    """Whether ``--base`` is an OpenAI-compatible server's URL rather than a model's name."""
+    return base.startswith(("http://", "https://"))
 
 
 class DataFileError(ValueError):

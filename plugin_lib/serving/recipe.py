@@ -1,10 +1,11 @@
-"""What the user's ``train`` takes from a profile, and nothing else: a ``TrainingRecipe``.
+"""How the user's ``train`` trains a Plugin: a ``TrainingRecipe``.
 
 The Plugin trained on a user's own pairs needs a grid (learning rates, weight decays, how far a
 choice at an edge pushes it), a training budget, token limits and decoding defaults. A profile of
 ``profiles.yaml`` supplies them (:meth:`TrainingRecipe.from_profile`, what ``plugin-repro train
 --profile`` does), but a recipe can be written by hand too: training on one's own model does not
-go through the paper's ``Profile``.
+go through the paper's ``Profile``. Three choices no profile makes have defaults: how prompts are
+shown to the base, the reweighting model, and whether the choice is trained again on every pair.
 """
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from dataclasses import dataclass
 from ..core.train import TrainConfig
 from ..harness.profile import Profile
 from ..harness.run_keys import grid_keys
+from .artifact import PROMPT_FORMATS
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingRecipe:
-    """Every value is given (the settings live in profiles.yaml; ``from_profile`` reads them)."""
+    """Every setting a profile holds is given (they live in profiles.yaml; ``from_profile`` reads
+    them); the last four have defaults."""
 
     lr: tuple[float, ...]           # learning rates searched
     weight_decay: tuple[float, ...]  # weight decays searched
@@ -33,8 +36,13 @@ class TrainingRecipe:
     max_new_tokens: int             # the trained artifact's decoding defaults
     repetition_penalty: float
     name: str = "custom"            # where it came from (a profile's name), recorded with the model
+    prompt_format: str = "plain"    # "chat": each prompt one user turn of the tokenizer's chat template
+    arch: dict | None = None        # the reweighting model (None: the authors' for the base's family)
+    refit: bool = True              # train the choice again on every pair, as scikit-learn's refit=True
 
     def __post_init__(self):
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"Unknown prompt_format {self.prompt_format!r}; choose one of {PROMPT_FORMATS}.")
         if not self.lr or not self.weight_decay:
             raise ValueError("a recipe needs at least one learning rate and one weight decay.")
         if any(x <= 0 for x in self.lr) or any(x < 0 for x in self.weight_decay):
@@ -44,7 +52,8 @@ class TrainingRecipe:
 
     @classmethod
     def from_profile(cls, profile: Profile) -> TrainingRecipe:
-        """The profile's grid, training budget, first seed, token limits and decoding defaults."""
+        """The profile's grid, training budget, first seed, token limits and decoding defaults (the
+        other three: their defaults)."""
         return cls(lr=tuple(profile.grid.lr), weight_decay=tuple(profile.grid.weight_decay),
                    extend_edges=profile.grid.extend_edges, max_epochs=profile.training.max_epochs,
                    patience=profile.training.patience, batch_size=profile.training.batch_size,

@@ -35,51 +35,28 @@ def as_examples(pairs: list[Pair]) -> list[Example]:
             for i, (prompt, completions) in enumerate(grouped.items())]
 
 
-def reweighter_arch(spec: BaseSpec, layers: int | None = None, width: int | None = None) -> dict:
-    """The family's reweighting model (the authors'), with ``layers`` blocks and hidden width
-    ``width`` where given (a LLaMA-style model keeps its 4x feed-forward ratio)."""
-    arch = spec.reweighter_arch()
-    if layers is not None:
-        if layers < 1:
-            raise ValueError(f"--reweighter-layers must be at least 1, got {layers}.")
-        arch["n_layer"] = layers
-    if width is not None:
-        key = {"llama": "hidden_size", "gpt2": "n_embd"}.get(arch["arch"])
-        if key is None or width < 8:
-            raise ValueError(f"--reweighter-width {width} does not apply to a {arch['arch']} reweighting model "
-                             "(llama or gpt2, at least 8).")
-        heads = arch.get("num_attention_heads", arch.get("n_head", 1))
-        if width % heads:
-            raise ValueError(f"--reweighter-width must be a multiple of its {heads} attention heads, got {width}.")
-        arch[key] = width
-        if arch["arch"] == "llama":
-            arch["intermediate_size"] = 4 * width
-    return arch
-
-
 def train_plugin(base: BlackBoxLM, base_spec: BaseSpec, pairs: list[Pair], recipe: TrainingRecipe, *,
-                 prompt_format: str = "plain", seed: int | None = None, arch: dict | None = None,
                  progress: bool = True, cache_dir: str | Path | None = None, resume_dir: str | Path | None = None,
-                 refit: bool = True, announce=None) -> PluginModel:
-    """A ``PluginModel`` trained on ``pairs`` by the recipe's grid and budget (a profile's:
-    ``TrainingRecipe.from_profile``). ``seed``: default the recipe's.
+                 announce=None) -> PluginModel:
+    """A ``PluginModel`` trained on ``pairs`` as the recipe says: its grid, budget, seed, prompt
+    format and reweighting model (a profile's: ``TrainingRecipe.from_profile``). With its
+    ``refit`` (the default), the chosen configuration trains again on all pairs for the chosen
+    number of epochs, so the saved model has seen every pair (scikit-learn's ``refit=True``).
 
     ``cache_dir``: where the base's outputs are kept and found again by a later run on the same
     pairs. ``resume_dir``: every configuration's training state, so an interrupted call resumes
-    where it stopped (the caller removes it when done). ``refit`` (default): after the choice, train
-    the chosen configuration again on all pairs for the chosen number of epochs, so the saved
-    model has seen every pair (scikit-learn's ``refit=True``). ``announce``: gets
-    the whole cost's estimate (``core.train_estimate``) before any work."""
-    seed = recipe.seed if seed is None else seed
+    where it stopped (the caller removes it when done). ``announce``: gets the whole cost's
+    estimate (``core.train_estimate``) before any work."""
+    seed, refit = recipe.seed, recipe.refit
     values, config = recipe.grid(), recipe.train_config(seed)
-    arch = arch or reweighter_arch(base_spec)
+    arch = dict(recipe.arch) if recipe.arch else base_spec.reweighter_arch()
     decoding = DecodingSettings(max_new_tokens=recipe.max_new_tokens, repetition_penalty=recipe.repetition_penalty,
-                                prompt_format=prompt_format, max_prompt_tokens=recipe.max_prompt_tokens)
+                                prompt_format=recipe.prompt_format, max_prompt_tokens=recipe.max_prompt_tokens)
     cache_dir = Path(cache_dir) if cache_dir is not None else None
     train, hyper = split_hyper_validation(as_examples(pairs), seed=seed)
     examples = training_pairs(train + hyper)  # train's pairs first, then hyper's
     split = len(training_pairs(train))
-    prompts = [format_for_model(ex.source, base.tokenizer, prompt_format == "chat") for ex, _ in examples]
+    prompts = [format_for_model(ex.source, base.tokenizer, recipe.prompt_format == "chat") for ex, _ in examples]
     encoded = encode_pairs(base.tokenizer, prompts, [reference for _, reference in examples],
                            max_prompt_tokens=recipe.max_prompt_tokens, max_target_tokens=recipe.max_target_tokens)
     planned = None
