@@ -8,9 +8,9 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro data fetch|check ...           plugin_lib.data.fetch, plugin_lib.data.check
     plugin-repro preflight --profile paper ...  plugin_lib.commands.preflight
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
-    plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
+    plugin-repro report --profile local ...     plugin_lib.commands.report (REPORT.md, the README block)
     plugin-repro confirmation [wave2|3|4] status|judge       plugin_lib.commands.confirmation, commands.confirmation_wave2, _wave3, _wave4
-    plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
+    plugin-repro stamp --profile local --check NOTEBOOK...   plugin_lib.commands.stamp
     plugin-repro gpu-check [--only NB] [--deadline-s S]    plugin_lib.commands.gpu_check (a checkout)
     plugin-repro train|generate|evaluate|serve  plugin_lib.serving.cli (a Plugin on your own data)
 
@@ -20,7 +20,6 @@ nothing imports it. The jobs' modules are imported only when their command runs.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +64,11 @@ def _checkout_file(relpath: str) -> Path:
 @app.command("run", **PASS_ON)
 def run(ctx: typer.Context) -> None:
     """Data, every notebook of a profile, the report (plugin_lib.commands.run; run_all.sh builds .venv first)."""
-    _checkout_file("run_all.sh")  # the notebooks and scripts it runs come with a checkout
+    from .utils import malloc
+
+    _checkout_file("run_all.sh")  # the notebooks it runs come with a checkout
+    if not {"-h", "--help"} & set(ctx.args):
+        malloc.restart_with_tunables()  # the grid computes in this process (--executor)
     _hand_over("plugin_lib.commands.run", ctx.args)
 
 
@@ -112,8 +115,8 @@ def _grid(verb: str, args: list[str]) -> None:
 
 @app.command("report", **PASS_ON)
 def report(ctx: typer.Context) -> None:
-    """Write results/<profile>/REPORT.md, and with --readme the README's block (python -m plugin_lib.report)."""
-    _hand_over("plugin_lib.report.document", ctx.args)
+    """Write results/<profile>/REPORT.md, and with --readme the README's block (plugin_lib.commands.report)."""
+    _hand_over("plugin_lib.commands.report", ctx.args)
 
 
 @app.command("confirmation", **PASS_ON)
@@ -129,12 +132,10 @@ def confirmation(ctx: typer.Context) -> None:
 
 @app.command("stamp", **PASS_ON)
 def stamp(ctx: typer.Context) -> None:
-    """Notebook stamps; --check compares them with results/<profile>/executed (scripts/run_stamp.py)."""
-    script = _checkout_file("scripts/run_stamp.py")
-    spec = importlib.util.spec_from_file_location("run_stamp", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    raise typer.Exit(module.main(ctx.args))
+    """Notebook stamps; --check compares them with results/<profile>/executed (plugin_lib.commands.stamp)."""
+    from .commands import stamp as stamps
+
+    raise typer.Exit(stamps.main(ctx.args))
 
 
 @app.command("gpu-check", **PASS_ON)

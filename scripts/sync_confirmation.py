@@ -180,7 +180,7 @@ def main() -> None:
     if kept:
         print(f"judged again since committed, kept as committed (a judged claim is final): {', '.join(kept)}")
         if args.report:  # the store's report was written from the claims judged again
-            subprocess.run([sys.executable, "-m", "plugin_lib.report", "--profile", args.profile], check=True,
+            subprocess.run([sys.executable, "-m", "plugin_lib", "report", "--profile", args.profile], check=True,
                            cwd=ROOT, env={**os.environ, "PLUGIN_RESULTS_DIR": str(args.store)})
     copied, removed = sync(store, target, report=args.report)
     saved, dropped = save_resume_state(store, resume, checkpoints=args.checkpoints)

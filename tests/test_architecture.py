@@ -215,12 +215,3 @@ def test_wheel_installs_and_carries_every_data_file(tmp_path):
     out = subprocess.run([sys.executable, "-c", check], check=True, capture_output=True, text=True, cwd=tmp_path,
                          env={**env, "PYTHONPATH": str(tmp_path / "site")})
     assert out.stdout.strip() == "ok"
-
-
-def test_the_study_registry_alone_names_the_notebooks():
-    """Each study is declared once (issue 59): outside ``commands/studies.py`` only the frozen
-    confirmation waves, which name the notebooks their runs share records with, name a notebook."""
-    pattern = re.compile(r'"(?:0\d|1[0-5])_[a-z]')
-    naming = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
-                    if pattern.search(p.read_text(encoding="utf-8")))
-    assert naming == ["commands/confirmation_wave2.py", "commands/confirmation_wave3.py", "commands/studies.py"]

@@ -1,5 +1,5 @@
 """The committed results are current: a fresh clone's `run_all.sh --profile local` finds every
-notebook's stamp matching and re-runs nothing (scripts/run_stamp.py says what a stamp hashes).
+notebook's stamp matching and re-runs nothing (commands/stamp.py says what a stamp hashes).
 A change to the code, a notebook, the profile or the data that could change a result makes this
 fail until results/local is re-run (`bash run_all.sh --profile local`) and committed with it.
 
@@ -22,7 +22,7 @@ def test_every_committed_local_stamp_matches_the_current_inputs():
     notebooks = sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if api_server.llama_cpp_missing():
         notebooks = [n for n in notebooks if NEEDS_SERVER not in n]
-    check = subprocess.run([sys.executable, "scripts/run_stamp.py", "--check", "--profile", "local", *notebooks],
+    check = subprocess.run([sys.executable, "-m", "plugin_lib.commands.stamp", "--check", "--profile", "local", *notebooks],
                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stderr
 
@@ -32,32 +32,25 @@ def test_every_committed_local_stamp_matches_the_current_inputs():
 REPORTED = ("local", "confirm", "wave3")
 
 
-def test_every_notebook_has_a_report_section():
-    from plugin_lib.commands.studies import NOTEBOOKS
-    from plugin_lib.report.document import SECTIONS
-
-    assert sorted(prefix for prefix, _, _ in SECTIONS) == sorted(n.split("_", 1)[0] for n in NOTEBOOKS)
-
-
 @pytest.mark.parametrize("profile", REPORTED)
 def test_each_committed_report_is_current(profile, monkeypatch):
     """A report that says runs are under way while their records exist, or lacks a section, is
-    not what the code makes of the results: `python -m plugin_lib.report --profile NAME` mends it."""
+    not what the code makes of the results: `plugin-repro report --profile NAME` mends it."""
     from plugin_lib.harness.profile import load_profile
-    from plugin_lib.report.document import report_text
+    from plugin_lib.commands.report import report_text
 
     monkeypatch.delenv("PLUGIN_RESULTS_DIR", raising=False)
     committed = (REPO_ROOT / "results" / profile / "REPORT.md").read_text(encoding="utf-8")
     assert committed == report_text(load_profile(profile)), (
-        f"results/{profile}/REPORT.md is stale: `python -m plugin_lib.report --profile {profile}` rewrites it")
+        f"results/{profile}/REPORT.md is stale: `plugin-repro report --profile {profile}` rewrites it")
 
 
 def test_the_readme_results_block_is_current(monkeypatch):
-    from plugin_lib.report.document import readme_text
+    from plugin_lib.commands.report import readme_text
 
     monkeypatch.delenv("PLUGIN_RESULTS_DIR", raising=False)
     assert (REPO_ROOT / "README.md").read_text(encoding="utf-8") == readme_text("local"), (
-        "the README's results block is stale: `python -m plugin_lib.report --profile local --readme` rewrites it")
+        "the README's results block is stale: `plugin-repro report --profile local --readme` rewrites it")
 
 
 def test_no_committed_report_says_runs_are_under_way_once_their_records_exist():

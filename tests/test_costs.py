@@ -89,14 +89,3 @@ def test_a_run_two_notebooks_share_is_priced_once(every_dataset):
     owned = [u for u in units if next(nb for nb in u.notebooks if nb in plans) == "07_fig3_reweighting_complexity"]
     total = sum((costs.tally(u, False) for u in owned), costs.Tally())
     assert total == plans["07_fig3_reweighting_complexity"].tally and total.trainings > 0 and total.disk_bytes > 0
-
-
-def test_the_registry_declares_every_notebook_once():
-    from plugin_lib.harness.profile import REPO_ROOT
-
-    on_disk = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    assert list(studies.NOTEBOOKS) == on_disk
-    for study in studies.STUDIES:
-        assert (study.units is None) == bool(study.in_notebook), study.notebook
-    with pytest.raises(ValueError, match="declares its units or why"):
-        studies.Study("99_x", None, (), None, "")

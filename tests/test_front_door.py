@@ -30,10 +30,10 @@ def test_a_subcommand_hands_its_arguments_and_help_to_the_jobs_own_parser():
     assert wrong.returncode == 2 and "invalid choice: 'no-such-profile'" in wrong.stderr
 
 
-def test_the_stamp_check_gives_the_scripts_status():
+def test_the_stamp_check_gives_the_modules_status():
     notebook = "notebooks/13_theorem1_convergence.ipynb"
     door = front_door("stamp", "--profile", "local", "--check", notebook)
-    script = subprocess.run([sys.executable, "scripts/run_stamp.py", "--profile", "local", "--check", notebook],
+    script = subprocess.run([sys.executable, "-m", "plugin_lib.commands.stamp", "--profile", "local", "--check", notebook],
                             capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert door.returncode == script.returncode and door.stderr == script.stderr
 

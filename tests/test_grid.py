@@ -481,23 +481,6 @@ def test_a_worker_killed_mid_unit_loses_nothing_and_the_rerun_redoes_that_unit(s
     _close(_records(serial_store), _records(store))
 
 
-def test_notebook_12s_units_take_its_parameters_defaults():
-    """The grid plans notebook 12 with the defaults of the notebook's parameters cell."""
-    import ast
-    import inspect
-
-    from plugin_lib.experiments import topk
-
-    cells = json.loads((ROOT / "notebooks" / "12_topk_logprobs.ipynb").read_text())["cells"]
-    parameters = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
-    values = {node.targets[0].id: ast.literal_eval(node.value)
-              for node in ast.parse("".join(parameters["source"])).body if isinstance(node, ast.Assign)}
-    defaults = {k: v.default for k, v in inspect.signature(topk.units).parameters.items()
-                if v.default is not inspect.Parameter.empty}
-    assert list(defaults["ks"]) == values["ks"] and defaults["rule"] == values["rule"]
-    assert defaults["logprob_control"] == values["logprob_control"] and defaults["dataset"] == values["dataset"]
-
-
 def test_fine_tuned_bases_and_bdpl_prompts_are_units_their_runs_need(tmp_path, monkeypatch):
     real_data.require("e2e")  # its units (or the workers it starts) read E2E
     _store(tmp_path, monkeypatch)

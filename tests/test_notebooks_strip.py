@@ -5,10 +5,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-_spec = importlib.util.spec_from_file_location("strip_notebook", REPO_ROOT / "scripts" / "strip_notebook.py")
-_strip = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_strip)
-strip_notebook = _strip.strip_notebook
+from plugin_lib.commands.notebook_files import strip_notebook  # noqa: E402
 
 
 def test_strip_drops_images_timing_and_machine_paths(tmp_path):

@@ -1,6 +1,6 @@
 """Stored run records are verified by content (issue 61): the store writes each record's hash
 into ``RECORDS.sha256`` beside ``runs/`` (plugin_lib/utils/record_manifest.py), and
-scripts/run_stamp.py, which run_all.sh calls before any notebook, checks every record against it.
+commands/stamp.py, which plugin-repro run calls before any notebook, checks every record against it.
 An edited number (still valid JSON) stops it with exit 5, a truncated record with 4 (not
 run_all.sh's 3, another run holding the profile), a record the store did not write with 6, each
 naming the file and its mend; an untouched store passes. A record whose metrics its own
@@ -45,8 +45,8 @@ def store(tmp_path, monkeypatch):
 
 
 def stamp(tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """scripts/run_stamp.py as run_all.sh calls it, on the temporary store."""
-    return subprocess.run([sys.executable, "scripts/run_stamp.py", "--profile", "smoke", *args],
+    """The stamps' record check (commands/stamp.py), on the temporary store."""
+    return subprocess.run([sys.executable, "-m", "plugin_lib.commands.stamp", "--profile", "smoke", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PLUGIN_RESULTS_DIR": str(tmp_path / "results"), **(env or {})})
 

@@ -8,12 +8,11 @@ clears the stamp, leaves <name>.failed.ipynb and prints the package's own messag
 or missing --only/--profile value; a second call refused while one runs, an interrupt that
 leaves nothing half-written; PLUGIN_RESULTS_DIR; this checkout's plugin_lib imported; the data
 check failing fast with the repository left clean; the README written only by a complete local
-run. Unit tests of scripts/run_stamp.py and scripts/notebook_error.py close the file.
+run. Unit tests of the stamps (commands/stamp.py) and of a failed notebook's error close the file.
 """
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import json
 import os
 import shutil
@@ -37,25 +36,37 @@ pytestmark = pytest.mark.skipif(
 
 # A data check that passes, or fails when FAKE_DATA_CHECK=fail, standing in for the real one.
 FAKE_CHECK = '''import os, sys
-if os.environ.get("FAKE_DATA_CHECK") == "fail":
-    sys.exit("Missing e2e_cleaned/test-fixed.csv: download it with python -m plugin_lib.data.fetch")
-print("[check] data ready")
+def main(argv=None, profiles=None):
+    if os.environ.get("FAKE_DATA_CHECK") == "fail":
+        print("Missing e2e_cleaned/test-fixed.csv: download it with python -m plugin_lib.data.fetch", file=sys.stderr)
+        return 2
+    print("[check] data ready", flush=True)
+    return 0
 '''
 # The preflight (paper runs only), standing in for the real one: FAKE_PREFLIGHT=fail says it
 # will not fit, as the real one does when GPU memory or disk is short.
 FAKE_PREFLIGHT = '''import os, sys
-if "--disk-only" in sys.argv:  # the disk check every profile makes before its first notebook
-    names = sys.argv[sys.argv.index("--disk-only") + 1:]
-    if os.environ.get("FAKE_DISK") == "short":
-        print("NOT ENOUGH DISK: 3.2 GiB of disk short for", *names)
-        sys.exit(1)
-    print("Disk: fine for", *names)
-    sys.exit(0)
-print("[preflight] plan of profile", sys.argv[-1])
-if os.environ.get("FAKE_PREFLIGHT") == "fail":
-    print("WILL NOT FIT: 10_distribution_shift needs about 144 GiB of GPU memory")
-    sys.exit(1)
-print("Estimated total: 42 hours at most")
+def main(argv):
+    if "--disk-only" in argv:  # the disk check every profile makes before its first notebook
+        names = argv[argv.index("--disk-only") + 1:]
+        if os.environ.get("FAKE_DISK") == "short":
+            print("NOT ENOUGH DISK: 3.2 GiB of disk short for", *names, flush=True)
+            return 1
+        print("Disk: fine for", *names, flush=True)
+        return 0
+    print("[preflight] plan of profile", argv[argv.index("--profile") + 1], flush=True)
+    if os.environ.get("FAKE_PREFLIGHT") == "fail":
+        print("WILL NOT FIT: 10_distribution_shift needs about 144 GiB of GPU memory", flush=True)
+        return 1
+    print("Estimated total: 42 hours at most", flush=True)
+    return 0
+'''
+# The registry with the test's notebooks in place of the real ones (a real study keeps its declaration).
+FAKE_STUDIES = '''
+STUDIES = tuple(BY_NOTEBOOK.get(name) or Study(name, name, (), (), in_notebook="a test notebook")
+                for name in {names!r})
+NOTEBOOKS = tuple(study.notebook for study in STUDIES)
+BY_NOTEBOOK = {{study.notebook: study for study in STUDIES}}
 '''
 OK = '''import os, plugin_lib
 from plugin_lib.harness.profile import results_dir
@@ -75,12 +86,12 @@ time.sleep(60)
 '''
 
 
-def notebook(body: str, profile: str = "smoke") -> str:
+def notebook(body: str, profile: str = "smoke", parameters: str = "") -> str:
     def code(source, tags=()):
         return {"cell_type": "code", "execution_count": None, "metadata": {"tags": list(tags)},
                 "outputs": [], "source": source}
     return json.dumps({
-        "cells": [code(f'profile = "{profile}"', ["parameters"]), code(body)],
+        "cells": [code(f'profile = "{profile}"' + parameters, ["parameters"]), code(body)],
         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                      "language_info": {"name": "python"}},
         "nbformat": 4, "nbformat_minor": 4}, indent=1)
@@ -89,6 +100,15 @@ def notebook(body: str, profile: str = "smoke") -> str:
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
                           text=True).stdout
+
+
+def _real_parameters(name: str) -> str:
+    """A real notebook's parameters but its profile (the registry plans its units from them)."""
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    if not path.is_file():
+        return ""
+    cell = next(c for c in json.loads(path.read_text())["cells"] if "parameters" in c["metadata"].get("tags", []))
+    return "".join("\n" + line for line in "".join(cell["source"]).splitlines() if not line.startswith("profile ="))
 
 
 def make_repo(tmp: Path, notebooks: dict[str, str], real_check: bool = False) -> Path:
@@ -106,7 +126,9 @@ def make_repo(tmp: Path, notebooks: dict[str, str], real_check: bool = False) ->
         shutil.copy2(src, repo / rel)
     for name, body in notebooks.items():
         (repo / "notebooks").mkdir(exist_ok=True)
-        (repo / "notebooks" / f"{name}.ipynb").write_text(notebook(body))
+        (repo / "notebooks" / f"{name}.ipynb").write_text(notebook(body, parameters=_real_parameters(name)))
+    registry = repo / "plugin_lib" / "commands" / "studies.py"
+    registry.write_text(registry.read_text() + FAKE_STUDIES.format(names=sorted(notebooks)))
     if not real_check:
         (repo / "plugin_lib" / "data" / "check.py").write_text(FAKE_CHECK)
         (repo / "plugin_lib" / "commands" / "preflight.py").write_text(FAKE_PREFLIGHT)
@@ -144,10 +166,9 @@ def leftovers(folder: Path) -> list[str]:
 
 
 def run_stamp():
-    spec = importlib.util.spec_from_file_location("run_stamp", ROOT / "scripts" / "run_stamp.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from plugin_lib.commands import stamp
+
+    return stamp
 
 
 # -- a finished notebook, then a second call, then a failure ------------------------------------

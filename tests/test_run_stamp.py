@@ -1,10 +1,9 @@
-"""The scripts run_all.sh calls: scripts/run_stamp.py (a notebook's stamp hashes its inputs and
-nothing of the environment; the code version is the package's content, not its formatting; a
-damaged stored record stops the stamps, naming the cheapest mend) and scripts/notebook_error.py
-(the line a failed notebook is reported by)."""
+"""What the orchestrator checks and prints: the stamps (commands/stamp.py: a notebook's stamp
+hashes its inputs and nothing of the environment; the code version is the package's content,
+not its formatting; a damaged stored record stops the stamps, naming the cheapest mend) and a
+failed notebook's error (commands/notebook_files.py: the line it is reported by)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 
 from test_run_all import ROOT, notebook, run_stamp
@@ -57,10 +56,9 @@ def test_code_version_is_the_package_content(tmp_path):
 
 
 def _notebook_error():
-    spec = importlib.util.spec_from_file_location("notebook_error", ROOT / "scripts" / "notebook_error.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.error_lines
+    from plugin_lib.commands.notebook_files import error_lines
+
+    return error_lines
 
 
 CELL_LOG = """Executing Cell 2---------------------------------------

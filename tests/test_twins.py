@@ -260,6 +260,12 @@ def test_rates_measured_on_a_gpu_plan_the_paper_profile_elsewhere(paper_data, tm
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SystemExit, match="--save-rates"):
         preflight_rates.load_rates(tmp_path / "bad.json", ["gpt2-xl"])
+    # every field is written, measured or null: a file that lacks one is not read with guesses
+    partial = json.loads(measured.read_text())
+    del partial["rates"]["gpt2-xl"]["lora_tokens_per_s"]
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    with pytest.raises(SystemExit, match="gpt2-xl's rates lack lora_tokens_per_s"):
+        preflight_rates.load_rates(tmp_path / "partial.json", ["gpt2-xl"])
 
 
 def test_the_colab_profile_fits_a_t4_session_per_gpt2_notebook(paper_data):

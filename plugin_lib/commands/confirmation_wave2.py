@@ -27,9 +27,10 @@ from ..report import preregistered as pre
 from ..report import preregistered_wave2 as wave2
 from ..report.claims import record_claim
 from ..utils.io import atomic_write_json, read_json
-from ..experiments import table5, table8
+from ..experiments import ablations, table5, table8
 from ..experiments.confirmation import PROFILE, Missing, Roles, claim_states, judge_each, margin_verdicts, references
 from ..report.claim_summary import summary, versus_labels
+from . import studies
 from .confirmation import command_line
 from ..harness.variants import complexity_variants, variant_jobs
 
@@ -39,16 +40,16 @@ MARGINS_FILE = "margin_sensitivity_wave2.json"
 def units(profile: Profile) -> list[grid.Unit]:
     """The wave's units (done ones included: the plan marks them)."""
     datasets = list(wave2.DATASETS)
-    found = [u for u in table5.units(profile, "05_table5_bdpl_wrapper", datasets=datasets)
+    found = [u for u in studies.study_units(studies.notebook_of(table5.units), profile, datasets=datasets)
              if "learning-budget" not in u.key]
-    found += table8.units(profile, "11_table8_lora", datasets=datasets)
+    found += studies.study_units(studies.notebook_of(table8.units), profile, datasets=datasets)
     setup = ablation_settings(profile)
     variants = complexity_variants(setup.model, (1, *wave2.LAYERS), None, pretrained=False)
     jobs = variant_jobs(variants, ablation_seeds(setup, "complexity", profile), setup.complexity_hparams)
     for dataset in datasets:
         found += grid.task_units(grid.TaskRef(setup.model, dataset), profile,
                                  [(j.method, j.seed, j.label, j.arch, j.narrow) for j in jobs],
-                                 "07_fig3_reweighting_complexity")
+                                 studies.notebook_of(ablations.complexity_units))
     return grid.merge(found)
 
 

@@ -29,15 +29,13 @@ from ..report import preregistered_wave3 as wave3
 from ..report.claims import record_claim
 from . import studies
 
-MAIN_NOTEBOOKS = {dataset: notebook for notebook, dataset in studies.MAIN.items()}
-
 
 def units(profile: Profile) -> list[grid.Unit]:
     """The wave's units (done ones included: the plan marks them): notebook 15's arms, and
     WeightedComb of the main tables."""
-    found = proxy.units(profile, "15_proxy_tuning", datasets=list(wave3.DATASETS))
+    found = studies.study_units(studies.notebook_of(proxy.units), profile, datasets=list(wave3.DATASETS))
     for dataset in wave3.DATASETS:
-        found += grid.table_units(dataset, profile, MAIN_NOTEBOOKS[dataset], method_names=["WeightedComb"])
+        found += studies.study_units(studies.main_table_notebook(dataset), profile, methods=["WeightedComb"])
     return grid.merge(found)
 
 

@@ -40,22 +40,21 @@ from . import studies
 
 PROFILE = wave4.PROFILE
 PROXY_DATASETS, FIGURE_DATASETS = wave4.PROXY_DATASETS, wave4.FIGURE_DATASETS  # E2E's Figures 2, 3: wave 1's
-PROXY_NOTEBOOK, BASE_NOTEBOOK, COMPLEXITY_NOTEBOOK = (studies.notebook_of(u) for u in (
-    proxy.units, base_quality.units, ablations.complexity_units))
 
 
 def units(profile: Profile) -> list[grid.Unit]:
     """The wave's units (done ones included: the plan marks them). Notebook 15's from-scratch
     arms (NewModel, ProxyTuning, DExperts) are wave 3's claims, not this wave's: left out."""
+    proxy_notebook = studies.notebook_of(proxy.units)
     found = []
     for dataset in PROXY_DATASETS:
-        found += grid.table_units(dataset, profile, PROXY_NOTEBOOK, method_names=["Zeroshot", "Plugin"])
+        found += grid.table_units(dataset, profile, proxy_notebook, method_names=["Zeroshot", "Plugin"])
         for model_name in profile.base_models:
             found += grid.task_units(grid.TaskRef(model_name, dataset), profile,
-                                     proxy.pretrained_jobs(model_name, profile), PROXY_NOTEBOOK)
+                                     proxy.pretrained_jobs(model_name, profile), proxy_notebook)
     for dataset in FIGURE_DATASETS:
-        found += base_quality.units(profile, BASE_NOTEBOOK, dataset)
-        found += ablations.complexity_units(profile, COMPLEXITY_NOTEBOOK, dataset)
+        found += studies.study_units(studies.notebook_of(base_quality.units), profile, dataset=dataset)
+        found += studies.study_units(studies.notebook_of(ablations.complexity_units), profile, dataset=dataset)
     return grid.merge(found)
 
 

@@ -218,11 +218,13 @@ def summary(results: Sequence[StepResult], profile: str, out: Path) -> str:
 
 
 def notebook_names(only: Sequence[str] = ()) -> list[str]:
-    names = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    chosen = [n for n in names if not only or any(n.startswith(prefix) for prefix in only)]
-    if not chosen:
-        raise SystemExit(f"gpu-check: no notebook name starts with {list(only)}; the notebooks: {', '.join(names)}")
-    return chosen
+    """The registry's notebooks whose names start with one of ``only`` (all by default)."""
+    from . import studies
+
+    try:
+        return [study.notebook for study in studies.chosen(only)]
+    except ValueError as err:
+        raise SystemExit(f"gpu-check: {err}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

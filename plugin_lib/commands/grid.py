@@ -3,7 +3,7 @@ plan, and their execution here, on Ray or on Slurm (docs/scale.md).
 
 It lives above the layers (``plugin_lib.commands``): it collects each notebook's units from the
 notebook's own module in ``plugin_lib.experiments``, and the harness's grid (plan, executors,
-units) never imports upwards. ``python -m plugin_lib.harness.grid`` still starts it.
+units) never imports upwards.
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from ..harness.profile import Profile
 from . import confirmation_wave2, confirmation_wave3, confirmation_wave4, studies
 
 GIB = 2**30
-# Each preregistered wave with runs of its own: its profile, its units, the notebooks they come from.
-WAVES = {2: (confirmation.PROFILE, confirmation_wave2.units, ("05", "07", "11")),
-         3: ("wave3", confirmation_wave3.units, ("01", "02", "03", "04", "15")),
-         4: (confirmation_wave4.PROFILE, confirmation_wave4.units, ("06", "07", "15"))}
+# Each preregistered wave with runs of its own: its profile and its units (which name their notebooks).
+WAVES = {2: (confirmation.PROFILE, confirmation_wave2.units),
+         3: ("wave3", confirmation_wave3.units),
+         4: (confirmation_wave4.PROFILE, confirmation_wave4.units)}
 
 
 def select_units(units: Sequence[grid_units.Unit], keep: Sequence[str] = (), skip: Sequence[str] = ()
@@ -62,7 +62,7 @@ def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, sh
     out = out or sys.stdout
     chosen = studies.chosen(only)
     print(f"Grid plan of profile '{profile.name}': {len(plan.units)} units from notebooks "
-          f"{', '.join(s.notebook[:2] for s in chosen if s.units)}; times: {plan.timed}.", file=out)
+          f"{', '.join(s.prefix for s in chosen if s.work)}; times: {plan.timed}.", file=out)
     for model, pricing in plan.pricing.items():
         print(f"  {model}: {pricing}.", file=out)
     for study in chosen:
@@ -174,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))
     if args.command == "plan":
         plan = planning.make_plan(units, measure=not args.no_measure, rates_file=args.rates)
-        only = WAVES[args.wave][2] if args.wave else args.only  # the wave's units come from these notebooks
+        only = sorted({nb for u in units for nb in u.notebooks}) if args.wave else args.only
         print_plan(plan, profile, only, show_units=not args.summary, problems=problems)
         if args.csv:
             write_csv(plan, args.csv)
@@ -217,7 +217,7 @@ def _run(plan: planning.Plan, profile: Profile, args: argparse.Namespace) -> int
                     gpus_per_job=args.gpus_per_job, cpus_per_job=args.cpus_per_job, mem_gb=args.mem_gb,
                     units_per_job=args.units_per_job))
         except executors.MissingEngine as err:
-            print(f"python -m plugin_lib.harness.grid: {err}", file=sys.stderr)
+            print(f"plugin-repro grid: {err}", file=sys.stderr)
             return 2
     planning.refresh(plan)
     left = plan.pending()

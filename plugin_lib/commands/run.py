@@ -23,12 +23,13 @@ paper and colab go to Drive).
 - The data come first: missing files are downloaded (plugin-repro data fetch), then everything is
   checked (plugin-repro data check); data that cannot be fetched stop the call, saying what to do.
 - A notebook is skipped when its stamp matches: the notebook, its parameters, the profile's
-  settings and the code version (scripts/run_stamp.py). Inside a notebook finished runs are
+  settings and the code version (plugin-repro stamp). Inside a notebook finished runs are
   skipped too, so an interrupted call resumes.
 - Before any stamp, every stored run record is checked against the store's manifest
   (results/<profile>/RECORDS.sha256), and its metrics against its own predictions (scored again
   once per machine): a damaged, edited or unlisted record stops the call, named.
-- papermill writes to a temporary file, moved into place only on success: a failed notebook
+- papermill (its Python API, here; each notebook's kernel is a process of its own) writes to a
+  temporary file, moved into place only on success: a failed notebook
   leaves the last executed notebook and its stamp as they were and <name>.failed.ipynb beside
   them; the report is written only when every notebook finished, the README's results block only
   by a complete --profile local run. A notebook that skips its study for want of an optional
@@ -46,14 +47,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..harness import profile as config
-from ..harness.profile import REPO_ROOT
+from ..harness.profile import REPO_ROOT, Profile
 from ..utils import malloc
 from ..utils.io import read_json, reap_tree
 from ..utils.locks import StoreLock
@@ -71,7 +71,10 @@ class Stop(Exception):
         self.status = status
 
 
-class Interrupted(Exception):
+class Interrupted(BaseException):
+    """A signal ended the call. Not an Exception, as KeyboardInterrupt is not: the libraries the
+    call runs in (papermill, the grid's executors) catch their errors, and must not catch this."""
+
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
@@ -124,20 +127,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Orchestrator:
-    """One call: arguments, data, preflight, lock, stamps, disk, units, notebooks, report."""
+    """One call: arguments, data, preflight, lock, stamps, disk, units, notebooks, report; each
+    step a call of the package's own, in this process."""
 
     def __init__(self, options: Options):
         self.options = options
-        self.profile = ""  # the profile of this call, once chosen
-        self.py = sys.executable
-        self.child: subprocess.Popen | None = None
+        self.profile: Profile | None = None  # the profile of this call, once chosen
         self.temporary: Path | None = None
 
     # ------------------------------------------------------------------ the call
     def run(self) -> int:
         self._environment()
         profile = self.profile = self._profile()
-        notebooks = self._notebooks()
+        studies = self._studies()
         self.out = self._results_folder(profile)
         lock = StoreLock(self.out / ".run_all.lock")
         if self.out.is_dir() and lock.busy():  # a quick look first: creates nothing
@@ -149,7 +151,7 @@ class Orchestrator:
             self._refuse()
         handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
-            return self._under_lock(profile, notebooks)
+            return self._under_lock(profile, studies)
         except Interrupted as sig:
             print(f"[run] interrupted by {sig}: the notebook that was running is not stored; the last "
                   "finished one is kept.", file=sys.stderr)
@@ -160,7 +162,9 @@ class Orchestrator:
             for s, handler in handlers.items():
                 signal.signal(s, handler)
 
-    def _under_lock(self, profile: str, notebooks: list[Path]) -> int:
+    def _under_lock(self, profile: Profile, studies: list) -> int:
+        from . import stamp
+
         executed, logs = self.out / "executed", self.out / "logs"
         executed.mkdir(parents=True, exist_ok=True)
         logs.mkdir(parents=True, exist_ok=True)
@@ -168,64 +172,74 @@ class Orchestrator:
             left.unlink(missing_ok=True)
         self._reap()
         self.mode = 0o666 & ~_umask()
-        wanted = self._stamps(profile, notebooks)
-        to_run = [nb.stem for nb in notebooks if not self._finished(nb, wanted[nb])]
-        if to_run and profile not in config.GPU_PROFILES and not _skip_preflight():
-            if self._call(["-m", "plugin_lib.commands.preflight", "--profile", profile, "--disk-only", *to_run]):
+        status = stamp.check_records(profile.name)  # a bad record stops here, named (stamp's 4, 5, 6)
+        if status:
+            raise SystemExit(status)
+        wanted = self._stamps(profile, studies)
+        to_run = [s.notebook for s in studies if not self._finished(s.notebook, wanted[s.notebook])]
+        if to_run and profile.name not in config.GPU_PROFILES and not _skip_preflight():
+            from . import preflight
+
+            if preflight.main(["--profile", profile.name, "--disk-only", *to_run]):
                 raise Stop("the preflight's disk check stopped the run (its reason is above); nothing was run. "
                            "PLUGIN_SKIP_PREFLIGHT=1 runs anyway.")
         if self.options.executor:
             self._units(profile)
         started = time.monotonic()
-        for i, notebook in enumerate(notebooks, 1):
-            self._notebook(notebook, wanted[notebook], f"({i}/{len(notebooks)})")
-        print(f"[run] all {len(notebooks)} notebooks finished for profile '{profile}' in "
+        for i, study in enumerate(studies, 1):
+            self._notebook(study.notebook, wanted[study.notebook], f"({i}/{len(studies)})")
+        print(f"[run] all {len(studies)} notebooks finished for profile '{profile.name}' in "
               f"{time.monotonic() - started:.0f} s", flush=True)
         self._after(profile)
         return 0
 
     # ------------------------------------------------------------------ before the lock
     def _environment(self) -> None:
-        """Children import this checkout's plugin_lib, with glibc's allocator set for tensors."""
+        """The notebooks' kernels import this checkout's plugin_lib, with glibc's allocator set
+        for tensors; paths are the checkout's."""
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         os.environ.setdefault("GLIBC_TUNABLES", malloc.tunables(os.environ.get("GLIBC_TUNABLES")))
         os.chdir(REPO_ROOT)
 
-    def _profile(self) -> str:
-        profile = self.options.profile
-        if not profile:
-            profile = config.auto_profile()
-            print(f"[run] profile: {profile} (chosen automatically; --profile overrides)", flush=True)
-        if profile not in config.profile_names():
-            raise Stop(f"unknown profile {profile!r}; choose one of: {', '.join(config.profile_names())}", 2)
-        config.load_profile(profile)  # a wrong field stops here, in one line, before any child reads it
+    def _profile(self) -> Profile:
+        name = self.options.profile
+        if not name:
+            name = config.auto_profile()
+            print(f"[run] profile: {name} (chosen automatically; --profile overrides)", flush=True)
+        if name not in config.profile_names():
+            raise Stop(f"unknown profile {name!r}; choose one of: {', '.join(config.profile_names())}", 2)
+        profile = config.load_profile(name)  # a wrong field stops here, in one line
         if self.options.executor and self.options.executor not in EXECUTORS:
             raise Stop(f"unknown executor '{self.options.executor}'; choose local, ray or slurm (see --help)", 2)
         return profile
 
-    def _notebooks(self) -> list[Path]:
-        every = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-        if not every:
-            raise Stop(f"no numbered notebook in {REPO_ROOT / 'notebooks'}")
-        chosen = [nb for nb in every if nb.name.startswith(self.options.only)]
+    def _studies(self) -> list:
+        """The registry's studies whose notebooks start with ``--only``, each notebook on disk."""
+        from . import studies
+
+        chosen = [s for s in studies.STUDIES if s.notebook.startswith(self.options.only)]
         if not chosen:
-            listed = "\n".join(f"  {nb.stem}" for nb in every)
+            listed = "\n".join(f"  {name}" for name in studies.NOTEBOOKS)
             raise Stop(f"no notebook name starts with '{self.options.only}'. The notebooks are:\n{listed}", 2)
+        missing = [s.notebook for s in chosen if not s.path.is_file()]
+        if missing:
+            raise Stop(f"the registry's notebook(s) {', '.join(missing)} are not in {REPO_ROOT / 'notebooks'}: "
+                       "restore them from git (git checkout -- notebooks)")
         return chosen
 
-    def _results_folder(self, profile: str) -> Path:
+    def _results_folder(self, profile: Profile) -> Path:
         """``PLUGIN_RESULTS_DIR`` (made absolute, for the notebooks), else Drive's for the GPU
         profiles on Colab (``profile.drive_dir``, the cache beside it), else results/."""
         given = os.environ.get("PLUGIN_RESULTS_DIR")
         drive = config.drive_dir()
-        if not given and drive is not None and profile in config.DRIVE_PROFILES:
+        if not given and drive is not None and profile.name in config.DRIVE_PROFILES:
             root = drive / "results"
             os.environ.setdefault("PLUGIN_CACHE_DIR", str(drive / "cache"))
         else:
             root = Path(given) if given else REPO_ROOT / "results"
         root = root.absolute()
         os.environ["PLUGIN_RESULTS_DIR"] = str(root)
-        return root / profile
+        return root / profile.name
 
     @property
     def shown(self) -> str:
@@ -236,30 +250,43 @@ class Orchestrator:
             return str(self.out)
 
     def _refuse(self) -> None:
-        raise Stop(f"another run (run_all.sh or plugin-repro run) is already running for profile '{self.profile}' (it holds "
-                   f"{self.shown}/.run_all.lock). Wait for it to finish or stop it, then call again.", 3)
+        raise Stop(f"another run (run_all.sh or plugin-repro run) is already running for profile "
+                   f"'{self.profile.name}' (it holds {self.shown}/.run_all.lock). Wait for it to finish or stop it, "
+                   "then call again.", 3)
 
-    def _data(self, profile: str) -> None:
-        """Missing, truncated or malformed data stop the call here, before anything is written."""
-        print(f"[run] checking the data of profile '{profile}'", flush=True)
-        if self._call(["-m", "plugin_lib.data.check", "--profile", profile]) == 0:
+    def _data(self, profile: Profile) -> None:
+        """Missing, truncated or malformed data stop the call here, before anything is written:
+        every group with all notebooks, the chosen studies' groups with ``--only``."""
+        from ..data import check, fetch
+        from . import studies
+
+        groups = studies.data_groups([self.options.only]) if self.options.only else []
+        if self.options.only and not groups:
+            print(f"[run] the notebooks starting with '{self.options.only}' read no data", flush=True)
+            return
+        only = [arg for group in groups for arg in ("--only", group)]
+        print(f"[run] checking the data of profile '{profile.name}'", flush=True)
+        check_args = ["--profile", profile.name, *only]
+        if check.main(check_args, profiles=config.profile_names()) == 0:
             return
         if not self.options.fetch or os.environ.get("PLUGIN_DATA_DIR") == "hub":
-            raise Stop(f"the data of profile '{profile}' are not ready (see above); nothing was run or written.")
+            raise Stop(f"the data of profile '{profile.name}' are not ready (see above); nothing was run or written.")
         print("[run] fetching the missing data (plugin-repro data fetch; --no-fetch skips this)", flush=True)
-        self._call(["-m", "plugin_lib.data.fetch"])  # says what it could not get; the check decides
-        if self._call(["-m", "plugin_lib.data.check", "--profile", profile]):
-            raise Stop(f"the data of profile '{profile}' are still not ready (see above); nothing was run.")
+        fetch.main(only)  # says what it could not get; the check decides
+        if check.main(check_args, profiles=config.profile_names()):
+            raise Stop(f"the data of profile '{profile.name}' are still not ready (see above); nothing was run.")
 
-    def _preflight(self, profile: str) -> None:
+    def _preflight(self, profile: Profile) -> None:
         """The GPU profiles' plan before GPU-days are spent; it stops the call when memory or disk
         will not do (PLUGIN_SKIP_PREFLIGHT=1 skips it, e.g. a resumed run that saw it)."""
-        if profile not in config.GPU_PROFILES or _skip_preflight():
+        if profile.name not in config.GPU_PROFILES or _skip_preflight():
             return
-        print(f"[run] preflight of profile '{profile}' (PLUGIN_SKIP_PREFLIGHT=1 skips it)", flush=True)
+        from . import preflight
+
+        print(f"[run] preflight of profile '{profile.name}' (PLUGIN_SKIP_PREFLIGHT=1 skips it)", flush=True)
         only = ["--only", self.options.only] if self.options.only else []
-        if self._call(["-m", "plugin_lib.commands.preflight", "--profile", profile, *only]):
-            raise Stop(f"the preflight says profile '{profile}' will not fit on this machine (see WILL NOT FIT "
+        if preflight.main(["--profile", profile.name, *only]):
+            raise Stop(f"the preflight says profile '{profile.name}' will not fit on this machine (see WILL NOT FIT "
                        "above); nothing was run or written.")
 
     def _make_results_folder(self) -> None:
@@ -286,63 +313,63 @@ class Orchestrator:
             print(f"[run] removed {len(removed)} temporary file(s) that killed writers left, e.g. {removed[0]}",
                   flush=True)
 
-    def _stamps(self, profile: str, notebooks: list[Path]) -> dict[Path, str]:
-        """Each notebook's stamp; the stored run records are checked first (run_stamp.py's status
-        is this call's: 4, 5, 6)."""
-        found = subprocess.run([self.py, str(REPO_ROOT / "scripts" / "run_stamp.py"), "--profile", profile,
-                                *(str(nb.relative_to(REPO_ROOT)) for nb in notebooks)], stdout=subprocess.PIPE,
-                               text=True)
-        if found.returncode:
-            raise SystemExit(found.returncode)
-        stamps = dict(reversed(line.split(None, 1)) for line in found.stdout.splitlines() if line.strip())
-        return {nb: stamps[str(nb.relative_to(REPO_ROOT))] for nb in notebooks}
+    def _stamps(self, profile: Profile, studies: list) -> dict[str, str]:
+        """Each notebook's stamp (``commands.stamp``: the notebook, its parameter, the profile,
+        the code, the data)."""
+        from . import stamp
 
-    def _finished(self, notebook: Path, wanted: str) -> bool:
-        stamp, final = self.out / "executed" / f"{notebook.stem}.done", self.out / "executed" / f"{notebook.stem}.ipynb"
+        code, data = stamp.code_version(), stamp.data_state()
+        return {s.notebook: stamp.stamp(s.path.relative_to(REPO_ROOT), profile.name, code=code, data=data)
+                for s in studies}
+
+    def _finished(self, name: str, wanted: str) -> bool:
+        stamp, final = self.out / "executed" / f"{name}.done", self.out / "executed" / f"{name}.ipynb"
         return (not self.options.force and stamp.is_file() and final.is_file()
                 and stamp.read_text().strip() == wanted)
 
-    def _units(self, profile: str) -> None:
-        """The units first, on the chosen executor (docs/scale.md); its lines go to the screen
-        and to logs/grid.log."""
+    def _units(self, profile: Profile) -> None:
+        """The units first, on the chosen executor (docs/scale.md), in this process; what it and
+        its workers print goes to the screen and to logs/grid.log."""
+        from . import grid
+        from .execution import output_copied_to
+
         executor, log = self.options.executor, self.out / "logs" / "grid.log"
         print(f"[run] computing the notebooks' units with the {executor} executor (log: {self.shown}/logs/grid.log)",
               flush=True)
         only = ["--only", self.options.only] if self.options.only else []
         extra = os.environ.get("PLUGIN_GRID_ARGS", "").split()
-        command = [self.py, "-m", "plugin_lib", "grid", "run", "--profile", profile, "--executor", executor, *only, *extra]
-        with open(log, "w", encoding="utf-8") as copy:
-            self.child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for line in self.child.stdout:
-                sys.stdout.write(line)
-                copy.write(line)
-            status, self.child = self.child.wait(), None
-        sys.stdout.flush()
+        log.write_text("")
+        try:
+            with output_copied_to(log):
+                status = grid.main(["run", "--profile", profile.name, "--executor", executor, *only, *extra])
+        except SystemExit as stopped:  # the grid's own SIGTERM handling (its executors clean up first), or its usage
+            code = stopped.code if isinstance(stopped.code, int) else 2
+            if code > 128:
+                raise Interrupted(code - 128) from None
+            status = code
         if status == 2:  # the engine is missing (or the arguments are wrong): nothing ran
             raise Stop(f"the {executor} executor could not start (see above); nothing was computed.", 2)
         if status:
             raise Stop(f"the grid did not finish (see {self.shown}/logs/grid.log); finished units are stored, so a "
                        "rerun resumes.")
+        _release_grid_memory()
         (self.out / "logs" / "grid.done").touch()  # the notebooks should write no run record after this
 
-    def _notebook(self, notebook: Path, wanted: str, count: str) -> None:
+    def _notebook(self, name: str, wanted: str, count: str) -> None:
         """Run one notebook with papermill into a temporary file, moved into place on success."""
-        name, executed = notebook.stem, self.out / "executed"
+        from .execution import NOTEBOOKS_DIR, execute_notebook
+
+        executed = self.out / "executed"
         final, failed, stamp = executed / f"{name}.ipynb", executed / f"{name}.failed.ipynb", executed / f"{name}.done"
-        if self._finished(notebook, wanted):
+        if self._finished(name, wanted):
             print(f"[run] {count} {name}: already finished, skipped (--force re-runs it)", flush=True)
             return
         log = self.out / "logs" / f"{name}.log"
         print(f"[run] {count} {name}: running (log: {self.shown}/logs/{name}.log)", flush=True)
         started, skips_before = time.monotonic(), self._skips()
         self.temporary = executed / f".{name}.running.{os.getpid()}.ipynb"
-        with open(log, "w", encoding="utf-8") as out:
-            self.child = subprocess.Popen(
-                [self.py, "-m", "papermill", str(notebook), str(self.temporary), "-p", "profile", self.profile,
-                 "--cwd", str(REPO_ROOT / "notebooks"), "--log-output", "--no-progress-bar"],
-                stdout=out, stderr=subprocess.STDOUT)
-            status, self.child = self.child.wait(), None
-        if status == 0 and self._strip(self.temporary, log) == 0:
+        finished = execute_notebook(NOTEBOOKS_DIR / f"{name}.ipynb", self.temporary, log, self.profile.name)
+        if finished and self._strip(self.temporary, log):
             if self._kept_real_execution(name, final, skips_before, count):
                 return
             self.temporary.chmod(self.mode)
@@ -382,6 +409,8 @@ class Orchestrator:
 
     def _failed(self, name: str, log: Path, final: Path, failed: Path) -> None:
         """The last executed notebook and its stamp stay; this attempt is kept as <name>.failed.ipynb."""
+        from .notebook_files import error_lines
+
         if self.temporary is not None and self.temporary.exists() and self.temporary.stat().st_size:
             self._strip(self.temporary, None)
             self.temporary.chmod(self.mode)
@@ -392,10 +421,8 @@ class Orchestrator:
             failed.unlink(missing_ok=True)
         self.temporary = None
         print(f"[run] FAILED: {name}. Its error:", file=sys.stderr)
-        error = subprocess.run([self.py, str(REPO_ROOT / "scripts" / "notebook_error.py"), str(log)],
-                               capture_output=True, text=True)
-        text = error.stdout if error.returncode == 0 else "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-        print("\n".join(f"    {line}" for line in text.splitlines()), file=sys.stderr)
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        print("\n".join(f"    {line}" for line in error_lines(text)), file=sys.stderr)
         print(f"[run] Full log: {self.shown}/logs/{name}.log", file=sys.stderr)
         if failed.exists():
             print(f"[run] The failed notebook: {self.shown}/executed/{name}.failed.ipynb", file=sys.stderr)
@@ -404,54 +431,69 @@ class Orchestrator:
                   "else was written.", file=sys.stderr)
         raise SystemExit(1)
 
-    def _strip(self, path: Path, log: Path | None) -> int:
-        with open(log, "a", encoding="utf-8") if log else open(os.devnull, "w") as out:
-            return subprocess.run([self.py, str(REPO_ROOT / "scripts" / "strip_notebook.py"), str(path)],
-                                  stdout=out, stderr=subprocess.STDOUT).returncode
+    @staticmethod
+    def _strip(path: Path, log: Path | None) -> bool:
+        """The executed notebook made portable (``notebook_files.strip_notebook``); whether it was."""
+        from .notebook_files import strip_notebook
 
-    def _after(self, profile: str) -> None:
+        try:
+            strip_notebook(path)
+            return True
+        except (OSError, ValueError) as err:
+            if log is not None:
+                with open(log, "a", encoding="utf-8") as out:
+                    out.write(f"stripping {path.name} failed: {err!r}\n")
+            return False
+
+    def _after(self, profile: Profile) -> None:
         """The report once every chosen notebook finished; the README shows a complete local run
         only; a preregistered profile's claims judged by the frozen rules."""
+        from . import confirmation, report
+
         if self.options.executor:  # the grid computed the units: the notebooks should only have read them
             done = (self.out / "logs" / "grid.done").stat().st_mtime
             late = sum(1 for pattern in ("*-seed*.json", "*-selection.json") for p in (self.out / "runs").rglob(pattern)
                        if p.stat().st_mtime > done)
             print(f"[run] run records the notebooks wrote after the grid: {late} (0: they only aggregated)")
-        readme = []
-        if profile == "local" and not self.options.only and self.out.parent == REPO_ROOT / "results":
-            readme = ["--readme"]
-        elif profile == "local":
+        readme = profile.name == "local" and not self.options.only and self.out.parent == REPO_ROOT / "results"
+        if profile.name == "local" and not readme:
             print("[run] README.md not refreshed: it shows a complete 'local' run of every notebook into results/.")
         sys.stdout.flush()
-        if not self.options.only and config.load_profile(profile).test_inputs is not None:
-            self._call(["-m", "plugin_lib.commands.confirmation", "judge"], check=True)
-        self._call(["-m", "plugin_lib.report", "--profile", profile, *readme], check=True)
+        if not self.options.only and profile.test_inputs is not None:
+            confirmation.main(["judge"])
+        print(report.write_report(profile))
+        if readme:
+            print(report.update_readme(profile))
 
-    # ------------------------------------------------------------------ processes and signals
-    def _call(self, args: list[str], check: bool = False) -> int:
-        sys.stdout.flush()
-        self.child = subprocess.Popen([self.py, *args])
-        status, self.child = self.child.wait(), None
-        if check and status:
-            raise SystemExit(status)
-        return status
-
+    # ------------------------------------------------------------------ signals
     def _on_signal(self, signum, frame) -> None:
+        from .execution import stop_children
+
+        stop_children()  # a kernel or a worker must not compute on without us
         raise Interrupted(signum)
 
     def _cleanup(self) -> None:
-        """The running child, the temporary notebook."""
-        if self.child is not None:
-            self.child.terminate()
-            try:
-                self.child.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.child.kill()
-                self.child.wait()
-            self.child = None
+        """The children still running, the temporary notebook."""
+        from .execution import stop_children
+
+        stop_children()
         if self.temporary is not None:
             self.temporary.unlink(missing_ok=True)
             self.temporary = None
+
+
+def _release_grid_memory() -> None:
+    """What the grid held in this process (the last base of its pool, a GPU's cached blocks)
+    goes before the notebooks' kernels need the memory."""
+    from ..harness.grid import units
+
+    units.release_pool()
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    malloc.release()
 
 
 def _skip_preflight() -> bool:
@@ -465,4 +507,5 @@ def _umask() -> int:
 
 
 if __name__ == "__main__":
+    malloc.restart_with_tunables()  # the grid computes in this process
     sys.exit(main())

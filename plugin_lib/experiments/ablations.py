@@ -59,17 +59,20 @@ def _runs(records: Sequence[dict], method: str) -> list[dict]:
     return [r for r in records if r["method"] == method]
 
 
-def complexity_units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Unit]:
-    """The grid's units of notebook 07 at the profile's ablation settings."""
-    setup = ablation_settings(profile)
+def complexity_units(profile: Profile, notebook: str, *, dataset: str, model: str | None, layers: list[int] | None,
+                     pretrained_layers: int | None, hparams: str | None, seeds: list[int] | None) -> list[grid.Unit]:
+    """The grid's units of notebook 07 with its parameters."""
+    setup = ablation_settings(profile, model=model, layers=layers, pretrained_layers=pretrained_layers,
+                              complexity_hparams=hparams, complexity_seeds=seeds)
     variants = complexity_variants(setup.model, setup.layers, setup.pretrained_layers)
     jobs = variant_jobs(variants, ablation_seeds(setup, "complexity", profile), setup.complexity_hparams)
     return _variant_units(setup.model, dataset, profile, jobs, notebook)
 
 
-def architecture_units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Unit]:
-    """The grid's units of notebook 08 at the profile's ablation settings."""
-    setup = ablation_settings(profile)
+def architecture_units(profile: Profile, notebook: str, *, dataset: str, model: str | None,
+                       seeds: list[int] | None) -> list[grid.Unit]:
+    """The grid's units of notebook 08 with its parameters."""
+    setup = ablation_settings(profile, model=model, architecture_seeds=seeds)
     jobs = variant_jobs(architecture_variants(setup.model), ablation_seeds(setup, "architecture", profile))
     return _variant_units(setup.model, dataset, profile, jobs, notebook)
 

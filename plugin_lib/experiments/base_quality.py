@@ -54,10 +54,12 @@ def base_quality_jobs(seeds: Sequence[int]) -> list[tuple[str, int]]:
     return [("Zeroshot", seeds[0])] + [("Plugin", seed) for seed in seeds]
 
 
-def units(profile: Profile, notebook: str, dataset: str = "e2e") -> list[grid.Unit]:
-    """The grid's units of notebook 06 at the profile's ablation settings: each fine-tuned base
-    (continuing from the one before it, as ``finetune.finetune_base`` does) and the runs on it."""
-    setup = ablation_settings(profile)
+def units(profile: Profile, notebook: str, *, dataset: str, model: str | None, finetune_epochs: list[int] | None,
+          finetune_pool_pairs: int | None, seeds: list[int] | None) -> list[grid.Unit]:
+    """The grid's units of notebook 06 with its parameters: each fine-tuned base (continuing from
+    the one before it, as ``finetune.finetune_base`` does) and the runs on it."""
+    setup = ablation_settings(profile, model=model, finetune_epochs=finetune_epochs,
+                              finetune_pool_pairs=finetune_pool_pairs, base_quality_seeds=seeds)
     pool = finetune.finetune_pool(dataset, profile, setup.finetune_pool_pairs)
     bases = finetune.finetuned_bases(setup.model, pool, setup, prompt_style=profile.prompts, tokens=profile.tokens,
                                      records=finetune.records_dir(profile))

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .. import paper as published
-from ..harness import methods, run_store, runner
+from ..harness import grid, methods, run_store, runner
 from ..harness.profile import Profile, load_profile, results_dir
 from ..harness.tempnet import FixedTemperature
 from ..metrics import METRIC_NAMES, compute_metrics
@@ -30,6 +30,13 @@ MAIN_TABLE_RULE = (
     "bootstrapped). Reproduced: direction and significant; direction only: direction without significance; "
     "not reproduced: best on fewer than 4 of 7. With several base models the weakest verdict counts."
 )
+
+
+def units(profile: Profile, notebook: str, *, dataset: str, models: list[str] | None, methods: list[str] | None,
+          seeds: list[int] | None) -> list[grid.Unit]:
+    """The grid's units of a main-table notebook: ``runner.run_table``'s runs with its parameters."""
+    return grid.table_units(dataset, load_profile(profile, seeds=seeds), notebook, model_names=models,
+                            method_names=methods)
 
 
 def summary_with_input_ci(records: list[dict], profile: Profile) -> pd.DataFrame:
@@ -138,7 +145,7 @@ def sampled_base_runs(profile: Profile, task: methods.Task) -> list[dict]:
 def sampled_base_table(profile: Profile, dataset: str, model_name: str | None = None) -> pd.DataFrame:
     """Mean over seeds of the seven metrics: greedy Zeroshot, the base sampled as TempNet samples,
     and TempNet (the stored runs), on the same test inputs; saved as ``sampled_base_<dataset>``
-    (a stem ``report.document.CONTROLS`` lists)."""
+    (a stem ``commands.report.CONTROLS`` lists)."""
     model_name = model_name or profile.base_models[0]
     control = sampled_base_runs(profile, runner.load_task(model_name, dataset, profile))
     stored = [r for r in run_store.load_runs(profile, dataset)
@@ -191,7 +198,7 @@ def icl_copying_table(profile: Profile, dataset: str, model_name: str | None = N
     (:func:`echoes_layout`), each beside Zeroshot's share on the same inputs and demonstrations;
     and BLEU on the inputs where neither output does either ("clean"; NaN where none is),
     against Zeroshot's BLEU there: a deficit that stays there is not explained by copying.
-    Saved as ``icl_copying_<dataset>`` (a stem ``report.document.CONTROLS`` lists)."""
+    Saved as ``icl_copying_<dataset>`` (a stem ``commands.report.CONTROLS`` lists)."""
     model_name = model_name or profile.base_models[0]
     task = task or runner.load_task(model_name, dataset, profile)
     stored = [r for r in run_store.load_runs(profile, dataset) if r["model"] == model_name]
@@ -245,7 +252,7 @@ def icl_copying_table(profile: Profile, dataset: str, model_name: str | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Exploratory controls: sampled-base, the base alone sampled as "
+    parser = argparse.ArgumentParser(prog="plugin-repro report controls", description="Exploratory controls: sampled-base, the base alone sampled as "
                                                  "TempNet samples, beside Zeroshot and TempNet; icl-copying, "
                                                  "how often ICL outputs copy their demonstrations.")
     parser.add_argument("command", choices=("sampled-base", "icl-copying"))
@@ -257,6 +264,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         table = (sampled_base_table if args.command == "sampled-base" else icl_copying_table)(profile, dataset)
         print(table.to_string(index=False, float_format="%.4f"))
 
-
-if __name__ == "__main__":
-    main()

@@ -42,7 +42,7 @@ from ..core.combine import proxy_combine
 from ..core.decode import generate
 from ..core.reweighter import make_reweighter
 from ..harness import grid, methods, runner, search
-from ..harness.profile import Profile, ablation_settings
+from ..harness.profile import Profile, ablation_settings, load_profile
 from ..harness.variants import expert_variant
 from ..report import tables, writer
 
@@ -88,9 +88,10 @@ def run_proxy(datasets: list[str], profile: Profile, *, model_names: list[str] |
     return records
 
 
-def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None,
-          model_names: list[str] | None = None) -> list[grid.Unit]:
-    """The grid's units of :func:`run_proxy` with the notebook's defaults."""
+def units(profile: Profile, notebook: str, *, datasets: str | list[str] | None, models: list[str] | None,
+          seeds: list[int] | None) -> list[grid.Unit]:
+    """The grid's units of :func:`run_proxy` with the notebook's parameters."""
+    profile, model_names = load_profile(profile, seeds=seeds), models
     units = []
     for dataset in notebook_datasets(datasets):
         units += grid.table_units(dataset, profile, notebook, model_names=model_names, method_names=list(ARMS))

@@ -21,7 +21,7 @@ from .. import paper as published
 from ..analysis import judge
 from ..harness import finetune, grid, methods, runner
 from ..harness.preflight_counts import count_task
-from ..harness.profile import Profile
+from ..harness.profile import Profile, load_profile
 from ..report import verdicts
 from ..report.claims import n_seeds, record_claim
 
@@ -87,8 +87,9 @@ def shift_jobs(seeds: Sequence[int]) -> list[tuple[str, str, int]]:
         [("fine-tuned", "Plugin", seed) for seed in seeds]
 
 
-def units(profile: Profile, notebook: str, datasets: Sequence[str] = ("webnlg", "commongen")) -> list[grid.Unit]:
-    """The grid's units of notebook 10 (its default datasets): the fine-tuning and the runs."""
+def units(profile: Profile, notebook: str, *, datasets: Sequence[str], seeds: list[int] | None) -> list[grid.Unit]:
+    """The grid's units of notebook 10 with its parameters: the fine-tuning and the runs."""
+    profile = load_profile(profile, seeds=seeds)
     found = []
     for dataset in datasets:
         model_name, tuned, pool = shift_setup(dataset, profile)

@@ -44,7 +44,7 @@ from .. import paper as published
 from ..data import prompts
 from ..harness import bdpl, costs, grid, methods, run_keys, run_store, runner, search
 from ..harness.preflight_counts import TaskCounts, count_task
-from ..harness.profile import Bdpl, Profile
+from ..harness.profile import Bdpl, Profile, load_profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
 from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
 from ..utils.provenance import provenance
@@ -320,15 +320,16 @@ def learning_unit(ref: grid.TaskRef, profile: Profile, reward: str) -> None:
         run_bdpl(task, profile, seed, budget=found, reward=reward)
 
 
-def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None, model_names: list[str] | None = None,
-          budget: int | None = None, reward: str = "loglik") -> list[grid.Unit]:
-    """The grid's units of notebook 05 with its defaults: per (base, dataset) a unit per seed
+def units(profile: Profile, notebook: str, *, datasets: str | list[str] | None, models: list[str] | None,
+          seeds: list[int] | None, bdpl_budget: int | None, bdpl_reward: str) -> list[grid.Unit]:
+    """The grid's units of notebook 05 with its parameters: per (base, dataset) a unit per seed
     (its prompt, its prefixed task's cache, the Plugin's search on the first seed's prompt, the
     two runs; later seeds need the first), and the learning-budget search where the profile lists
     budgets. Zeroshot and Plugin come from the main tables' units."""
-    budget = notebook_budget(profile, budget)
+    profile = load_profile(profile, seeds=seeds)
+    budget, reward = notebook_budget(profile, bdpl_budget), bdpl_reward
     found = []
-    for model in model_names or table_models(profile, paper_rows()):
+    for model in models or table_models(profile, paper_rows()):
         for dataset in runner.notebook_datasets(profile, datasets):
             ref = grid.TaskRef(model, dataset)
             counts = count_task(dataset, model, profile)

@@ -19,7 +19,7 @@ from .. import paper as published
 from ..core.reweighter import count_parameters, make_reweighter
 from ..harness import flops, grid, methods, models, runner, search
 from ..harness.lora import add_lora
-from ..harness.profile import Profile
+from ..harness.profile import Profile, load_profile
 from ..metrics import METRIC_NAMES
 from ..report import verdicts
 from ..report.claims import n_seeds, record_claim
@@ -41,10 +41,11 @@ def run_table8(datasets: list[str], profile: Profile, *, model_names: list[str] 
     return [r for d in datasets for r in runner.run_table(d, profile, model_names=model_names, method_names=list(TABLE8_METHODS))]
 
 
-def units(profile: Profile, notebook: str, *, datasets: list[str] | None = None,
-          model_names: list[str] | None = None) -> list[grid.Unit]:
-    """The grid's units of :func:`run_table8` with the notebook's defaults."""
-    model_names = model_names or table_models(profile, paper_rows())
+def units(profile: Profile, notebook: str, *, datasets: str | list[str] | None, models: list[str] | None,
+          seeds: list[int] | None) -> list[grid.Unit]:
+    """The grid's units of :func:`run_table8` with the notebook's parameters."""
+    profile = load_profile(profile, seeds=seeds)
+    model_names = models or table_models(profile, paper_rows())
     return [u for d in runner.notebook_datasets(profile, datasets)
             for u in grid.table_units(d, profile, notebook, model_names=model_names, method_names=list(TABLE8_METHODS))]
 

@@ -19,7 +19,7 @@ from ..core.cache import BaseOutputCache
 from ..core.pairs import EncodedPair
 from ..harness import grid
 from ..harness.models import parse_model_name
-from ..harness.profile import Profile
+from ..harness.profile import Profile, load_profile
 from ..metrics import METRIC_NAMES
 from ..report import stats, verdicts
 from ..report.claims import record_claim
@@ -37,9 +37,10 @@ def views(base: str, ks: Sequence[int], rule: str, logprob_control: bool = True)
     return [base] + ([f"{base}@topall"] if logprob_control else []) + [f"{base}@top{k}-{rule}" for k in ks]
 
 
-def units(profile: Profile, notebook: str, *, dataset: str = "e2e", ks: Sequence[int] = (100, 20, 5),
-          rule: str = "residual", logprob_control: bool = True, base: str | None = None) -> list[grid.Unit]:
-    """The grid's units of notebook 12 (its parameters' defaults here)."""
+def units(profile: Profile, notebook: str, *, dataset: str, ks: Sequence[int], rule: str, logprob_control: bool,
+          base: str | None, seeds: list[int] | None) -> list[grid.Unit]:
+    """The grid's units of notebook 12 with its parameters."""
+    profile = load_profile(profile, seeds=seeds)
     names = views(base or profile.base_models[-1], ks, rule, logprob_control)
     return grid.table_units(dataset, profile, notebook, model_names=names, method_names=["Zeroshot", "Plugin"])
 

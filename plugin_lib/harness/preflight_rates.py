@@ -44,18 +44,18 @@ class Rates:
     device: str
     # Each of GRID_CONFIGS reweighting models trained together from one cache (core.train.fit_grid:
     # each batch read once for all), per model; None where a grid does not pay (the runner then
-    # trains one by one) or the rates predate it (a file saved before 2026-11-29).
+    # trains one by one) or it was not measured.
     grid_train_pairs_per_s: float | None = None
     # Whether the decoding steps were timed from static caches with CUDA graphs (the profile's
-    # static_decoding "gpu", core.decode); False in files saved before 2026-11-29.
+    # static_decoding "gpu", core.decode).
     static_decoding: bool = False
     # LoRA training through the base (tokens/s: forward, backward and AdamW on the adapters, as
-    # methods.lora_on sets it up); None in files saved before 2026-11-29, which then estimate it
-    # from the forward rate.
+    # methods.lora_on sets it up); None where it was not measured, which then estimates it from
+    # the forward rate.
     lora_tokens_per_s: float | None = None
     # The same grid stepped as one stacked model (core.stacked; the profile's stacked_training
     # "gpu"), per model; measured on a GPU only, and None where the family's reweighting model is
-    # not stacked there (GPT-2's, with dropout) or in files saved before it was measured.
+    # not stacked there (GPT-2's, with dropout) or where it was not measured.
     stacked_train_pairs_per_s: float | None = None
     # The concurrency curve (harness.shared_rates): pairs/s of k processes that train from a compact
     # cache at once, together, by k ("1", "4", "8", "12"); None until a GPU measured it, or where
@@ -320,10 +320,16 @@ def load_rates(path: str | Path, models_needed) -> dict[str, Rates | None]:
     try:
         record = json.loads(Path(path).read_text())
         saved = record["rates"]
+        fields = {f.name for f in dataclasses.fields(Rates)}
+        for model, entry in saved.items():  # every field, measured or null: what save_rates writes
+            if set(entry) != fields:
+                raise ValueError(f"{model}'s rates lack {', '.join(sorted(fields - set(entry)))}"
+                                 if fields - set(entry) else f"{model}'s rates have unknown "
+                                 f"{', '.join(sorted(set(entry) - fields))}")
         rates = {m: Rates(**{**saved[m], "measured_with": f"{saved[m]['measured_with']} on {record['device_name']}, "
                                                           f"saved in {Path(path).name}"}) if m in saved else None
                  for m in models_needed}
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise SystemExit(f"--rates {path}: not a rates file written by --save-rates ({err}). "
                          "On a GPU machine: plugin-repro preflight --profile paper --save-rates FILE")
     return rates

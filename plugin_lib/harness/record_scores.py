@@ -5,7 +5,7 @@ them. The manifest (``utils.record_manifest``) says whether a record is what the
 cannot say whether what the store wrote is true, and an edit that also rewrites the record's
 manifest line passes it. So every record's metrics are scored again, from its predictions and its
 inputs' references in the data, as ``metrics.compute_metrics`` scores them, and any metric that
-differs is named (``scripts/run_stamp.py``: exit status 5).
+differs is named (``plugin-repro stamp``: exit status 5).
 
 - The same scorers on the same texts give the same float, up to summation order on another
   processor: a metric matches when it is within ``RELATIVE_TOLERANCE`` of the recomputed one

@@ -121,7 +121,7 @@ def summary(frame: pd.DataFrame) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="The training-budget audit of a profile's stored runs, per dataset "
+    parser = argparse.ArgumentParser(prog="plugin-repro report budget", description="The training-budget audit of a profile's stored runs, per dataset "
                                                  "(the notebooks save it as main_<dataset>_budget).")
     parser.add_argument("--profile", default="local")
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
@@ -133,6 +133,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         if len(frame):
             print(frame.to_string(index=False, float_format="%.4f"), end="\n\n")
 
-
-if __name__ == "__main__":
-    main()

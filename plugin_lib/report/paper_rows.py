@@ -13,12 +13,13 @@ Three kinds of row, each labelled in the README and REPORT.md:
   row shows its group's judged claims (``plugin-repro confirmation wave2 judge``).
 - **paper profile only**: claims whose runs exceed the CPU budget. The row says why.
 
-``python -m plugin_lib.report.paper_rows`` judges the exploratory rows from
+``plugin-repro report rows`` judges the exploratory rows from
 ``results/confirm/claims`` (and exact FLOP counts) into ``results/confirm/exploratory/``.
 """
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -273,10 +274,10 @@ def count_line(root: Path) -> str:
             + f"{wave3_rows.count_line()} {wave4_rows.count_line()}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m plugin_lib.report.paper_rows", description=__doc__.split("\n")[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="plugin-repro report rows", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="confirm")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for entry in judge(args.profile):
         print(f"{entry['key']}: {entry['verdict']} ({entry['statistic']['summary']})")
 
@@ -313,7 +314,3 @@ def report_section(root: Path) -> list[str]:
         first = next(c for c in wave4.CLAIMS if wave4.group(c) == group)
         lines.append(f"- **{claim}** (wave 4, frozen at {freeze.WAVE4_FROZEN_AT[:7]}): {wave4.rule_text(first)}")
     return lines + [""]
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,7 @@ store wrote. So:
   it is recomputed) are dropped then, so after any write the manifest lists exactly the records
   there, whichever process wrote them (a notebook, the grid, run_all.sh).
 - A store without a manifest (made before there was one, or laid from copies) is adopted as it
-  stands by the first write, or by ``scripts/run_stamp.py --write-manifest`` (:func:`adopt`).
+  stands by the first write, or by ``plugin-repro stamp --write-manifest`` (:func:`adopt`).
 - :func:`verify` names the records whose content differs from their hash (edited after the store
   wrote them) and those the manifest does not list: the store lists each record as it writes it,
   so such a record was not written by it (copied in, written by hand or by an older checkout), or
@@ -110,7 +110,7 @@ def read_manifest(store: str | os.PathLike) -> dict[str, str] | None:
         if not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest) or not name:
             raise ManifestError(f"{path}, line {number}, is not `<sha256>  <record>`: the manifest is damaged. Restore "
                                 f"it (git checkout -- {MANIFEST} for a committed store), or delete it and list the "
-                                "records as they are with `python scripts/run_stamp.py --profile NAME --write-manifest`.")
+                                "records as they are with `plugin-repro stamp --profile NAME --write-manifest`.")
         listed[name] = digest
     return listed
 

@@ -1,7 +1,7 @@
 """The paper grid as units of work, planned and run on this process, Ray or Slurm.
 
-``python -m plugin_lib.harness.grid plan|run --profile P [--only NB ...] [--executor local|ray|slurm]``
-(``__main__``). The units (``units``) are records of the run store made by the notebooks' own
+``plugin-repro grid plan|run --profile P [--only NB ...] [--executor local|ray|slurm]``
+(``commands.grid``). The units (``units``) are records of the run store made by the notebooks' own
 job lists; the plan (``plan``) gives their state, GPU memory and time, and the wall time on many
 GPUs; the executors (``executors``) compute the pending ones. The notebooks then find every
 record current and only aggregate. docs/scale.md.

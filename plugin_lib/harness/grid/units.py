@@ -332,6 +332,12 @@ class BasePool:
 _POOL = BasePool()
 
 
+def release_pool() -> None:
+    """Drop the bases this process's pool holds (the orchestrator, once its grid is done)."""
+    global _POOL
+    _POOL = BasePool(_POOL.size)
+
+
 def worker_task(ref: TaskRef, profile: Profile) -> methods.Task:
     """The task in this worker's pool (a called unit's way to reuse the loaded base)."""
     return _POOL.task(ref, profile)

@@ -1,11 +1,18 @@
-"""Keeping executed notebooks small, readable and portable.
+"""An executed notebook made small, readable and portable, and the error a failed one ended with.
 
-``python scripts/strip_notebook.py NOTEBOOK...`` (run_all.sh calls it) replaces each figure (its
-image and ``<Figure ...>`` text) by a link to the PNG the cell saved under
-results/<profile>/figures (``report.writer.save_figure`` prints ``figure: PATH``), drops progress
-bars and tool chatter from the streams, papermill's timing metadata, and any absolute path of
-the machine that ran them, so an executed notebook opens cleanly anywhere and reruns give the
-same outputs.
+``strip_notebook`` (``plugin-repro run`` and ``gpu-check`` call it on every executed notebook)
+replaces each figure (its image and ``<Figure ...>`` text) by a link to the PNG the cell saved
+under results/<profile>/figures (``report.writer.save_figure`` prints ``figure: PATH``), drops
+progress bars and tool chatter from the streams, papermill's timing metadata, and any absolute
+path of the machine that ran them, so an executed notebook opens cleanly anywhere and reruns give
+the same outputs.
+
+``error_lines`` is what the orchestrator prints when a notebook fails. papermill's log ends with
+the failing cell's traceback, whose last lines are the exception's name and message: the
+package's own words (what to download, which path it could not write). Those lines are printed,
+whatever the length of the traceback above them. For an error outside a cell (a kernel that
+died, a notebook that could not be read), the final exception of the log's last Python
+traceback; failing both, the log's last lines.
 """
 from __future__ import annotations
 
@@ -15,9 +22,8 @@ import re
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-from plugin_lib.utils.io import atomic_write_text  # noqa: E402
+from ..harness.profile import REPO_ROOT
+from ..utils.io import atomic_write_text
 
 MAX_TEXT_OUTPUT = 20_000  # characters kept per cell output
 
@@ -133,6 +139,7 @@ def strip_outputs(outputs: list[dict], notebook: Path) -> list[dict]:
 
 
 def strip_notebook(path: str | Path) -> None:
+    """Clean the executed notebook at ``path`` in place (module docstring), atomically."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
     for cell in nb.get("cells", []):
         cell.get("metadata", {}).pop("papermill", None)
@@ -147,14 +154,58 @@ def strip_notebook(path: str | Path) -> None:
     atomic_write_text(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
-def main(argv: list[str]) -> int:
-    if not argv:
-        print("usage: python scripts/strip_notebook.py NOTEBOOK...", file=sys.stderr)
-        return 2
-    for path in argv:
-        strip_notebook(path)
-    return 0
+# ---------------------------------------------------------------- a failed notebook's error
+
+MAX_LINES = 40
+HEADER = re.compile(r"^(\S+)\s+Traceback \(most recent call last\)\s*$")
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def _trim(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    return lines
+
+
+def cell_error(lines: list[str]) -> list[str] | None:
+    """The exception lines of papermill's "Exception encountered at" block, if there is one."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Exception encountered at")]
+    if not starts:
+        return None
+    block = lines[starts[-1] + 1:]
+    headers = [i for i, line in enumerate(block) if HEADER.match(line)]
+    if headers:
+        first = headers[-1]
+        name = HEADER.match(block[first]).group(1).split(".")[-1]
+        final = re.compile(rf"^(?:[\w.]+\.)?{re.escape(name)}(?::|\s*$)")
+        frames = [i for i in range(first + 1, len(block)) if block[i].startswith(("File ", "Cell In"))]
+        for i in range((frames[-1] if frames else first) + 1, len(block)):
+            if final.match(block[i]):
+                return _trim(block[i:])
+    for i in range(len(block) - 1, -1, -1):  # no header (a SyntaxError, say)
+        if EXCEPTION_LINE.match(block[i]):
+            return _trim(block[i:])
+    return _trim([line for line in block if not set(line.strip()) <= {"-"}])[-MAX_LINES:]
+
+
+def python_error(lines: list[str]) -> list[str] | None:
+    """The final exception of the log's last Python traceback."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    block = lines[starts[-1] + 1:]
+    for i, line in enumerate(block):
+        if line.strip() and not line.startswith((" ", "\t")):
+            return _trim(block[i:])
+    return None
+
+
+def error_lines(log: str) -> list[str]:
+    """The lines that say why the notebook whose papermill log is ``log`` failed."""
+    lines = ANSI.sub("", log).splitlines()
+    found = cell_error(lines) or python_error(lines) or _trim(lines)[-20:]
+    if len(found) > MAX_LINES:
+        found = found[:MAX_LINES] + [f"... ({len(found) - MAX_LINES} more lines in the log)"]
+    return found

@@ -1,8 +1,11 @@
-"""The reproduction report, ``results/<profile>/REPORT.md``, and the README's results block.
+"""The reproduction report, ``results/<profile>/REPORT.md``, and the README's results block:
+``plugin-repro report --profile NAME [--readme]``.
 
-``write_report`` gathers every table, figure, claim (``report.claims``) and the wall time of
-each notebook into one Markdown page; ``run_all.sh`` calls it at the end
-(``python -m plugin_lib.report --profile NAME``).
+``write_report`` gathers every claim (``report.claims``), then one section per study of the
+registry (``commands.studies``: its title and the tables and figures its notebook wrote), and
+the wall time of each notebook into one Markdown page; ``plugin-repro run`` writes it at the end.
+It sits with the commands, above the studies it lays out; the pieces it assembles (claim tables,
+statistics, verdicts) are the report layer's.
 """
 from __future__ import annotations
 
@@ -15,34 +18,16 @@ from pathlib import Path
 from ..harness import models
 from ..harness import profile as config
 from ..harness.profile import Profile
+from ..report import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2, wave3_rows, wave4_rows
+from ..report import preregistered_wave3 as wave3
+from ..report.claim_tables import (PREREGISTERED_LEGEND, SCOPE_TITLES, VERDICT_LEGEND, claims_table, margin_section,
+                                   scope_of, shown_verdict, statistic_summary, tally)
+from ..report.claims import SCOPES, load_claims, n_seeds
+from ..report.code_versions import code_versions_section
 from ..utils.io import atomic_write_text, read_json
-from . import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2, wave3_rows, wave4_rows
-from . import preregistered_wave3 as wave3
-from .claim_tables import (PREREGISTERED_LEGEND, SCOPE_TITLES, VERDICT_LEGEND, claims_table, margin_section, scope_of,
-                           shown_verdict, statistic_summary, tally)
-from .code_versions import code_versions_section
-from .claims import SCOPES, load_claims, n_seeds
+from . import studies
 
-# Notebook stem prefix -> the paper item it reproduces and the result files it writes.
-SECTIONS = [
-    ("00", "Dataset statistics (Table 7)", ["dataset_statistics"]),
-    ("01", "Main results, E2E NLG (Table 1)", ["main_e2e"]),
-    ("02", "Main results, WebNLG (Table 2)", ["main_webnlg"]),
-    ("03", "Main results, CommonGen (Table 3)", ["main_commongen"]),
-    ("04", "Main results, Adidas (Table 4)", ["main_adidas"]),
-    ("05", "Plugin as a wrapper: BDPL and BDPL + Plugin (Table 5)", ["table5"]),
-    ("06", "Base-model quality (Figures 2 and 5)", ["ablation_base_quality"]),
-    ("07", "Reweighting-model complexity (Figures 3 and 6)", ["ablation_complexity"]),
-    ("08", "Reweighting-model architecture (Figure 7)", ["ablation_architecture"]),
-    ("09", "Adidas case study (Figures 4 and 8)", ["adidas"]),
-    ("10", "Distribution shift (Section 6.4)", ["shift"]),
-    ("11", "Plugin vs LoRA and FLOPs (Table 8)", ["table8"]),
-    ("12", "Beyond the paper: top-k log-probability APIs", ["topk"]),
-    ("13", "Theorem 1, measured", ["theorem1"]),
-    ("14", "Beyond the paper: a model behind an HTTP API", ["api"]),
-    ("15", "Beyond the paper: proxy-tuning and DExperts", ["proxy"]),
-]
-README_START = "<!-- results:start (written by python -m plugin_lib.report --readme; do not edit) -->"
+README_START = "<!-- results:start (written by plugin-repro report --readme; do not edit) -->"
 README_END = "<!-- results:end -->"
 
 
@@ -87,8 +72,10 @@ def _skips(root: Path, stems: list[str]) -> list[str]:
             for r in map(read_json, records)]
 
 
-def _section(root: Path, prefix: str, title: str, stems: list[str]) -> list[str]:
-    lines = [f"## {title}", "", f"Notebook `notebooks/{prefix}_*.ipynb` (its wall time: [TIMES.md](TIMES.md)).", ""]
+def _section(root: Path, study: studies.Study) -> list[str]:
+    stems = list(study.results)
+    lines = [f"## {study.title}", "", f"Notebook `notebooks/{study.prefix}_*.ipynb` (its wall time: [TIMES.md](TIMES.md)).",
+             ""]
     tables = sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
     figures = _figures(root, stems)
     skips = _skips(root, stems)
@@ -113,7 +100,7 @@ def _controls_section(root: Path) -> list[str]:
         return []
     lines = ["## Exploratory controls", "",
              "Run after the numbers they explain were seen, so exploratory: why TempNet and ICL score below "
-             "Zeroshot on some datasets (`python -m plugin_lib.experiments.main_tables sampled-base|icl-copying "
+             "Zeroshot on some datasets (`plugin-repro report controls sampled-base|icl-copying "
              "--profile NAME --datasets ...`; read in [docs/preregistration.md](../../docs/preregistration.md)).", ""]
     for table in tables:
         lines += [f"**{table.stem}**", "", *_table(table), ""]
@@ -228,8 +215,8 @@ def report_text(prof: Profile) -> str:
         *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
         *wave2_section(load_claims(prof), root),
     ]
-    for prefix, title, stems in SECTIONS:
-        lines += _section(root, prefix, title, stems)
+    for study in studies.STUDIES:
+        lines += _section(root, study)
     lines += _controls_section(root)
     lines += code_versions_section(root)
     return "\n".join(lines) + "\n"
@@ -338,15 +325,29 @@ def update_readme(profile: Profile | str, readme: Path = config.REPO_ROOT / "REA
     return atomic_write_text(readme, readme_text(profile, readme))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write results/<profile>/REPORT.md")
+# The report's other verbs: what the checks beyond REPORT.md print (``plugin-repro report VERB --help``).
+VERBS = {"budget": "plugin_lib.report.budget", "rows": "plugin_lib.report.paper_rows",
+         "controls": "plugin_lib.experiments.main_tables"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``plugin-repro report --profile NAME [--readme]``, or a verb: ``budget`` (the equal-budget
+    audit of the stored runs), ``rows`` (the paper's other claims, judged), ``controls``
+    (sampled-base and icl-copying, the exploratory controls)."""
+    import importlib
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] and argv[0] in VERBS:
+        importlib.import_module(VERBS[argv[0]]).main(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(prog="plugin-repro report", description="Write results/<profile>/REPORT.md",
+                                     epilog="Verbs: plugin-repro report budget|rows|controls --help: the equal-budget "
+                                            "audit, the paper's other claims judged, the exploratory controls.")
     parser.add_argument("--profile", required=True, choices=config.profile_names())
     parser.add_argument("--readme", action="store_true", help="also refresh the README's results block")
     args = parser.parse_args(argv)
     print(write_report(args.profile))
     if args.readme:
         print(update_readme(args.profile))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,6 +1,6 @@
-"""The stamp of an executed notebook: run_all.sh skips a notebook whose stored stamp matches.
+"""The stamp of an executed notebook: ``plugin-repro run`` skips a notebook whose stored stamp matches.
 
-``python scripts/run_stamp.py --profile NAME [-p KEY VALUE]... NOTEBOOK...`` prints one line per
+``plugin-repro stamp --profile NAME [-p KEY VALUE]... NOTEBOOK...`` prints one line per
 notebook, ``<sha256>  <notebook>``; ``--check`` instead compares each with the stored stamp under
 results/NAME/executed/ and exits 1, naming them, when any is missing or stale. The stamp hashes
 what determines the notebook's results, and nothing else:
@@ -31,7 +31,7 @@ record. Each fault stops here with one line naming the files and the cheapest me
 Exit status: 0 fine, 1 a stamp is stale (``--check``), 2 bad arguments, 4 a damaged (unreadable)
 record, 5 an edited record (or one whose metrics its predictions do not give), 6 a record not in
 the manifest (the lowest applies when several do).
-run_all.sh passes them on; its 3 is another run_all.sh holding the profile.
+``plugin-repro run`` passes them on; its 3 is another run holding the profile.
 
 Nothing from the machine, the user or the other environment variables enters it, so a fresh
 clone of a commit whose executed notebooks were stamped skips them. The rule that keeps that
@@ -49,12 +49,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # this checkout's plugin_lib, whatever PYTHONPATH says
-from plugin_lib.harness.profile import load_profile, profile_names, results_dir  # noqa: E402
+from ..harness.profile import REPO_ROOT, ProfileError, load_profile, profile_names, results_dir
+from ..utils import record_manifest
 # The code version is also what every new run record names (plugin_lib/utils/provenance.py).
-from plugin_lib.utils.provenance import code_files, code_version, file_content  # noqa: E402,F401
-from plugin_lib.utils import record_manifest  # noqa: E402
+from ..utils.provenance import code_files, code_version, file_content  # noqa: F401
 
 DAMAGED, EDITED, UNLISTED = 4, 5, 6  # exit statuses (3 is run_all.sh's: another run holds the profile)
 
@@ -64,8 +62,8 @@ SCHEME = "plugin-repro run stamp v2"
 def data_state() -> dict:
     """What of the data can change a notebook's results beyond the checksummed required files
     (data.check stops a run whose files differ from them): the optional files present."""
-    from plugin_lib.data import integrity, sources
-    from plugin_lib.data.files import data_dir
+    from ..data import integrity, sources
+    from ..data.files import data_dir
 
     try:
         root = data_dir()
@@ -161,8 +159,8 @@ def mend_advice(paths: list[Path], listed: bool = False) -> str:
 def content_mismatches(paths: list[Path]) -> list:
     """``harness.record_scores.mismatches`` of ``paths``, named as a user types them; none
     (said in one line) where the data is absent: the run's data check stops first then."""
-    from plugin_lib.data import DataError
-    from plugin_lib.harness import record_scores
+    from ..data import DataError
+    from ..harness import record_scores
 
     try:
         found = record_scores.mismatches(paths, say=lambda line: print(line, file=sys.stderr))
@@ -225,7 +223,7 @@ def check_records(profile: str, adopting: bool = False) -> int:
                        f"{record_manifest.MANIFEST}, so the store did not write them (copied in, written by hand or "
                        f"by an older checkout, or their writer was stopped before listing them): "
                        f"{shown(unlisted, ', ')}. Delete them: the next run recomputes them; or, once you "
-                       f"know they are the store's, list them with `python scripts/run_stamp.py --profile {profile} "
+                       f"know they are the store's, list them with `plugin-repro stamp --profile {profile} "
                        "--write-manifest`."))
     for _, line in faults:
         print(line, file=sys.stderr)
@@ -233,7 +231,7 @@ def check_records(profile: str, adopting: bool = False) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(prog="plugin-repro stamp", description=__doc__.split("\n")[0],
                                      epilog="Exit status: 0 fine, 1 stale (--check), 2 bad arguments, 4 a damaged "
                                             "record, 5 an edited record or metrics its predictions do not give, 6 a record not in "
                                             "the manifest.")
@@ -277,12 +275,10 @@ def main(argv: list[str]) -> int:
 
 
 def main_or_profile_error(argv: list[str]) -> int:
-    from plugin_lib.harness.profile import ProfileError
-
     try:
         return main(argv)
     except ProfileError as err:
-        print(f"run_stamp.py: {err}", file=sys.stderr)
+        print(f"plugin-repro stamp: {err}", file=sys.stderr)
         return 2
 
 

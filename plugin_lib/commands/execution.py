@@ -1,0 +1,105 @@
+"""What the orchestrator runs in its own process: a notebook through papermill's Python API (its
+kernel is a process of its own, as Jupyter's always is), and a stretch of work whose output goes
+to the screen and to a log at once, its child processes' included.
+
+A signal that ends the orchestrator while a notebook runs must not leave the kernel computing
+without its client: ``stop_children`` ends every process this one started (the kernels start in
+sessions of their own, so a terminal's signal does not reach them) before the call unwinds.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..harness.profile import REPO_ROOT
+
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+
+
+def execute_notebook(notebook: Path, output: Path, log: Path, profile: str) -> bool:
+    """Run ``notebook`` with ``profile`` as its parameter into ``output`` (papermill writes it as
+    the cells run), every cell's output and the error, if any, into ``log``; whether it
+    finished. The kernel runs in notebooks/, where the notebooks' relative paths start."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    logger = logging.getLogger("papermill")
+    handler = logging.FileHandler(log, mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # the cells' output goes to the log, not to the screen
+    try:
+        papermill.execute_notebook(str(notebook), str(output), parameters={"profile": profile},
+                                   cwd=str(NOTEBOOKS_DIR), log_output=True, progress_bar=False)
+        return True
+    except PapermillExecutionError as err:  # a cell raised: its traceback ends the log
+        logger.error(str(err))
+        return False
+    except Exception:  # noqa: BLE001 - a kernel that died or would not start, an unreadable notebook
+        logger.error(traceback.format_exc())
+        return False
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
+def stop_children(grace_s: float = 10.0) -> int:
+    """End every process this one started, and theirs (a notebook's kernel, a grid's workers):
+    SIGTERM, then SIGKILL after ``grace_s``; how many there were."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(children)
+
+
+@contextlib.contextmanager
+def output_copied_to(log: Path) -> Iterator[None]:
+    """Within it, what this process and the processes it starts write to stdout and stderr goes
+    to the screen as before and into ``log`` too (a pipe in place of both descriptors, read by a
+    thread that writes each chunk to both)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    screen = os.dup(1)
+    saved = os.dup(1), os.dup(2)
+    read_end, write_end = os.pipe()
+
+    def copy() -> None:
+        with open(log, "ab") as copy_to:
+            while chunk := os.read(read_end, 65536):
+                os.write(screen, chunk)
+                copy_to.write(chunk)
+                copy_to.flush()
+
+    reader = threading.Thread(target=copy, name="output-copy", daemon=True)
+    reader.start()
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)  # the pipe's last writers in this process go: the reader sees its end
+        os.dup2(saved[1], 2)
+        reader.join(timeout=30)  # a child still holding the pipe (killed late) must not hang us
+        for fd in (*saved, read_end, screen):
+            os.close(fd)
