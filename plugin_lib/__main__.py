@@ -8,14 +8,16 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro data fetch|check ...           plugin_lib.data.fetch, plugin_lib.data.check
     plugin-repro preflight --profile paper ...  plugin_lib.commands.preflight
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
-    plugin-repro report --profile local ...     plugin_lib.report (REPORT.md, the README block)
-    plugin-repro confirmation [wave2|3|4] status|judge       plugin_lib.commands.confirmation, commands.confirmation_wave2, _wave3, _wave4
+    plugin-repro report --profile local ...     plugin_lib.report.cli (REPORT.md, the README block)
+    plugin-repro confirmation [wave2|3|4] status|judge       plugin_lib.commands.confirmation, then commands.confirmation_wave2, _wave3, _wave4
     plugin-repro stamp --profile local --check NOTEBOOK...   scripts/run_stamp.py (a checkout)
     plugin-repro gpu-check [--only NB] [--deadline-s S]    plugin_lib.commands.gpu_check (a checkout)
     plugin-repro train|generate|evaluate|serve  plugin_lib.serving.cli (a Plugin on your own data)
 
 An entry point sits above every layer (tests/test_architecture.py): it composes them, and
-nothing imports it. The jobs' modules are imported only when their command runs.
+nothing imports it. The jobs' modules are imported only when their command runs, and each parses
+its arguments before importing its work (torch, the notebooks' modules): every --help and usage
+error is answered at once (tests/test_front_door.py).
 """
 from __future__ import annotations
 
@@ -104,8 +106,10 @@ def grid_run(ctx: typer.Context) -> None:
 
 
 def _grid(verb: str, args: list[str]) -> None:
+    from .commands.grid import build_parser
     from .utils import malloc
 
+    build_parser().parse_args([verb, *args])  # --help and usage errors before the restart, not after it
     malloc.restart_with_tunables()  # the plan's probe and the local executor compute here
     _hand_over("plugin_lib.commands.grid", args, prefix=(verb,))
 
@@ -113,18 +117,14 @@ def _grid(verb: str, args: list[str]) -> None:
 @app.command("report", **PASS_ON)
 def report(ctx: typer.Context) -> None:
     """Write results/<profile>/REPORT.md, and with --readme the README's block (python -m plugin_lib.report)."""
-    _hand_over("plugin_lib.report.document", ctx.args)
+    _hand_over("plugin_lib.report.cli", ctx.args)
 
 
 @app.command("confirmation", **PASS_ON)
 def confirmation(ctx: typer.Context) -> None:
     """The preregistered confirmation: status, judge, margins; `confirmation wave2|wave3|wave4 ...` the
     later waves (python -m plugin_lib.commands.confirmation, plugin_lib.commands.confirmation_wave2, _wave3, _wave4)."""
-    waves = {"wave2": "plugin_lib.commands.confirmation_wave2", "wave3": "plugin_lib.commands.confirmation_wave3",
-             "wave4": "plugin_lib.commands.confirmation_wave4"}
-    if ctx.args[:1] and ctx.args[0] in waves:
-        _hand_over(waves[ctx.args[0]], ctx.args[1:])
-    _hand_over("plugin_lib.commands.confirmation", ctx.args)
+    _hand_over("plugin_lib.commands.confirmation", ctx.args)  # it parses every wave's arguments
 
 
 @app.command("stamp", **PASS_ON)

@@ -6,10 +6,8 @@ each notebook into one Markdown page; ``run_all.sh`` calls it at the end
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 from ..harness import models
@@ -336,17 +334,3 @@ def readme_text(profile: Profile | str, readme: Path = config.REPO_ROOT / "READM
 def update_readme(profile: Profile | str, readme: Path = config.REPO_ROOT / "README.md") -> Path:
     """Replace the README's results block with ``readme_block``."""
     return atomic_write_text(readme, readme_text(profile, readme))
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write results/<profile>/REPORT.md")
-    parser.add_argument("--profile", required=True, choices=config.profile_names())
-    parser.add_argument("--readme", action="store_true", help="also refresh the README's results block")
-    args = parser.parse_args(argv)
-    print(write_report(args.profile))
-    if args.readme:
-        print(update_readme(args.profile))
-
-
-if __name__ == "__main__":
-    main()
