@@ -9,13 +9,15 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro preflight --profile paper ...  plugin_lib.commands.preflight
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
     plugin-repro report --profile local ...     plugin_lib.commands.report (REPORT.md, the README block)
-    plugin-repro confirmation [wave2|3|4] status|judge       plugin_lib.commands.confirmation, commands.confirmation_wave2, _wave3, _wave4
+    plugin-repro confirmation [wave2|3|4] status|judge       plugin_lib.commands.confirmation, then commands.confirmation_wave2, _wave3, _wave4
     plugin-repro stamp --profile local --check NOTEBOOK...   plugin_lib.commands.stamp
     plugin-repro gpu-check [--only NB] [--deadline-s S]    plugin_lib.commands.gpu_check (a checkout)
     plugin-repro train|generate|evaluate|serve  plugin_lib.serving.cli (a Plugin on your own data)
 
 An entry point sits above every layer (tests/test_architecture.py): it composes them, and
-nothing imports it. The jobs' modules are imported only when their command runs.
+nothing imports it. The jobs' modules are imported only when their command runs, and each parses
+its arguments before importing its work (torch, the notebooks' modules): every --help and usage
+error is answered at once (tests/test_front_door.py).
 """
 from __future__ import annotations
 
@@ -107,8 +109,10 @@ def grid_run(ctx: typer.Context) -> None:
 
 
 def _grid(verb: str, args: list[str]) -> None:
+    from .commands.grid import build_parser
     from .utils import malloc
 
+    build_parser().parse_args([verb, *args])  # --help and usage errors before the restart, not after it
     malloc.restart_with_tunables()  # the plan's probe and the local executor compute here
     _hand_over("plugin_lib.commands.grid", args, prefix=(verb,))
 
@@ -123,11 +127,7 @@ def report(ctx: typer.Context) -> None:
 def confirmation(ctx: typer.Context) -> None:
     """The preregistered confirmation: status, judge, margins; `confirmation wave2|wave3|wave4 ...` the
     later waves (python -m plugin_lib.commands.confirmation, plugin_lib.commands.confirmation_wave2, _wave3, _wave4)."""
-    waves = {"wave2": "plugin_lib.commands.confirmation_wave2", "wave3": "plugin_lib.commands.confirmation_wave3",
-             "wave4": "plugin_lib.commands.confirmation_wave4"}
-    if ctx.args[:1] and ctx.args[0] in waves:
-        _hand_over(waves[ctx.args[0]], ctx.args[1:])
-    _hand_over("plugin_lib.commands.confirmation", ctx.args)
+    _hand_over("plugin_lib.commands.confirmation", ctx.args)  # it parses every wave's arguments
 
 
 @app.command("stamp", **PASS_ON)
@@ -142,7 +142,7 @@ def stamp(ctx: typer.Context) -> None:
 def gpu_check(ctx: typer.Context) -> None:
     """The GPU checklist in minutes: pytest -m gpu, every notebook on the full-size twins, bench_gpu.py,
     measured rates, into results/gpu/<gpu>_<date>/ (python -m plugin_lib.commands.gpu_check)."""
-    _checkout_file("notebooks/01_table1_e2e.ipynb")
+    _checkout_file("run_all.sh")  # the notebooks it runs come with a checkout
     _hand_over("plugin_lib.commands.gpu_check", ctx.args)
 
 

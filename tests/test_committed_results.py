@@ -37,7 +37,7 @@ def test_each_committed_report_is_current(profile, monkeypatch):
     """A report that says runs are under way while their records exist, or lacks a section, is
     not what the code makes of the results: `plugin-repro report --profile NAME` mends it."""
     from plugin_lib.harness.profile import load_profile
-    from plugin_lib.commands.report import report_text
+    from plugin_lib.commands.document import report_text
 
     monkeypatch.delenv("PLUGIN_RESULTS_DIR", raising=False)
     committed = (REPO_ROOT / "results" / profile / "REPORT.md").read_text(encoding="utf-8")
@@ -46,7 +46,7 @@ def test_each_committed_report_is_current(profile, monkeypatch):
 
 
 def test_the_readme_results_block_is_current(monkeypatch):
-    from plugin_lib.commands.report import readme_text
+    from plugin_lib.commands.document import readme_text
 
     monkeypatch.delenv("PLUGIN_RESULTS_DIR", raising=False)
     assert (REPO_ROOT / "README.md").read_text(encoding="utf-8") == readme_text("local"), (

@@ -2,10 +2,13 @@
 handing its arguments, --help included, to the job's own parser; exit statuses pass through."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,3 +63,98 @@ def test_another_checkouts_commands_are_refused_in_one_line(tmp_path):
     assert warned.returncode == 0 and warned.stderr == ""  # --help: no warning
     warned = call("evaluate", "--plugin", str(tmp_path / "none"), "--data", str(tmp_path / "none.jsonl"))
     assert warned.returncode == 2 and warned.stderr.startswith("warning: plugin-repro: this command runs")
+
+
+# ---------------------------------------------------------------- every door opens at once
+
+# What a command's work imports and its --help or a usage error must not wait for (issue 75).
+HEAVY = ("torch", "transformers", "peft", "numpy", "pandas", "scipy", "matplotlib", "nltk", "ray", "submitit",
+         "papermill", "nbclient", "fastapi", "uvicorn", "plugin_lib.core", "plugin_lib.harness.models",
+         "plugin_lib.harness.grid.units", "plugin_lib.harness.preflight", "plugin_lib.metrics", "plugin_lib.experiments",
+         "plugin_lib.commands.studies", "plugin_lib.report.document")
+
+# The front door in this process, then the heavy modules it imported, as the last line.
+PROBE = """
+import json, sys
+from plugin_lib.__main__ import main
+sys.argv = ["plugin-repro", *sys.argv[1:]]
+try:
+    main()
+    status = 0
+except SystemExit as end:
+    status = end.code if isinstance(end.code, int) else int(end.code is not None)
+heavy = sorted(h for h in {heavy!r} if any(m == h or m.startswith(h + ".") for m in sys.modules))
+print("\\n" + json.dumps({{"status": status, "heavy": heavy}}))
+""".format(heavy=HEAVY)
+
+HELP = ["run", "data fetch", "data check", "preflight", "grid plan", "grid run", "report", "confirmation",
+        "confirmation status", "confirmation wave2", "confirmation wave2 margins", "confirmation wave3",
+        "confirmation wave4 judge", "stamp", "gpu-check", "train", "generate", "evaluate", "serve"]
+# A usage error and what its one message names.
+USAGE_ERRORS = [
+    ("run --profile no-such-profile", "no-such-profile"), ("run --bogus", "--bogus"),
+    ("data fetch --bogus", "--bogus"), ("data check --profile no-such-profile", "no-such-profile"),
+    ("preflight", "--profile"), ("preflight --profile no-such-profile", "no-such-profile"),
+    ("preflight --profile local --gpu no-such-gpu", "no-such-gpu"),
+    ("preflight --profile local --gpu-memory-gb", "--gpu-memory-gb"),
+    ("grid plan", "--profile"), ("grid plan --profile no-such-profile", "no-such-profile"),
+    ("grid plan --profile local --wave 9", "--wave"),
+    ("grid run --profile local --executor no-such-executor", "no-such-executor"),
+    ("grid run --profile local --bogus", "--bogus"),
+    ("report", "--profile"), ("report --profile no-such-profile", "no-such-profile"),
+    ("confirmation", "command"), ("confirmation no-such-verb", "no-such-verb"),
+    ("confirmation judge --bogus", "--bogus"),
+    ("confirmation wave2 no-such-verb", "no-such-verb"), ("confirmation wave3 margins", "margins"),
+    ("confirmation wave4", "command"), ("confirmation wave4 status --claims --bogus", "--bogus"),
+    ("stamp --profile no-such-profile", "no-such-profile"), ("gpu-check --skip no-such-step", "no-such-step"),
+    ("gpu-check --jobs", "--jobs"),
+    ("train", "--base"), ("generate --bogus", "--bogus"), ("evaluate --plugin p", "--data"),
+    ("serve --bogus", "--bogus"),
+]
+
+
+def test_every_door_is_checked():
+    import typer
+
+    from plugin_lib.__main__ import app
+
+    commands = typer.main.get_command(app).commands
+    groups = {name for name, command in commands.items() if hasattr(command, "commands")}
+    doors = {f"{name} {sub}" if name in groups else name for name in commands
+             for sub in (commands[name].commands if name in groups else [""])}
+    assert doors == {c for c in HELP if c.split()[0] != "confirmation"} | {"confirmation"}
+    assert doors == {" ".join(a.split()[:2]) if a.split()[0] in groups else a.split()[0] for a, _ in USAGE_ERRORS}
+
+
+def through_the_door(args: str) -> tuple[dict, subprocess.CompletedProcess]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args.split()], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    return json.loads(done.stdout.splitlines()[-1]), done
+
+
+@pytest.mark.parametrize("command", HELP)
+def test_every_commands_help_comes_before_its_heavy_imports(command):
+    found, done = through_the_door(f"{command} --help")
+    assert found == {"status": 0, "heavy": []}, done.stderr
+    help_text = done.stdout.rpartition("\n{")[0]
+    assert command.split()[0] in help_text.lower() and "--" in help_text and done.stderr == ""
+
+
+@pytest.mark.parametrize(("args", "named"), USAGE_ERRORS)
+def test_every_usage_error_comes_before_the_heavy_imports(args, named):
+    found, done = through_the_door(args)
+    assert found == {"status": 2, "heavy": []}, done.stderr
+    assert named in done.stderr
+
+
+def test_the_grid_package_answers_python_m_without_its_units():
+    """``python -m plugin_lib.harness.grid`` imports the package before handing over: it loads the
+    executors, plans and units (torch) only when a name of theirs is used."""
+    check = (f"import sys, plugin_lib.harness.grid as grid\n"
+             f"print([h for h in {HEAVY!r} if any(m == h or m.startswith(h + '.') for m in sys.modules)])\n"
+             f"grid.Unit\nprint('plugin_lib.harness.grid.units' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.stdout.split() == ["[]", "True"], done.stderr
+    help_text = subprocess.run([sys.executable, "-m", "plugin_lib.harness.grid", "plan", "--help"],
+                               capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert help_text.returncode == 0 and "plugin-repro grid plan" in help_text.stdout

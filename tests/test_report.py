@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from plugin_lib.harness.profile import REPO_ROOT as ROOT
-from plugin_lib.commands import report as document
+from plugin_lib.commands import document
 from plugin_lib.report import claim_tables, claims
 
 
@@ -429,7 +429,7 @@ def test_the_wave_2_section_lists_every_claim_judged_or_not(tmp_path):
 
     from plugin_lib.harness.profile import REPO_ROOT
     from plugin_lib.report import preregistered_wave2
-    from plugin_lib.commands.report import wave2_section
+    from plugin_lib.commands.document import wave2_section
 
     judged = json.loads((REPO_ROOT / "results" / "confirm" / "claims" / "wave2_complexity_webnlg.json").read_text())
     section = "\n".join(wave2_section([judged], tmp_path))

@@ -242,7 +242,7 @@ def test_a_new_run_record_names_its_code_libraries_and_device(task, profile):
     assert made["libraries"]["torch"] == torch.__version__.split("+")[0] or made["libraries"]["torch"] == torch.__version__
     assert made["device"] and made["device"] == provenance.device_name("cpu")
     assert made["modules"]["plugin_lib/core/train.py"] == provenance.module_versions()["plugin_lib/core/train.py"]
-    assert "plugin_lib/harness/tempnet.py" in made["modules"] and "plugin_lib/commands/report.py" not in made["modules"]
+    assert "plugin_lib/harness/tempnet.py" in made["modules"] and "plugin_lib/commands/document.py" not in made["modules"]
     git = made["git"]
     if git is not None:  # a git checkout: the commit, and a hash of any uncommitted change
         assert len(git["commit"]) == 40 and isinstance(git["dirty"], bool)

@@ -159,10 +159,7 @@ def margin_sensitivity(profile: Profile | None = None) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    command_line(argv, prog="plugin-repro confirmation wave2", profile_name=PROFILE, margins_file=MARGINS_FILE,
-                 description="The second preregistered wave: status, judge, margins.",
-                 status=status, judge=judge, margin_sensitivity=margin_sensitivity,
-                 extra={"would-be": lambda: premise_ignored()})
+    command_line("wave2", argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ proxy-tuning and DExperts on the four datasets.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
@@ -28,6 +27,7 @@ from ..report import preregistered as pre
 from ..report import preregistered_wave3 as wave3
 from ..report.claims import record_claim
 from . import studies
+from .confirmation import command_line
 
 
 def units(profile: Profile) -> list[grid.Unit]:
@@ -151,16 +151,7 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="plugin-repro confirmation wave3",
-                                     description="The third preregistered wave: status, or judge its claims.")
-    parser.add_argument("command", choices=("status", "judge"))
-    parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
-    args = parser.parse_args(argv)
-    if args.command == "status":
-        print(status().to_string(index=False))
-    else:
-        for claim in judge(keys=args.claims):
-            print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")
+    command_line("wave3", argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ fine-tuned bases and comparisons it reuses) and changes no rule.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from ..report import preregistered_wave4 as wave4
 from ..report.claim_summary import summary, versus_labels
 from ..report.claims import record_claim
 from . import studies
+from .confirmation import command_line
 
 PROFILE = wave4.PROFILE
 PROXY_DATASETS, FIGURE_DATASETS = wave4.PROXY_DATASETS, wave4.FIGURE_DATASETS  # E2E's Figures 2, 3: wave 1's
@@ -146,16 +146,7 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="plugin-repro confirmation wave4",
-                                     description="The fourth preregistered wave: status, or judge its claims.")
-    parser.add_argument("command", choices=("status", "judge"))
-    parser.add_argument("--claims", nargs="*", help="only these claim keys (judge)")
-    args = parser.parse_args(argv)
-    if args.command == "status":
-        print(status().to_string(index=False))
-    else:
-        for claim in judge(keys=args.claims):
-            print(f"{claim['key']}: {claim['verdict']} ({claim['statistic']['summary']})")
+    command_line("wave4", argv)
 
 
 if __name__ == "__main__":

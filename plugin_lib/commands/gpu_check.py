@@ -42,7 +42,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..harness.profile import REPO_ROOT, results_root
-from ..metrics import java
 from ..utils.io import atomic_write_json, atomic_write_text
 
 STEPS = ("tests", "notebooks", "bench", "rates")
@@ -78,6 +77,8 @@ def environment(found: Path | None, source: str) -> dict:
     import peft
     import torch
     import transformers
+
+    from ..metrics import java
 
     info = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -241,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    from ..metrics import java  # with the metrics' scipy and nltk: after the arguments
+
     names = notebook_names(args.only) if "notebooks" not in args.skip else []
     label = device_label()
     gpu = label != "cpu"

@@ -12,22 +12,31 @@ import csv
 import fnmatch
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .. import data
-from ..experiments import confirmation
-from ..harness import concurrency, preflight
 from ..harness import profile as config
-from ..harness.grid import executors, plan as planning, units as grid_units
-from ..harness.profile import Profile
-from . import confirmation_wave2, confirmation_wave3, confirmation_wave4, studies
+from ..harness.grid import EXECUTORS
 
+if TYPE_CHECKING:
+    from ..harness.grid import plan as planning, units as grid_units
+    from ..harness.profile import Profile
+
+# The parser needs only the light modules above, so that --help and a usage error are answered
+# at once; what plans and computes units (torch, every notebook's module) is imported after it.
 GIB = 2**30
-# Each preregistered wave with runs of its own: its profile and its units (which name their notebooks).
-WAVES = {2: (confirmation.PROFILE, confirmation_wave2.units),
-         3: ("wave3", confirmation_wave3.units),
-         4: (confirmation_wave4.PROFILE, confirmation_wave4.units)}
+WAVES = (2, 3, 4)  # the preregistered waves with runs of their own
+
+
+def wave(number: int) -> tuple[str, Callable[[Profile], list[grid_units.Unit]]]:
+    """Wave ``number``'s profile and its units (which name the notebooks they come from)."""
+    from ..experiments import confirmation
+    from . import confirmation_wave2, confirmation_wave3, confirmation_wave4
+
+    return {2: (confirmation.PROFILE, confirmation_wave2.units),
+            3: ("wave3", confirmation_wave3.units),
+            4: (confirmation_wave4.PROFILE, confirmation_wave4.units)}[number]
 
 
 def select_units(units: Sequence[grid_units.Unit], keep: Sequence[str] = (), skip: Sequence[str] = ()
@@ -35,6 +44,8 @@ def select_units(units: Sequence[grid_units.Unit], keep: Sequence[str] = (), ski
     """The units whose keys match a pattern of ``keep`` (``fnmatch``; all when empty) with the
     units they need, less the units matching ``skip`` and every unit that needs one of those
     (it would compute them itself). E.g. one process on a long unit, another on the rest."""
+    from ..harness.grid import plan as planning
+
     def matches(unit: grid_units.Unit, patterns: Sequence[str]) -> bool:
         return any(fnmatch.fnmatchcase(unit.key, p) for p in patterns)
 
@@ -59,6 +70,9 @@ def _hours(seconds: float) -> str:
 
 def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, show_units: bool,
                problems: dict[str, str] | None = None, out=None) -> None:
+    from ..harness.grid import plan as planning
+    from . import studies
+
     out = out or sys.stdout
     chosen = studies.chosen(only)
     print(f"Grid plan of profile '{profile.name}': {len(plan.units)} units from notebooks "
@@ -116,7 +130,7 @@ def write_csv(plan: planning.Plan, path: Path) -> None:
                              " ".join(unit.notebooks)])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="plugin-repro grid",
                                      description="The notebooks' units of work: plan them, or run them here, on "
                                                  "Ray or on Slurm; the notebooks then only aggregate.")
@@ -130,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="only the units whose keys match these patterns (fnmatch), with what they need")
         p.add_argument("--skip", nargs="+", default=[], metavar="KEY",
                        help="leave out the units whose keys match these patterns, and those that need them")
-        p.add_argument("--wave", type=int, choices=tuple(WAVES),
+        p.add_argument("--wave", type=int, choices=WAVES,
                        help="a preregistered wave's runs instead of notebooks: 2 (profile confirm), 3 (profile wave3), "
                             "4 (profile wave4); "
                             "docs/preregistration.md")
@@ -141,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_parser.add_argument("--rates", metavar="FILE",
                              help="hours at the rates another machine saved (plugin-repro preflight --save-rates)")
     run_parser = sub.choices["run"]
-    run_parser.add_argument("--executor", choices=executors.EXECUTORS, default="local")
+    run_parser.add_argument("--executor", choices=EXECUTORS, default="local")
     run_parser.add_argument("--trainings-at-once", metavar="N|auto", type=lambda v: int(v) if v.isdigit() else v,
                             help="local, ray: units that train from the caches at once on a GPU, each a process with "
                                  "the base's output layer alone (default: the profile's trainings_at_once)")
@@ -158,16 +172,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_parser.add_argument("--mem-gb", type=float, help="slurm: memory per job")
     run_parser.add_argument("--units-per-job", type=int, default=8, help="slurm: units of one base per array task")
     run_parser.add_argument("--slurm-folder", type=Path, help="slurm: submitit's folder (default: the profile's logs)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    from .. import data
+    from ..experiments import confirmation
+    from ..harness.grid import plan as planning
+    from . import studies
 
     profile = config.load_profile(args.profile)
     problems: dict[str, str] = {}
     try:
         if getattr(args, "trainings_at_once", None) is not None:  # checked as the profile's own setting is
             profile = profile.replace(trainings_at_once=args.trainings_at_once)
-        if args.wave and profile.name != WAVES[args.wave][0]:
-            raise ValueError(f"--wave {args.wave} belongs to the {WAVES[args.wave][0]!r} profile")
-        units = (WAVES[args.wave][1](profile) if args.wave else
+        wave_profile, wave_units = wave(args.wave) if args.wave else (None, None)
+        if args.wave and profile.name != wave_profile:
+            raise ValueError(f"--wave {args.wave} belongs to the {wave_profile!r} profile")
+        units = (wave_units(profile) if args.wave else
                  studies.units(profile, args.only, problems if args.command == "plan" else None))
         units = select_units(units, args.units, args.skip)
     except (ValueError, data.MissingDataError) as err:
@@ -192,6 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(plan: planning.Plan, profile: Profile, args: argparse.Namespace) -> int:
     """Compute the plan's pending units with the chosen executor; 0 when every unit is done,
     1 when some failed (the finished ones are stored), 2 when the executor cannot start."""
+    from ..harness import concurrency, preflight
+    from ..harness.grid import executors, plan as planning
+
     started = time.perf_counter()
     print(f"[grid] {len(plan.pending())} of {len(plan.units)} units to compute with the {args.executor} executor.",
           file=sys.stderr)

@@ -4,25 +4,30 @@ memory, disk and hours per notebook; ``harness.preflight``).
 The notebooks' work is the study registry's units (``commands.studies``), priced with the one
 cost model (``harness.costs``), so the preflight and ``plugin-repro grid plan`` agree on the
 hours given the same rates (``--rates FILE``).
+
+Its parser needs only light modules, so that ``--help`` and a usage error are answered before
+the planning imports torch and every notebook's module: those imports sit in the functions.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..data import integrity, sources
-from ..data.files import data_dir
-from ..data.integrity import DataError, MissingDataError
-from ..harness import gpus, preflight
+from ..harness import gpus
 from ..harness import profile as config
-from ..harness.preflight_plan import Plan, plan_notebooks
-from . import studies
+
+if TYPE_CHECKING:
+    from ..harness.preflight_plan import Plan
 
 
 def some_data_first() -> None:
     """No dataset at all: said at once (MissingDataError, its one line), before planning converts
     or loads a model. With some datasets, the notebooks of the others are planned without units."""
+    from ..data import integrity, sources
+    from ..data.files import data_dir
+
     root = data_dir()
     if root is None:  # the Hub
         return
@@ -35,6 +40,10 @@ def some_data_first() -> None:
 def plans(profile: config.Profile, only: Sequence[str] = (), gpu_name: str | None = None) -> list[Plan]:
     """The plan of each notebook of ``only`` (all by default) at the dtypes it will run in; a
     notebook whose data this machine lacks is planned without units, the reason kept."""
+    from ..harness import preflight
+    from ..harness.preflight_plan import plan_notebooks
+    from . import studies
+
     some_data_first()
     problems: dict[str, str] = {}
     units = studies.units(profile, only, problems)
@@ -45,6 +54,9 @@ def plans(profile: config.Profile, only: Sequence[str] = (), gpu_name: str | Non
 def disk_check(profile_name: str, notebooks: Sequence[str], *, disk_free_gb: float | None = None,
                out=sys.stdout) -> int:
     """Whether the disk holds what ``notebooks`` (names without .ipynb) may still write."""
+    from ..harness import preflight
+    from . import studies
+
     profile = config.load_profile(profile_name)
     wanted = [nb for nb in notebooks if nb in studies.BY_NOTEBOOK]
     chosen = plans(profile, wanted) if wanted else []
@@ -53,6 +65,8 @@ def disk_check(profile_name: str, notebooks: Sequence[str], *, disk_free_gb: flo
 
 def run(profile_name: str, *, gpu_name: str | None = None, **options) -> int:
     """The preflight of ``profile_name`` (``harness.preflight.run``'s options)."""
+    from ..harness import preflight
+
     profile = config.load_profile(profile_name)
     return preflight.run(profile, plans(profile, gpu_name=gpu_name), gpu_name=gpu_name, **options)
 
@@ -74,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--disk-only", nargs="+", metavar="NOTEBOOK",
                         help="check only the disk these notebooks may still write (names without .ipynb)")
     args = parser.parse_args(argv)
+    from ..data.integrity import DataError, MissingDataError
+
     try:
         if args.disk_only:
             return disk_check(args.profile, args.disk_only, disk_free_gb=args.disk_free_gb)

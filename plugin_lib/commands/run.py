@@ -448,7 +448,7 @@ class Orchestrator:
     def _after(self, profile: Profile) -> None:
         """The report once every chosen notebook finished; the README shows a complete local run
         only; a preregistered profile's claims judged by the frozen rules."""
-        from . import confirmation, report
+        from . import confirmation, document
 
         if self.options.executor:  # the grid computed the units: the notebooks should only have read them
             done = (self.out / "logs" / "grid.done").stat().st_mtime
@@ -461,9 +461,9 @@ class Orchestrator:
         sys.stdout.flush()
         if not self.options.only and profile.test_inputs is not None:
             confirmation.main(["judge"])
-        print(report.write_report(profile))
+        print(document.write_report(profile))
         if readme:
-            print(report.update_readme(profile))
+            print(document.update_readme(profile))
 
     # ------------------------------------------------------------------ signals
     def _on_signal(self, signum, frame) -> None:

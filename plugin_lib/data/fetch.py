@@ -28,8 +28,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from ..utils.io import current_umask
 from . import integrity, sources
 from .files import data_dir, describe_data_dir
@@ -91,6 +89,8 @@ class _Counted:
 def download_to(url: str, folder: Path, name: str) -> Path:
     """``url`` into a new temporary file in ``folder`` (removed again on any failure), with a
     progress bar in bytes."""
+    from tqdm.auto import tqdm  # here, not at the top: --help draws no progress bar
+
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".download")
     try:

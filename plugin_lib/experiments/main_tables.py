@@ -145,7 +145,7 @@ def sampled_base_runs(profile: Profile, task: methods.Task) -> list[dict]:
 def sampled_base_table(profile: Profile, dataset: str, model_name: str | None = None) -> pd.DataFrame:
     """Mean over seeds of the seven metrics: greedy Zeroshot, the base sampled as TempNet samples,
     and TempNet (the stored runs), on the same test inputs; saved as ``sampled_base_<dataset>``
-    (a stem ``commands.report.CONTROLS`` lists)."""
+    (a stem ``commands.document.CONTROLS`` lists)."""
     model_name = model_name or profile.base_models[0]
     control = sampled_base_runs(profile, runner.load_task(model_name, dataset, profile))
     stored = [r for r in run_store.load_runs(profile, dataset)
@@ -198,7 +198,7 @@ def icl_copying_table(profile: Profile, dataset: str, model_name: str | None = N
     (:func:`echoes_layout`), each beside Zeroshot's share on the same inputs and demonstrations;
     and BLEU on the inputs where neither output does either ("clean"; NaN where none is),
     against Zeroshot's BLEU there: a deficit that stays there is not explained by copying.
-    Saved as ``icl_copying_<dataset>`` (a stem ``commands.report.CONTROLS`` lists)."""
+    Saved as ``icl_copying_<dataset>`` (a stem ``commands.document.CONTROLS`` lists)."""
     model_name = model_name or profile.base_models[0]
     task = task or runner.load_task(model_name, dataset, profile)
     stored = [r for r in run_store.load_runs(profile, dataset) if r["model"] == model_name]

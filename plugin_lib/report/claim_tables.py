@@ -1,6 +1,6 @@
 """Claim records as Markdown: the verdict legends, a table per scope with its tally, every
 claim's rule and statistic (its comparisons as tables), a verdict with the significant deficits it
-does not say (``report.mixed``), and the null claims' margin sensitivity. ``commands.report``
+does not say (``report.mixed``), and the null claims' margin sensitivity. ``commands.document``
 puts them on REPORT.md's page.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ ours, the ``rule`` (the test in words, a constant of the experiment module; for 
 profile written after its numbers, so exploratory: ``report.preregistered`` holds the rules
 frozen before the confirmatory ones), the ``statistic`` (effect sizes, p-values or intervals, and n) and the verdict
 that rule gives (never typed in). They are stored as ``results/<profile>/claims/<key>.json`` and
-gathered into REPORT.md and the README by ``commands.report``.
+gathered into REPORT.md and the README by ``commands.document``.
 
 ``scope`` keeps the paper's claims ("paper") apart from checks that go beyond the paper
 ("beyond": top-k log-probability APIs, Theorem 1 measured); they are tallied separately.

@@ -36,7 +36,6 @@ from ...utils import malloc
 from .plan import Plan, gpu_share
 from .units import Unit, execute, trains_from_cache
 
-EXECUTORS = ("local", "ray", "slurm")
 # What a worker elsewhere needs to find the data, the store and the models as this process does.
 FORWARDED_ENV = ("PLUGIN_DATA_DIR", "PLUGIN_RESULTS_DIR", "PLUGIN_CACHE_DIR", "NLTK_DATA", "HF_HOME",
                  "HF_HUB_OFFLINE", "HF_TOKEN", "PYTHONPATH", "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM")
