@@ -6,6 +6,7 @@ Twins have random weights: twin: says nothing about the paper's numbers.
 from __future__ import annotations
 
 import dataclasses
+import json
 import io
 
 import numpy as np

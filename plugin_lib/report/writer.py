@@ -57,7 +57,7 @@ def save_table(df: pd.DataFrame, name: str, profile: Profile | str, caption: str
 def save_figure(fig, name: str, profile: Profile | str) -> dict[str, Path]:
     """Write a matplotlib figure as PNG (200 dpi) and PDF; returns the paths by format. Prints
     ``figure: PATH`` (the PNG, from the repository's root where it lies there), which
-    scripts/strip_notebook.py turns into a link in the executed notebook."""
+    ``commands.notebook_files.strip_notebook`` turns into a link in the executed notebook."""
     folder = results_dir(profile) / "figures"
     paths = {}
     for fmt in ("png", "pdf"):
