@@ -25,20 +25,23 @@ NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 def execute_notebook(notebook: Path, output: Path, log: Path, profile: str) -> bool:
     """Run ``notebook`` with ``profile`` as its parameter into ``output`` (papermill writes it as
     the cells run), every cell's output and the error, if any, into ``log``; whether it
-    finished. The kernel runs in notebooks/, where the notebooks' relative paths start."""
+    finished. The kernel runs in notebooks/, where the notebooks' relative paths start; what it
+    and its own children (Java's tokenizer, say) write outside the cells goes to the log too."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    log.write_text("")
     logger = logging.getLogger("papermill")
-    handler = logging.FileHandler(log, mode="w", encoding="utf-8")
+    handler = logging.FileHandler(log, mode="a", encoding="utf-8")  # appends, as the kernel's descriptors do
     handler.setFormatter(logging.Formatter("%(message)s"))
     level, propagate = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False  # the cells' output goes to the log, not to the screen
     try:
-        papermill.execute_notebook(str(notebook), str(output), parameters={"profile": profile},
-                                   cwd=str(NOTEBOOKS_DIR), log_output=True, progress_bar=False)
+        with output_sent_to(log):
+            papermill.execute_notebook(str(notebook), str(output), parameters={"profile": profile},
+                                       cwd=str(NOTEBOOKS_DIR), log_output=True, progress_bar=False)
         return True
     except PapermillExecutionError as err:  # a cell raised: its traceback ends the log
         logger.error(str(err))
@@ -51,6 +54,28 @@ def execute_notebook(notebook: Path, output: Path, log: Path, profile: str) -> b
         handler.close()
         logger.setLevel(level)
         logger.propagate = propagate
+
+
+@contextlib.contextmanager
+def output_sent_to(log: Path) -> Iterator[None]:
+    """Within it, this process's stdout and stderr descriptors, and so those of the processes
+    it starts, write to the end of ``log`` instead of the screen."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    target = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
+    os.close(target)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
 
 
 def stop_children(grace_s: float = 10.0) -> int:
