@@ -1,7 +1,6 @@
 """Notebooks 01-04: the main tables (paper Tables 1-4), ours beside the paper's."""
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Sequence
 
@@ -251,16 +250,9 @@ def icl_copying_table(profile: Profile, dataset: str, model_name: str | None = N
     return table
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="plugin-repro report controls", description="Exploratory controls: sampled-base, the base alone sampled as "
-                                                 "TempNet samples, beside Zeroshot and TempNet; icl-copying, "
-                                                 "how often ICL outputs copy their demonstrations.")
-    parser.add_argument("command", choices=("sampled-base", "icl-copying"))
-    parser.add_argument("--profile", default="local")
-    parser.add_argument("--datasets", nargs="+", default=["e2e"])
-    args = parser.parse_args(argv)
-    profile = load_profile(args.profile)
-    for dataset in args.datasets:
-        table = (sampled_base_table if args.command == "sampled-base" else icl_copying_table)(profile, dataset)
+def print_control(control: str, profile: Profile | str, datasets: Sequence[str]) -> None:
+    """An exploratory control's table per dataset, printed (``plugin-repro report controls``)."""
+    profile = load_profile(profile)
+    for dataset in datasets:
+        table = (sampled_base_table if control == "sampled-base" else icl_copying_table)(profile, dataset)
         print(table.to_string(index=False, float_format="%.4f"))
-

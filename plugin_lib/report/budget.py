@@ -16,7 +16,6 @@ shows a share near 0; a run cut off mid-descent, a large one.
 """
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Sequence
 
@@ -120,16 +119,11 @@ def summary(frame: pd.DataFrame) -> str:
     return "; ".join(f"{method} ({model}): {', '.join(words)}" for (model, method), words in found.items())
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="plugin-repro report budget", description="The training-budget audit of a profile's stored runs, per dataset "
-                                                 "(the notebooks save it as main_<dataset>_budget).")
-    parser.add_argument("--profile", default="local")
-    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
-    args = parser.parse_args(argv)
-    profile = load_profile(args.profile)
-    for dataset in args.datasets:
+def print_audit(profile: Profile | str, datasets: Sequence[str] = DATASETS) -> None:
+    """The audit of ``profile``'s stored runs, per dataset, printed (``plugin-repro report budget``)."""
+    profile = load_profile(profile)
+    for dataset in datasets:
         frame = audit(run_store.load_runs(profile, dataset), profile)
         print(f"{dataset}:", summary(frame) if len(frame) else "no trained run stored")
         if len(frame):
             print(frame.to_string(index=False, float_format="%.4f"), end="\n\n")
-

@@ -18,8 +18,6 @@ Three kinds of row, each labelled in the README and REPORT.md:
 """
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -274,11 +272,9 @@ def count_line(root: Path) -> str:
             + f"{wave3_rows.count_line()} {wave4_rows.count_line()}")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="plugin-repro report rows", description=__doc__.split("\n")[0])
-    parser.add_argument("--profile", default="confirm")
-    args = parser.parse_args(argv)
-    for entry in judge(args.profile):
+def print_judged(profile: str) -> None:
+    """Each row judged on ``profile``'s runs, printed (``plugin-repro report rows``)."""
+    for entry in judge(profile):
         print(f"{entry['key']}: {entry['verdict']} ({entry['statistic']['summary']})")
 
 
