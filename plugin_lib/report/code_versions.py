@@ -41,13 +41,15 @@ def _committed_in(paths: list[Path], repo: Path) -> dict[Path, tuple[int, str]] 
     """For each path, the commit that first added it to git, as (age rank: 0 the newest, short
     hash and date); None without git history."""
     folders = sorted({str(p.resolve().parent.relative_to(repo.resolve())) for p in paths})
-    out = _git(repo, "log", "--diff-filter=A", "--format=@%h %cs", "--name-only", "--", *folders)
+    # %H cut to 7, not %h: git lengthens %h as a repository grows, and the report must not change
+    out = _git(repo, "log", "--diff-filter=A", "--format=@%H %cs", "--name-only", "--", *folders)
     if out is None:
         return None
     added, commit, rank = {}, None, -1
     for line in out.splitlines():
         if line.startswith("@"):
-            commit, rank = line[1:], rank + 1
+            full_hash, date = line[1:].split(" ", 1)
+            commit, rank = f"{full_hash[:7]} {date}", rank + 1
         elif line.strip():
             added[(repo / line.strip()).resolve()] = (rank, commit)  # newest first: the last seen is the first add
     return {p: added.get(p.resolve(), (-1, "not in git")) for p in paths}
