@@ -80,11 +80,11 @@ def test_the_audit_prints_per_dataset(tmp_path, monkeypatch, capsys):
     from plugin_lib.utils.io import atomic_write_json
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
-    budget.main(["--profile", "local", "--datasets", "webnlg"])
+    budget.print_audit("local", ["webnlg"])
     assert capsys.readouterr().out == "webnlg: no trained run stored\n"
     atomic_write_json(tmp_path / "local" / "runs" / "e2e" / "m" / "Plugin-seed0.json",
                       run("Plugin", 0, 8, 8, lr=1e-3, weight_decay=0.01))
-    budget.main(["--profile", "local", "--datasets", "e2e"])
+    budget.print_audit("local", ["e2e"])
     out = capsys.readouterr().out
     assert out.startswith(f"e2e: Plugin (m): {budget.STILL_IMPROVING} in 1/1 seed, {budget.AT_EDGE} (lr)\n")
     assert "lr=0.001, weight_decay=0.01" in out  # then the table
