@@ -26,11 +26,12 @@ import time
 
 from plugin_lib.core.decode import generate
 from plugin_lib.experiments.api import api_scale, view_names
-from plugin_lib.harness import api_server, methods, models, runner
+from plugin_lib.harness import api_server, methods, models, tasks
+from plugin_lib.harness.running import runner
 from plugin_lib.harness.profile import load_profile
 
 
-def plugin_model(task: methods.Task, scale, which: str):
+def plugin_model(task: tasks.Task, scale, which: str):
     """Notebook 14's Plugin: retrained from the cache with its chosen hyperparameters, or seeded."""
     arch = runner.arch_for(task.base.name)
     seed = scale.seeds[0]

@@ -22,7 +22,6 @@ error is answered at once (tests/test_front_door.py).
 from __future__ import annotations
 
 import importlib
-import subprocess
 import sys
 from pathlib import Path
 

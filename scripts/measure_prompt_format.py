@@ -13,7 +13,7 @@ import pandas as pd
 
 from plugin_lib import data
 from plugin_lib.data import prompts
-from plugin_lib.harness import methods
+from plugin_lib.harness import methods, tasks
 from plugin_lib.harness.models import load_base_model
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import compute_metrics
@@ -29,7 +29,7 @@ def main() -> None:
     rows = []
     for dataset in ("e2e", "webnlg", "commongen", "adidas"):
         _, hyper = data.split_hyper_validation(data.load_dataset(dataset, "validation"), seed=0)
-        task = methods.Task(base, dataset, "llama", train=[], hyper=[], test=hyper[: args.rows],
+        task = tasks.Task(base, dataset, "llama", train=[], hyper=[], test=hyper[: args.rows],
                             prompt_style=args.prompts)
         for chat in (False, True):
             task.use_chat_template = chat

@@ -6,7 +6,7 @@ test set), for one base model in one profile's format and decoding. Writes the t
     python scripts/measure_prompt_style.py [--profile local] [--rows 40] [--outputs FILE]
 
 The inputs are the first ``rows`` of the hyper-validation part of the profile's validation
-subset (``methods.task_splits``: what the profile's runs stop early on). The ICL scheme, the
+subset (``tasks.task_splits``: what the profile's runs stop early on). The ICL scheme, the
 other half of the setting, is not measured here: the authors draw demonstrations from the whole
 validation split, hyper-validation included, so ICL on these inputs could see their references.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from plugin_lib.data import DATASETS
-from plugin_lib.harness import methods, models
+from plugin_lib.harness import methods, models, tasks
 from plugin_lib.harness.models import load_base_model
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import compute_metrics
@@ -52,12 +52,12 @@ def main() -> None:
     base = load_base_model(model, dtype=profile.dtype)
     rows, outputs = [], {}
     for dataset in DATASETS:
-        _, hyper, _ = methods.task_splits(dataset, profile)
+        _, hyper, _ = tasks.task_splits(dataset, profile)
         inputs = hyper[: args.rows]
         references = [list(ex.references) for ex in inputs]
         predictions = {}
         for style in ("appendix", "authors"):
-            task = methods.Task(base, dataset, spec["family"], train=[], hyper=[], test=inputs,
+            task = tasks.Task(base, dataset, spec["family"], train=[], hyper=[], test=inputs,
                                 max_prompt_tokens=profile.tokens.max_prompt,
                                 use_chat_template=spec.get("chat_template", False), prompt_style=style)
             texts = [task.prompt(ex) for ex in inputs]

@@ -7,13 +7,13 @@ For records scored before NIST followed the official E2E scorer's definition
 length of all references, not the per-input average). Every ``*-seed<k>.json`` under
 ``results/<profile>/runs/`` (or ``--runs-dir``) that holds ``predictions`` is rescored against
 the references of its task's test inputs, loaded as the runner loads them
-(``harness.methods.task_splits`` at the profile's scale). Only ``metrics["NIST"]`` changes; the
+(``harness.tasks.task_splits`` at the profile's scale). Only ``metrics["NIST"]`` changes; the
 record's ``settings`` and ``inputs`` stay, so it stays current and is not made again.
 
 Checks first, and writes nothing (exit 2) if any fails:
 
 1. the record's ``test_ids`` equal the current task's test ids, and its ``inputs`` the
-   fingerprint of the current task's data (``harness.run_keys.examples_fingerprint``), so the
+   fingerprint of the current task's data (``harness.running.run_keys.examples_fingerprint``), so the
    references are those the run was scored against;
 2. the file is exactly what ``utils.io.atomic_write_json`` writes for the record it holds, so
    rewriting it changes the NIST line and nothing else.
@@ -27,7 +27,8 @@ import json
 import sys
 from pathlib import Path
 
-from plugin_lib.harness import methods, run_keys
+from plugin_lib.harness import tasks
+from plugin_lib.harness.running import run_keys
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.metrics import compute_metrics
 from plugin_lib.utils.io import read_json
@@ -62,7 +63,7 @@ def plan(profile_name: str, runs_dir: Path | None = None) -> tuple[list[tuple[Pa
             raise Refused(f"{path}: not in the form atomic_write_json writes; rewriting it would change more than NIST.")
         dataset = record["dataset"]
         if dataset not in splits:
-            splits[dataset] = methods.task_splits(dataset, profile)
+            splits[dataset] = tasks.task_splits(dataset, profile)
         train, hyper, test = splits[dataset]
         if record.get("test_ids") != [ex.id for ex in test]:
             raise Refused(f"{path}: its test ids differ from the current {dataset} task's "

@@ -3,7 +3,7 @@
     python scripts/stamp_run_inputs.py --profile local [--dry-run]
 
 A record counts as current only when its ``settings`` and its ``inputs`` (a hash of the task's
-examples and base model, ``harness.run_keys.inputs_fingerprint``) match; one without ``inputs``
+examples and base model, ``harness.running.run_keys.inputs_fingerprint``) match; one without ``inputs``
 is stale and would be made again. This script certifies older records instead, but only after
 checking that they were made from the data there is now:
 
@@ -27,7 +27,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from plugin_lib.data import data_dir, integrity
-from plugin_lib.harness import methods, run_keys
+from plugin_lib.harness import tasks
+from plugin_lib.harness.running import run_keys
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.utils.io import read_json
 from plugin_lib.utils.record_manifest import write_record
@@ -39,7 +40,7 @@ class Refused(Exception):
 
 def splits_for(dataset: str, profile, cache: dict):
     if dataset not in cache:
-        cache[dataset] = methods.task_splits(dataset, profile)
+        cache[dataset] = tasks.task_splits(dataset, profile)
     return cache[dataset]
 
 

@@ -27,7 +27,7 @@ import sys
 from plugin_lib.commands import confirmation_wave2
 from plugin_lib.commands import studies
 from plugin_lib.core import grid_search
-from plugin_lib.harness import run_keys, search
+from plugin_lib.harness.running import run_keys, search
 from plugin_lib.harness.grid import units as grid_units
 from plugin_lib.harness.profile import load_profile
 

@@ -102,7 +102,8 @@ SMALL_ARCH = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
 def tiny_profile(monkeypatch, tmp_path):
     """The smoke profile cut to a few steps, results in tmp_path, and the model name
     "tiny-llama" (the ``tiny_base`` fixture) registered with a small reweighting model."""
-    from plugin_lib.harness import models, search
+    from plugin_lib.harness import models
+    from plugin_lib.harness.running import search
     from plugin_lib.harness.profile import load_profile
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
@@ -136,9 +137,9 @@ def toy_example():
 @pytest.fixture
 def toy_task(tiny_base, tmp_path):
     """A six-input E2E-like task on the tiny base (4 train, 2 hyper, 2 test)."""
-    from plugin_lib.harness import methods
+    from plugin_lib.harness import tasks
 
-    return methods.Task(tiny_base, "e2e", "llama",
+    return tasks.Task(tiny_base, "e2e", "llama",
                         train=[_toy_example(i, "validation") for i in range(4)],
                         hyper=[_toy_example(i, "validation") for i in range(4, 6)],
                         test=[_toy_example(i, "test") for i in range(2)],

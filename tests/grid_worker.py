@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from plugin_lib.core.cache import BaseOutputCache
-from plugin_lib.harness import grid, load_profile, methods, run_keys, runner
+from plugin_lib.harness import grid, load_profile, methods
+from plugin_lib.harness.running import run_keys, runner
 
 METHODS = ["Zeroshot", "Plugin", "TempNet-greedy"]
 TIMING = {"seconds", "provenance"}  # fields that differ between two computations of one record (time, where, which tree)

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from conftest import SMALL_ARCH, _toy_example, make_tiny_base  # noqa: E402
 
-from plugin_lib.harness import methods, models, search  # noqa: E402
+from plugin_lib.harness import methods, models, tasks
+from plugin_lib.harness.running import search  # noqa: E402
 from plugin_lib.harness.profile import load_profile  # noqa: E402
 
 GRID = {"lr": [1e-3, 2e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5], "extend_edges": 0}
@@ -55,7 +56,7 @@ def main(cache_dir: str, log: str, sleep_s: float = 0.0) -> None:
     profile = load_profile("smoke", seeds=[0], grid=GRID,
                            training={"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1})
     base = make_tiny_base(models.load_tokenizer("smollm2-135m-instruct"))
-    task = methods.Task(base, "e2e", "llama", train=[_toy_example(i, "validation") for i in range(4)],
+    task = tasks.Task(base, "e2e", "llama", train=[_toy_example(i, "validation") for i in range(4)],
                         hyper=[_toy_example(i, "validation") for i in range(4, 6)],
                         test=[_toy_example(i, "test") for i in range(2)], cache_dir=Path(cache_dir))
     record = search.select_hparams(task, "Plugin", profile, progress=False)

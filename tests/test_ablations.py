@@ -9,11 +9,13 @@ import torch
 from plugin_lib import data
 from plugin_lib.core.reweighter import make_reweighter
 from plugin_lib.experiments import ablations, base_quality
-from plugin_lib.harness import finetune, methods, models, run_store, search
-from plugin_lib.harness import variants as reweighting_variants
+from plugin_lib.harness.baselines import finetune
+from plugin_lib.harness import models, tasks
+from plugin_lib.harness.running import run_store, search
+from plugin_lib.harness.baselines import variants as reweighting_variants
 from plugin_lib.harness.models import load_causal_lm
-from plugin_lib.harness.variants import (Variant, architecture_variants, complexity_variants, expert_variant,
-                                         truncated_pretrained, variant_frame, variant_runs)
+from plugin_lib.harness.baselines.variants import (Variant, architecture_variants, complexity_variants, expert_variant,
+                                                   truncated_pretrained, variant_frame, variant_runs)
 from plugin_lib.harness.profile import ablation_seeds, ablation_settings, load_profile
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import claim_checks, tables
@@ -35,7 +37,7 @@ def data_dir():
 def test_finetune_pool_is_disjoint_from_plugin_data_and_test(data_dir, smollm2, dataset, origin):
     profile = load_profile("local")
     pool = finetune.finetune_pool(dataset, profile, max_pairs=300)
-    task = methods.make_task(smollm2, dataset, profile)
+    task = tasks.make_task(smollm2, dataset, profile)
     pool_inputs = {ex.source for ex in pool.examples}
     assert not pool_inputs & {ex.source for ex in task.train + task.hyper}
     assert not pool_inputs & {ex.source for ex in data.load_dataset(dataset, "test")}
@@ -112,7 +114,7 @@ def tiny_task(tiny_base, monkeypatch, tmp_path):
         return data.Example(f"toy-{split}-{i}", f"name[Item {i}], food[Thai]", (f"Item {i} serves Thai food.",),
                             {"dataset": "e2e", "split": split})
 
-    return methods.Task(tiny_base, "e2e", "llama", train=[example(i, "validation") for i in range(4)],
+    return tasks.Task(tiny_base, "e2e", "llama", train=[example(i, "validation") for i in range(4)],
                         hyper=[example(i, "validation") for i in range(4, 6)],
                         test=[example(i, "test") for i in range(2)])
 

@@ -483,11 +483,12 @@ def test_runs_record_what_they_asked_and_the_cache_is_asked_once(fake, tiny_base
                                                                 tmp_path):
     """The runner stores each run's requests; the base-output cache is built by the first
     trained run and read from disk by every later one (grid, seeds): no further requests."""
-    from plugin_lib.harness import methods, runner
+    from plugin_lib.harness import tasks
+    from plugin_lib.harness.running import runner
 
     server = fake()
     box = ApiBlackBox(api_client(server.url), tiny_base.tokenizer, K, name="tiny-llama")
-    task = methods.Task(box, "e2e", "llama", train=[toy_example(i, "validation") for i in range(4)],
+    task = tasks.Task(box, "e2e", "llama", train=[toy_example(i, "validation") for i in range(4)],
                         hyper=[toy_example(i, "validation") for i in range(4, 6)],
                         test=[toy_example(i, "test") for i in range(2)], cache_dir=tmp_path / "cache")
     zeroshot = runner.run_experiment(task, "Zeroshot", 0, tiny_profile, progress=False)

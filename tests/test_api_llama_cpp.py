@@ -153,11 +153,11 @@ def test_speculative_decoding_on_the_live_server_gives_the_ids_of_one_request_pe
     the same token ids with 8 positions per request as with one request per token, in fewer
     requests than tokens."""
     from plugin_lib import data
-    from plugin_lib.harness import methods
+    from plugin_lib.harness import tasks
 
     require("e2e")
     examples = data.load_dataset("e2e", "test", rows=4)
-    task = methods.Task(live_box, "e2e", "llama", train=[], hyper=[], test=examples, use_chat_template=True)
+    task = tasks.Task(live_box, "e2e", "llama", train=[], hyper=[], test=examples, use_chat_template=True)
     reweighter = small_reweighter() if reweighted else None
     decoded, spent = {}, {}
     for speculate in (1, 8):

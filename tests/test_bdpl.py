@@ -1,4 +1,4 @@
-"""BDPL (harness.bdpl, after Diao et al.'s run_glue_discrete_LM.py): the estimator, the projection
+"""BDPL (harness.baselines.bdpl, after Diao et al.'s run_glue_discrete_LM.py): the estimator, the projection
 against their bisection, the AdamW step, the budget, the final choice on hyper-validation with
 the empty prompt, learning on a synthetic reward, candidate n-grams and the black-box rewards."""
 from __future__ import annotations
@@ -13,21 +13,10 @@ import torch
 
 from plugin_lib.core.decode import generate
 from plugin_lib.data import Example
-from plugin_lib.harness.bdpl import (
-    NO_PREFIX,
-    ApiBudget,
-    BudgetExhausted,
-    candidate_ngrams,
-    check_settings,
-    choose_prefix,
-    constrain_to_simplex,
-    optimize_prompt,
-    policy_gradient,
-    step_sizes,
-    train_bdpl,
-    words,
-)
-from plugin_lib.harness.bdpl_rewards import LoglikReward, RougeLReward, prefixed_prompts
+from plugin_lib.harness.baselines.bdpl import (NO_PREFIX, ApiBudget, BudgetExhausted, candidate_ngrams, check_settings,
+                                               choose_prefix, constrain_to_simplex, optimize_prompt, policy_gradient,
+                                               step_sizes, train_bdpl, words)
+from plugin_lib.harness.baselines.bdpl_rewards import LoglikReward, RougeLReward, prefixed_prompts
 from plugin_lib.harness.profile import load_profile
 
 PAPER = load_profile("paper").wrapper.bdpl  # 20 samples per step, lr 1e-4, weight decay 0.1, clip 3

@@ -1,4 +1,4 @@
-"""How many trainings share a GPU (harness.concurrency) and how the plan prices them: a count
+"""How many trainings share a GPU (harness.planning.concurrency) and how the plan prices them: a count
 the user sets is kept; auto is 1 on a CPU, and on a GPU the least of what fits its memory beside
 the unit with the whole base, the cores less one, and the measured curve's fastest count (12
 at most before one is measured)."""
@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from plugin_lib.harness import concurrency
-from plugin_lib.harness.preflight_rates import Rates
+from plugin_lib.harness.planning import concurrency
+from plugin_lib.harness.planning.preflight_rates import Rates
 from plugin_lib.harness.profile import load_profile
 
 GIB = 2**30

@@ -7,7 +7,8 @@ import pytest
 
 from plugin_lib.experiments import confirmation
 from plugin_lib.report import claim_summary
-from plugin_lib.harness import bdpl, run_keys, run_store, search
+from plugin_lib.harness.baselines import bdpl
+from plugin_lib.harness.running import run_keys, run_store, search
 from plugin_lib.harness.profile import load_profile, results_dir
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import freeze
@@ -201,13 +202,13 @@ def test_the_learning_budget_is_the_first_at_which_seed_0_learns(store):
 
 @pytest.mark.parametrize("dataset", ["e2e", "webnlg", "commongen", "adidas"])
 def test_the_fresh_test_inputs_are_the_frozen_ones_and_were_never_decoded(dataset):
-    from plugin_lib.harness import methods
+    from plugin_lib.harness import tasks
     from plugin_lib.report import stats
 
     real_data.require(dataset)
     confirm, local = load_profile("confirm"), load_profile("local")
-    train, hyper, test = methods.task_splits(dataset, confirm)
-    decoded = {ex.id for ex in methods.task_splits(dataset, local)[2]}
+    train, hyper, test = tasks.task_splits(dataset, confirm)
+    decoded = {ex.id for ex in tasks.task_splits(dataset, local)[2]}
     ids = [ex.id for ex in test]
     assert ids == confirmation.frozen_inputs()[dataset]["ids"] and len(ids) == 200
     assert not decoded & set(ids)

@@ -1,5 +1,5 @@
 """One cost model (issue 59): the preflight and ``grid plan`` price the same units of the study
-registry (``commands.studies``) with ``harness.costs``, so at the same rates they give the same
+registry (``commands.studies``) with ``harness.planning.costs``, so at the same rates they give the same
 total hours, for every profile; and a run two notebooks share is counted once."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import real_data
 from plugin_lib.commands import grid as grid_command
 from plugin_lib.commands import preflight as preflight_command
 from plugin_lib.commands import studies
-from plugin_lib.harness import costs, preflight, preflight_plan, preflight_rates
+from plugin_lib.harness.planning import costs, preflight, preflight_plan, preflight_rates
 from plugin_lib.harness.grid import plan as planning
 from plugin_lib.harness.profile import load_profile, profile_names
 

@@ -14,7 +14,7 @@ import pytest
 
 import real_data
 from plugin_lib.commands import preflight as preflight_command
-from plugin_lib.harness import preflight
+from plugin_lib.harness.planning import preflight
 from plugin_lib.harness.profile import load_profile, results_dir
 
 

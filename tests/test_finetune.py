@@ -9,8 +9,9 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from plugin_lib import data
 from plugin_lib.data import prompts
-from plugin_lib.harness import finetune, methods, models
-from plugin_lib.harness.finetune import FinetuneConfig, finetune_base
+from plugin_lib.harness.baselines import finetune
+from plugin_lib.harness import models, tasks
+from plugin_lib.harness.baselines.finetune import FinetuneConfig, finetune_base
 from plugin_lib.harness.models import load_base_model
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils.io import atomic_write_json, read_json
@@ -110,7 +111,7 @@ def test_longer_run_continues_from_the_shorter_checkpoint(cache, tiny_dir, monke
 def test_finetuning_prompt_is_the_prompt_the_base_sees(smollm2):
     example = _examples(1)[0]
     for style in ("authors", "appendix"):
-        task = methods.Task(smollm2, "e2e", "llama", train=[], hyper=[], test=[example], use_chat_template=True,
+        task = tasks.Task(smollm2, "e2e", "llama", train=[], hyper=[], test=[example], use_chat_template=True,
                             prompt_style=style)
         prompt = finetune.model_prompt("smollm2-135m-instruct", "e2e", example.source, smollm2.tokenizer, style)
         assert prompt == task.prompt(example)

@@ -9,7 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from plugin_lib.core.blackbox import BlackBoxLM
 from plugin_lib.core.decode import generate
 from plugin_lib.harness.flops import decoding_flops, decoding_flops_by_op, generation_flops
-from plugin_lib.harness.lora import add_lora
+from plugin_lib.harness.baselines.lora import add_lora
 
 PROMPT = "Hello, my name is"
 NEW_TOKENS = 5

@@ -70,7 +70,7 @@ def test_another_checkouts_commands_are_refused_in_one_line(tmp_path):
 # What a command's work imports and its --help or a usage error must not wait for (issue 75).
 HEAVY = ("torch", "transformers", "peft", "numpy", "pandas", "scipy", "matplotlib", "nltk", "ray", "submitit",
          "papermill", "nbclient", "fastapi", "uvicorn", "plugin_lib.core", "plugin_lib.harness.models",
-         "plugin_lib.harness.grid.units", "plugin_lib.harness.preflight", "plugin_lib.metrics", "plugin_lib.experiments",
+         "plugin_lib.harness.grid.units", "plugin_lib.harness.planning.preflight", "plugin_lib.metrics", "plugin_lib.experiments",
          "plugin_lib.commands.studies", "plugin_lib.commands.document", "plugin_lib.report.budget")
 
 # The front door in this process, then the heavy modules it imported, as the last line.

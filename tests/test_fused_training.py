@@ -171,7 +171,8 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
     (``Task.stacked_training``, a GPU's in a profile that says so) records the same, and says so."""
     import dataclasses
 
-    from plugin_lib.harness import methods, run_keys, search
+    from plugin_lib.harness import methods
+    from plugin_lib.harness.running import run_keys, search
 
     # compact: where a grid pays on a CPU (core.train.grid_pays)
     task = dataclasses.replace(task, cache_layout="compact", stacked_training=stack)

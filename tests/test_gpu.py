@@ -23,7 +23,8 @@ from plugin_lib.core.cache import (BaseOutputCache, cache_dtype, choose_placemen
                                    release_gpu_caches)
 from plugin_lib.core.pairs import encode_pairs
 from plugin_lib.core.train import TokenObjective, TrainConfig, fit
-from plugin_lib.harness import bdpl, bdpl_rewards, lora, models
+from plugin_lib.harness.baselines import bdpl, bdpl_rewards, lora
+from plugin_lib.harness import models
 from plugin_lib.harness.profile import load_profile
 
 CUDA = torch.cuda.is_available()

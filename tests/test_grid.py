@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from plugin_lib.harness import costs, grid, run_keys, runner, search
-from plugin_lib.harness.preflight_counts import TaskCounts
+from plugin_lib.harness.planning import costs
+from plugin_lib.harness import grid
+from plugin_lib.harness.running import run_keys, runner, search
+from plugin_lib.harness.planning.preflight_counts import TaskCounts
 from plugin_lib.harness.grid import executors, plan as planning
 from plugin_lib.commands import studies
 from plugin_lib.commands.grid import print_plan
@@ -278,7 +280,7 @@ def test_the_plan_command_prints_units_states_and_wall_times(tmp_path, monkeypat
     assert "device-hours" not in out and "Wall time" not in out  # no rates: no hours, not 0.00 of them
     assert len((tmp_path / "u.csv").read_text().splitlines()) == 1 + 17
 
-    from plugin_lib.harness import preflight_rates
+    from plugin_lib.harness.planning import preflight_rates
     rates = {"smollm2-135m-instruct": preflight_rates.Rates(
         measured_with="a test's numbers", forward_tokens_per_s=1e4, train_pairs_per_s=50.0, decode_step_s=0.01,
         plugin_step_s=0.012, device="cpu", grid_train_pairs_per_s=150.0)}

@@ -9,7 +9,7 @@ from plugin_lib.core.decode import generate
 from plugin_lib.core.reweighter import count_parameters
 from plugin_lib.core.pairs import encode_pairs
 from plugin_lib.core.train import TrainConfig
-from plugin_lib.harness.lora import add_lora, fit_lora, lora_black_box, lora_objective, lora_targets
+from plugin_lib.harness.baselines.lora import add_lora, fit_lora, lora_black_box, lora_objective, lora_targets
 
 from conftest import killed_at_validation
 
@@ -113,7 +113,7 @@ def test_an_interrupted_lora_training_resumes_to_the_same_adapters(tokenizer, tm
     """The harness's LoRA model (its state dict: the adapters only) through fit's checkpoint;
     LoRA's dropout draws from the global generator, which the checkpoint brings back."""
     from plugin_lib.core.train import fit
-    from plugin_lib.harness.methods import LoraModel
+    from plugin_lib.harness.baselines.lora import LoraModel
 
     encoded = encode_pairs(tokenizer, [p for p, _ in PAIRS], [t for _, t in PAIRS])
     train = lora_objective(encoded, tokenizer.pad_token_id)
@@ -135,7 +135,7 @@ def test_an_interrupted_lora_training_resumes_to_the_same_adapters(tokenizer, tm
 def test_recomputed_activations_give_the_same_loss_and_gradients(tokenizer):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from plugin_lib.harness.lora import add_lora, checkpoint_activations
+    from plugin_lib.harness.baselines.lora import add_lora, checkpoint_activations
 
     def adapter_gradients(checkpointed: bool):
         torch.manual_seed(0)
@@ -169,7 +169,7 @@ def test_lora_on_gives_the_same_gradients_bit_for_bit_with_activations_recompute
     so one step's gradients have the same digest."""
     import hashlib
 
-    from plugin_lib.harness.methods import lora_on
+    from plugin_lib.harness.baselines.lora import lora_on
     from plugin_lib.harness.models import load_causal_lm
 
     def digest(recompute: bool) -> str:
@@ -189,7 +189,7 @@ def test_lora_on_gives_the_same_gradients_bit_for_bit_with_activations_recompute
 
 
 def test_the_planned_peak_decides_whether_lora_recomputes():
-    from plugin_lib.harness.preflight_counts import lora_recompute
+    from plugin_lib.harness.planning.preflight_counts import lora_recompute
     from plugin_lib.harness.profile import load_profile
 
     paper, gib = load_profile("paper"), 2**30
@@ -202,7 +202,7 @@ def test_making_a_task_asks_nothing_of_the_base_that_would_load_a_lazy_one():
     """Whether LoRA recomputes is decided when LoRA is built: a fine-tuned base that loads (and
     fine-tunes) on first use stays unloaded while its stored runs are only read."""
     import real_data
-    from plugin_lib.harness import methods
+    from plugin_lib.harness import tasks
     from plugin_lib.harness.models import load_tokenizer
     from plugin_lib.harness.profile import load_profile
 
@@ -215,7 +215,7 @@ def test_making_a_task_asks_nothing_of_the_base_that_would_load_a_lazy_one():
         def __getattr__(self, attribute):
             raise AssertionError(f"make_task asked the base for {attribute!r}")
 
-    task = methods.make_task(Lazy(), "e2e", load_profile("smoke"))
+    task = tasks.make_task(Lazy(), "e2e", load_profile("smoke"))
     assert task.lora_recompute_rule is not None
     with pytest.raises(AssertionError, match="'device'"):
         task.lora_recompute  # noqa: B018 - asked only when LoRA is built

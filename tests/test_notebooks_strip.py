@@ -1,4 +1,3 @@
-import importlib.util
 import json
 import sys
 from pathlib import Path

@@ -123,17 +123,17 @@ def test_the_flops_gap_must_narrow_or_invert_at_every_prompt_length():
 def test_wave3s_inputs_are_the_frozen_ones_and_no_other_profile_decodes_or_trains_on_them(dataset):
     import real_data
     from plugin_lib.experiments import confirmation
-    from plugin_lib.harness import methods
+    from plugin_lib.harness import tasks
     from plugin_lib.harness.profile import load_profile
 
     real_data.require(dataset)
     profile = load_profile(wave3.PROFILE)
     confirmation.check_test_inputs(dataset, profile)
-    train, hyper, test = methods.task_splits(dataset, profile)
+    train, hyper, test = tasks.task_splits(dataset, profile)
     ids = {ex.id for ex in test}
     assert len(ids) == 200 and [ex.id for ex in test] == confirmation.frozen_inputs(wave3.PROFILE)[dataset]["ids"]
     for other in ("local", "confirm"):
-        other_train, other_hyper, other_test = methods.task_splits(dataset, load_profile(other))
+        other_train, other_hyper, other_test = tasks.task_splits(dataset, load_profile(other))
         assert not ids & {ex.id for ex in other_train + other_hyper + other_test}
     seen = {" ".join(r.split()) for ex in train + hyper for r in ex.references}
     assert not any(" ".join(r.split()) in seen for ex in test for r in ex.references)
@@ -161,7 +161,7 @@ def wave3_store(tmp_path, monkeypatch):
     answered with their reference; ``losses``: a proxy arm's alpha search, or WeightedComb's)."""
     from plugin_lib.commands import confirmation_wave3
     from plugin_lib.experiments import confirmation
-    from plugin_lib.harness import run_store
+    from plugin_lib.harness.running import run_store
     from plugin_lib.harness.profile import load_profile
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))

@@ -103,17 +103,17 @@ def test_an_arms_premise_reads_its_alpha_search():
 def test_wave4s_inputs_are_the_frozen_ones_and_no_other_profile_decodes_or_trains_on_them(dataset):
     import real_data
     from plugin_lib.experiments import confirmation
-    from plugin_lib.harness import methods
+    from plugin_lib.harness import tasks
     from plugin_lib.harness.profile import load_profile
 
     real_data.require(dataset)
     profile = load_profile(wave4.PROFILE)
     confirmation.check_test_inputs(dataset, profile)
-    train, hyper, test = methods.task_splits(dataset, profile)
+    train, hyper, test = tasks.task_splits(dataset, profile)
     ids = [ex.id for ex in test]
     assert len(ids) == wave4.INPUTS[dataset] and ids == confirmation.frozen_inputs(wave4.PROFILE)[dataset]["ids"]
     for other in ("local", "confirm", "wave3"):
-        other_train, other_hyper, other_test = methods.task_splits(dataset, load_profile(other))
+        other_train, other_hyper, other_test = tasks.task_splits(dataset, load_profile(other))
         assert not set(ids) & {ex.id for ex in other_train + other_hyper + other_test}
     seen = {" ".join(r.split()) for ex in train + hyper for r in ex.references}
     assert not any(" ".join(r.split()) in seen for ex in test for r in ex.references)
@@ -146,7 +146,7 @@ def wave4_store(tmp_path, monkeypatch):
 
     from plugin_lib.commands import confirmation_wave4
     from plugin_lib.experiments import confirmation
-    from plugin_lib.harness import run_store
+    from plugin_lib.harness.running import run_store
     from plugin_lib.harness.profile import load_profile
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))

@@ -8,7 +8,7 @@ import pytest
 
 from plugin_lib import data
 from plugin_lib.data import Example, prompts
-from plugin_lib.harness import methods
+from plugin_lib.harness import methods, tasks
 from plugin_lib.harness.profile import load_profile, profile_names
 
 import real_data
@@ -156,7 +156,7 @@ def test_the_authors_context_is_the_same_for_every_input_and_seed(monkeypatch):
     hyper = [demo(1, "name[R1]", "R1.", rows=(1,))]
     test = [demo(i, f"name[T{i}]", f"T{i}.", split="test") for i in range(4)]
     base = SimpleNamespace(tokenizer=None)
-    authors = methods.Task(base, "e2e", "llama", train, hyper, test)
+    authors = tasks.Task(base, "e2e", "llama", train, hyper, test)
     assert authors.prompt_style == "authors"
     contexts = [authors.demonstrations(3, seed) for seed in (0, 1, 2)]
     assert all(demos == contexts[0][0] for per_input in contexts for demos in per_input)
@@ -170,7 +170,7 @@ def test_the_authors_context_is_the_same_for_every_input_and_seed(monkeypatch):
     context = prompts.authors_context("e2e", "llama", contexts[0][0])
     assert seen[0] == seen[1] == [context + prompts.fill("e2e", "llama", ex.source) for ex in test]
 
-    appendix = methods.Task(base, "e2e", "llama", train, hyper, test, prompt_style="appendix")
+    appendix = tasks.Task(base, "e2e", "llama", train, hyper, test, prompt_style="appendix")
     per_input = appendix.demonstrations(2, seed=0)
     assert per_input != appendix.demonstrations(2, seed=1) and len({tuple(d) for d in per_input}) > 1
     assert all({ex.id for ex, _ in demos} <= {ex.id for ex in train} for demos in per_input)

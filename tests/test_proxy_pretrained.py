@@ -11,7 +11,8 @@ import torch
 from plugin_lib.core.combine import proxy_combine
 from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
 from plugin_lib.core.reweighter import ExpertDifference, PairCache, make_reweighter, reweighter_logits
-from plugin_lib.harness import methods, runner, search
+from plugin_lib.harness import methods
+from plugin_lib.harness.running import runner, search
 
 
 def _small(vocab_size: int, seed: int, scale: float = 6.0):

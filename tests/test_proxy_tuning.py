@@ -13,7 +13,8 @@ from transformers import TopPLogitsWarper
 from conftest import count_trainings
 from plugin_lib.core.combine import nucleus_log_probs, proxy_combine, proxy_log_probs
 from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
-from plugin_lib.harness import methods, run_keys, runner
+from plugin_lib.harness import methods
+from plugin_lib.harness.running import run_keys, runner
 
 
 def test_the_nucleus_is_transformers_top_p():

@@ -169,10 +169,10 @@ def test_the_committed_records_match_their_manifest(profile, names):
 
 @pytest.mark.parametrize("profile", ["local", "wave3", "wave4"])
 def test_the_committed_records_metrics_are_what_their_predictions_score(profile):
-    """Every committed record of the profile scored again (``harness.record_scores``). `confirm`'s
+    """Every committed record of the profile scored again (``harness.running.record_scores``). `confirm`'s
     264 records (5 minutes) are checked by `plugin-repro stamp --check --profile confirm`."""
     real_data.require()
-    from plugin_lib.harness import record_scores
+    from plugin_lib.harness.running import record_scores
 
     paths = [store / name for store in record_manifest.stores(ROOT / "results" / profile)
              for name in record_manifest.records(store)]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from plugin_lib.harness import methods
+from plugin_lib.harness import tasks
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.metrics import compute_metrics
 from plugin_lib.metrics.mteval import corpus_nist_per_input_average
@@ -23,7 +23,7 @@ RECORDS = ("e2e/smollm2-135m-instruct/Zeroshot-seed0.json", "e2e/smollm2-135m-in
 @functools.cache
 def _test_references(dataset: str) -> list[list[str]]:
     """The references of the local profile's test inputs, as the runner loads them."""
-    return [list(ex.references) for ex in methods.task_splits(dataset, load_profile("local"))[2]]
+    return [list(ex.references) for ex in tasks.task_splits(dataset, load_profile("local"))[2]]
 
 
 def _script():

@@ -22,7 +22,8 @@ from plugin_lib.core import train
 from plugin_lib.core.cache import BaseOutputCache
 from plugin_lib.core.pairs import encode_pairs
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import methods, run_keys, run_store, runner, search
+from plugin_lib.harness import methods, tasks
+from plugin_lib.harness.running import run_keys, run_store, runner, search
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.utils.io import CorruptFileError, current_umask, read_json, remove_stale_temporaries
 
@@ -126,10 +127,10 @@ def test_committed_local_finetuned_bases_keep_their_keys_and_bdpl_keys_follow_th
     BDPL prompts predate the optimiser of Diao et al.'s code and are stale: notebook 05 relearns
     them.)"""
     real_data.require()  # the keys are computed from the real data
-    from plugin_lib.harness import finetune
+    from plugin_lib.harness.baselines import finetune
 
     local = load_profile("local")
-    train, hyper, _ = methods.task_splits("e2e", local)
+    train, hyper, _ = tasks.task_splits("e2e", local)
     fake = SimpleNamespace(dataset="e2e", base=SimpleNamespace(name="smollm2-135m-instruct"), family="llama",
                            use_chat_template=True, train=train, hyper=hyper, prompt_style=local.prompts)
     authors = SimpleNamespace(**{**vars(fake), "prompt_style": "authors"})
@@ -155,7 +156,7 @@ def test_committed_local_runs_carry_the_inputs_of_the_current_data():
         record = read_json(path)
         dataset = path.relative_to(REPO_ROOT / "results/local/runs").parts[0]
         if dataset not in splits:
-            splits[dataset] = methods.task_splits(dataset, local)
+            splits[dataset] = tasks.task_splits(dataset, local)
         model = record.get("model") or path.parent.name.replace("--", "/")  # selection records: the folder
         assert record["inputs"] == run_keys.examples_fingerprint(model, *splits[dataset]), path
         if "test_ids" in record:
@@ -369,7 +370,7 @@ def test_stamp_script_checks_data_and_test_ids_before_writing(tmp_path, monkeypa
 
 
 def test_orphaned_model_directories_are_removed_by_the_next_save(tmp_path):
-    from plugin_lib.harness import finetune
+    from plugin_lib.harness.baselines import finetune
 
     orphan = tmp_path / ".tuned-abc123"
     orphan.mkdir()
@@ -395,7 +396,7 @@ def test_orphaned_model_directories_are_removed_by_the_next_save(tmp_path):
 
 
 def test_finetuning_reads_the_profiles_token_limits_unless_its_section_sets_them():
-    from plugin_lib.harness import finetune
+    from plugin_lib.harness.baselines import finetune
 
     confirm, local = load_profile("confirm"), load_profile("local")
     cfg = finetune.finetune_config(confirm.ablations, confirm.tokens)

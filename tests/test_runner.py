@@ -6,7 +6,8 @@ import torch
 
 from plugin_lib.core import grid_search
 from plugin_lib.core.train import TokenObjective
-from plugin_lib.harness import methods, run_keys, run_store, runner, search
+from plugin_lib.harness import methods
+from plugin_lib.harness.running import run_keys, run_store, runner, search
 from plugin_lib.utils import record_manifest
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils.io import atomic_write_json
@@ -242,7 +243,7 @@ def test_a_new_run_record_names_its_code_libraries_and_device(task, profile):
     assert made["libraries"]["torch"] == torch.__version__.split("+")[0] or made["libraries"]["torch"] == torch.__version__
     assert made["device"] and made["device"] == provenance.device_name("cpu")
     assert made["modules"]["plugin_lib/core/train.py"] == provenance.module_versions()["plugin_lib/core/train.py"]
-    assert "plugin_lib/harness/tempnet.py" in made["modules"] and "plugin_lib/commands/document.py" not in made["modules"]
+    assert "plugin_lib/harness/baselines/tempnet.py" in made["modules"] and "plugin_lib/commands/document.py" not in made["modules"]
     git = made["git"]
     if git is not None:  # a git checkout: the commit, and a hash of any uncommitted change
         assert len(git["commit"]) == 40 and isinstance(git["dirty"], bool)

@@ -441,7 +441,7 @@ def test_a_training_recipe_is_the_profile_s_settings_and_can_be_written_by_hand(
     """The user's train reads a ``TrainingRecipe``: a profile's (its grid, budget, seed, limits and
     decoding defaults, as the runner reads them), or one written without any profile."""
     from plugin_lib.core.grid_search import configurations
-    from plugin_lib.harness import run_keys
+    from plugin_lib.harness.running import run_keys
     from plugin_lib.harness.profile import load_profile
     from plugin_lib.serving.recipe import TrainingRecipe
 

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from plugin_lib.core.blackbox import OutputLayerBox, TopKBlackBox
-from plugin_lib.harness import grid, models, output_layers
+from plugin_lib.harness import grid, models
+from plugin_lib.harness.running import output_layers
 from plugin_lib.harness.grid import units as grid_units
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -118,9 +119,9 @@ def test_ray_with_two_trainings_per_gpu_gives_one_at_a_times_records(tmp_path, m
 
 @pytest.mark.parametrize("family", ["llama", "gpt2-m"])  # GPT-2's reweighting model draws dropout
 def test_the_concurrency_curve_requires_every_processs_weights_to_equal_the_lone_ones(family):
-    """harness.shared_rates, as --save-rates runs it on a GPU, here with a small shape on this
+    """harness.planning.shared_rates, as --save-rates runs it on a GPU, here with a small shape on this
     CPU: the processes that trained at once end with the lone process's weights."""
-    from plugin_lib.harness.shared_rates import Shape, measure_shared
+    from plugin_lib.harness.planning.shared_rates import Shape, measure_shared
 
     shape = Shape(vocab=500, hidden=16, dtype="float32", arch=tuple(sorted(models.reweighter_spec(family).items())),
                   pairs=16, length=20, targets=6, batch_size=8, device="cpu")

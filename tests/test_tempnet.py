@@ -1,4 +1,4 @@
-"""TempNet (harness.tempnet): its loss, that its network learns a temperature other than 1,
+"""TempNet (harness.baselines.tempnet): its loss, that its network learns a temperature other than 1,
 that greedy TempNet is Zeroshot, and that sampled TempNet is seeded."""
 from __future__ import annotations
 
@@ -13,16 +13,11 @@ from plugin_lib.core.decode import generate
 from plugin_lib.core.cache import BaseOutputCache
 from plugin_lib.core.pairs import EncodedPair
 from plugin_lib.core.train import TrainConfig, fit
-from plugin_lib.harness import methods, run_keys, runner
+from plugin_lib.harness import methods
+from plugin_lib.harness.running import run_keys, runner
 from plugin_lib.harness.profile import TempNetSettings, load_profile, profile_names
-from plugin_lib.harness.tempnet import (
-    TempNet,
-    TempNetObjective,
-    cache_temperatures,
-    make_tempnet,
-    tempnet_generate,
-    tempnet_loss,
-)
+from plugin_lib.harness.baselines.tempnet import (TempNet, TempNetObjective, cache_temperatures, make_tempnet,
+                                                  tempnet_generate, tempnet_loss)
 
 # ---------------------------------------------------------------- the loss
 
@@ -203,7 +198,7 @@ def test_per_token_training_scales_every_row_by_its_own_temperature():
 
 def test_per_token_decoding_reads_every_step_and_applies_the_generation_temperature(tiny_base):
     from plugin_lib.core.combine import temperature_log_probs
-    from plugin_lib.harness.tempnet import TempNetLogitsProcessor
+    from plugin_lib.harness.baselines.tempnet import TempNetLogitsProcessor
 
     torch.manual_seed(1)
     net = make_tempnet(tiny_base.vocab_size, TempNetSettings(rho=1.0, tau_min=0.1, tau_max=3.0, hidden_size=8,
@@ -235,7 +230,7 @@ def test_a_fixed_temperature_gives_the_generation_configs_own_distribution(tiny_
     repetition penalty and generation temperature give (up to normalisation)."""
     from transformers import RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper
 
-    from plugin_lib.harness.tempnet import FixedTemperature, TempNetLogitsProcessor
+    from plugin_lib.harness.baselines.tempnet import FixedTemperature, TempNetLogitsProcessor
 
     torch.manual_seed(2)
     ids, scores = torch.tensor([[5, 6, 7], [8, 9, 9]]), torch.randn(2, tiny_base.vocab_size) * 3

@@ -13,7 +13,8 @@ from plugin_lib.core.pairs import collate, encode_pairs
 from plugin_lib.core.train import TokenObjective, TrainConfig, fit, plugin_log_probs, reachable_plugin_log_probs
 from plugin_lib.experiments.topk import (TOPK_RULE, plot_metric_vs_k, plugin_gaps, record_claims, reference_coverage,
                                          view_label)
-from plugin_lib.harness import models, run_store
+from plugin_lib.harness import models
+from plugin_lib.harness.running import run_store
 from plugin_lib.harness.models import load_base_model, parse_model_name
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.report import tables

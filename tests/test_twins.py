@@ -23,8 +23,9 @@ from plugin_lib.core.pairs import EncodedPair
 from plugin_lib.commands import preflight as preflight_command
 from plugin_lib.commands import studies
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import methods, models, preflight, preflight_counts, preflight_rates
-from plugin_lib.harness.preflight_counts import pretrained_params
+from plugin_lib.harness import models, tasks
+from plugin_lib.harness.planning import preflight, preflight_counts, preflight_rates
+from plugin_lib.harness.planning.preflight_counts import pretrained_params
 from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.report import claims, comparison
 
@@ -130,7 +131,7 @@ def test_only_the_paper_and_local_profiles_measure_claims(monkeypatch, tmp_path)
 
 def test_twin_tasks_use_the_family_prompts_without_a_chat_template(toy_example):
     base = models.load_base_model("gpt2-xl-twin-small")
-    task = methods.Task(base, "e2e", models.model_spec(base.name)["family"], [toy_example(0, "validation")], [],
+    task = tasks.Task(base, "e2e", models.model_spec(base.name)["family"], [toy_example(0, "validation")], [],
                         [toy_example(1, "test")])
     text = task.prompt(task.test[0])
     assert "<|im_start|>" not in text and "Item 1" in text
@@ -207,7 +208,7 @@ def paper_data():
 def test_preflight_counts_what_the_runner_encodes(smollm2, paper_data):
     profile = load_profile("smoke")
     counts = preflight_counts.count_task("e2e", "smollm2-135m-instruct", profile)
-    task = methods.make_task(smollm2, "e2e", profile)
+    task = tasks.make_task(smollm2, "e2e", profile)
     pairs = task.encoded("train") + task.encoded("hyper")
     assert (counts.train_pairs, counts.hyper_pairs) == (len(task.encoded("train")), len(task.encoded("hyper")))
     assert counts.target_tokens == sum(p.target_length for p in pairs)
@@ -462,7 +463,7 @@ def test_a_stacked_grid_is_priced_at_its_rate_only_where_the_profile_stacks(pape
 
 def test_lora_is_priced_at_its_measured_rate_where_one_was_measured(paper_data, tokenizer):
     """Training through the base: at the LoRA rate measure_rates times (one step of the adapters,
-    set up as methods.lora_on), else estimated from the forward rate, and the preflight says which."""
+    set up as lora.lora_on), else estimated from the forward rate, and the preflight says which."""
     from conftest import make_tiny_base
 
     pairs = [EncodedPair(tuple(range(3, 15)), 8) for _ in range(4)]
@@ -490,7 +491,7 @@ def test_lora_is_priced_at_its_measured_rate_where_one_was_measured(paper_data, 
 def test_a_lora_step_that_does_not_fit_leaves_the_other_rates(paper_data, monkeypatch):
     """On a GPU the LoRA step is measured last; if it runs out of memory, the base's other rates
     (the grid rate among them) are still measured and saved, and LoRA's hours are estimated."""
-    from plugin_lib.harness.preflight_counts import count_task
+    from plugin_lib.harness.planning.preflight_counts import count_task
 
     def no_room(*_args, **_kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (a test's)")

@@ -15,7 +15,9 @@ from plugin_lib import paper as published
 from plugin_lib.core.reweighter import count_parameters, make_reweighter
 from plugin_lib.data import prompts
 from plugin_lib.experiments import table5, table8
-from plugin_lib.harness import bdpl, bdpl_rewards, methods, models, run_store, runner
+from plugin_lib.harness.baselines import bdpl, bdpl_rewards
+from plugin_lib.harness import methods, models, tasks
+from plugin_lib.harness.running import run_store, runner
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import comparison
@@ -113,7 +115,7 @@ def test_reward_per_call_figure(task, profile):
 
 
 def test_prefixed_prompts_are_what_bdpl_scored_and_have_their_own_cache(task):
-    chat = methods.Task(task.base, "e2e", "llama", task.train, task.hyper, task.test,
+    chat = tasks.Task(task.base, "e2e", "llama", task.train, task.hyper, task.test,
                         use_chat_template=True, cache_dir=task.cache_dir)
     prefix = "red thing item"
     prefixed = table5.prefixed_task(chat, prefix)
@@ -130,7 +132,7 @@ def test_prefixed_prompts_are_what_bdpl_scored_and_have_their_own_cache(task):
 
 def test_prefix_never_pushes_a_fitting_prompt_over_the_limit(task):
     longest = table5.prompt_lengths(task)["longest"]
-    tight = methods.Task(task.base, "e2e", "llama", task.train, task.hyper, task.test, max_prompt_tokens=longest)
+    tight = tasks.Task(task.base, "e2e", "llama", task.train, task.hyper, task.test, max_prompt_tokens=longest)
     prefix = "the red item is a thing near the centre"
     prefixed = table5.prefixed_task(tight, prefix)
     assert prefixed.max_prompt_tokens == longest + table5.prefix_tokens(task.base.tokenizer, prefix)
@@ -276,7 +278,7 @@ def test_default_datasets_and_models():
 
 
 def test_offline_flops_count_the_real_architectures(smollm2, toy_example):
-    task = methods.Task(smollm2, "e2e", "llama", [], [], [toy_example(i, "test") for i in range(3)],
+    task = tasks.Task(smollm2, "e2e", "llama", [], [], [toy_example(i, "test") for i in range(3)],
                         use_chat_template=True)
     new_tokens = 3
     counts = table8.offline_flops(task, new_tokens=new_tokens)

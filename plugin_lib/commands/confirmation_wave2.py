@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ..harness import bdpl, grid
+from ..harness.baselines import bdpl
+from ..harness import grid
 from ..harness.profile import Profile, ablation_seeds, ablation_settings, load_profile, results_dir
 from ..report import bdpl_reach, freeze, mixed
 from ..report import preregistered as pre
@@ -32,7 +33,7 @@ from ..experiments.confirmation import PROFILE, Missing, Roles, claim_states, ju
 from ..report.claim_summary import summary, versus_labels
 from . import studies
 from .confirmation import command_line
-from ..harness.variants import complexity_variants, variant_jobs
+from ..harness.baselines.variants import complexity_variants, variant_jobs
 
 MARGINS_FILE = "margin_sensitivity_wave2.json"
 

@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(plan: planning.Plan, profile: Profile, args: argparse.Namespace) -> int:
     """Compute the plan's pending units with the chosen executor; 0 when every unit is done,
     1 when some failed (the finished ones are stored), 2 when the executor cannot start."""
-    from ..harness import concurrency, preflight
+    from ..harness.planning import concurrency, preflight
     from ..harness.grid import executors, plan as planning
 
     started = time.perf_counter()

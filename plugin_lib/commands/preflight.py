@@ -1,8 +1,8 @@
 """``plugin-repro preflight --profile NAME``: the plan of a whole run before it starts (work,
-memory, disk and hours per notebook; ``harness.preflight``).
+memory, disk and hours per notebook; ``harness.planning.preflight``).
 
 The notebooks' work is the study registry's units (``commands.studies``), priced with the one
-cost model (``harness.costs``), so the preflight and ``plugin-repro grid plan`` agree on the
+cost model (``harness.planning.costs``), so the preflight and ``plugin-repro grid plan`` agree on the
 hours given the same rates (``--rates FILE``).
 
 Its parser needs only light modules, so that ``--help`` and a usage error are answered before
@@ -15,11 +15,11 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..harness import gpus
+from ..harness.planning import gpus
 from ..harness import profile as config
 
 if TYPE_CHECKING:
-    from ..harness.preflight_plan import Plan
+    from ..harness.planning.preflight_plan import Plan
 
 
 def some_data_first() -> None:
@@ -40,8 +40,8 @@ def some_data_first() -> None:
 def plans(profile: config.Profile, only: Sequence[str] = (), gpu_name: str | None = None) -> list[Plan]:
     """The plan of each notebook of ``only`` (all by default) at the dtypes it will run in; a
     notebook whose data this machine lacks is planned without units, the reason kept."""
-    from ..harness import preflight
-    from ..harness.preflight_plan import plan_notebooks
+    from ..harness.planning import preflight
+    from ..harness.planning.preflight_plan import plan_notebooks
     from . import studies
 
     some_data_first()
@@ -54,7 +54,7 @@ def plans(profile: config.Profile, only: Sequence[str] = (), gpu_name: str | Non
 def disk_check(profile_name: str, notebooks: Sequence[str], *, disk_free_gb: float | None = None,
                out=sys.stdout) -> int:
     """Whether the disk holds what ``notebooks`` (names without .ipynb) may still write."""
-    from ..harness import preflight
+    from ..harness.planning import preflight
     from . import studies
 
     profile = config.load_profile(profile_name)
@@ -64,8 +64,8 @@ def disk_check(profile_name: str, notebooks: Sequence[str], *, disk_free_gb: flo
 
 
 def run(profile_name: str, *, gpu_name: str | None = None, **options) -> int:
-    """The preflight of ``profile_name`` (``harness.preflight.run``'s options)."""
-    from ..harness import preflight
+    """The preflight of ``profile_name`` (``harness.planning.preflight.run``'s options)."""
+    from ..harness.planning import preflight
 
     profile = config.load_profile(profile_name)
     return preflight.run(profile, plans(profile, gpu_name=gpu_name), gpu_name=gpu_name, **options)

@@ -21,7 +21,7 @@ record. Each fault stops here with one line naming the files and the cheapest me
 - a record that does not read as JSON (truncated by a full disk or a copy): ``damaged_records``;
 - a record whose content differs from the hash the store wrote for it in the store's manifest,
   ``RECORDS.sha256`` (``plugin_lib/utils/record_manifest.py``): a number edited by hand;
-- a record whose metrics its own predictions do not give (``harness/record_scores.py``: each
+- a record whose metrics its own predictions do not give (``harness/running/record_scores.py``: each
   record is scored again from its predictions and its inputs' references, once per machine): an
   edit that also rewrote the record's manifest line, or a record scored by older scorers;
 - a record the manifest does not list: the store lists each record as it writes it, so the store
@@ -157,10 +157,10 @@ def mend_advice(paths: list[Path], listed: bool = False) -> str:
 
 
 def content_mismatches(paths: list[Path]) -> list:
-    """``harness.record_scores.mismatches`` of ``paths``, named as a user types them; none
+    """``harness.running.record_scores.mismatches`` of ``paths``, named as a user types them; none
     (said in one line) where the data is absent: the run's data check stops first then."""
     from ..data import DataError
-    from ..harness import record_scores
+    from ..harness.running import record_scores
 
     try:
         found = record_scores.mismatches(paths, say=lambda line: print(line, file=sys.stderr))

@@ -9,7 +9,7 @@ arguments are named as the notebook's parameters and have no defaults of their o
 
 Its readers: the orchestrator (``plugin-repro run``: which notebooks, which data), ``gpu-check``,
 the grid (``plugin-repro grid``: the units, and the waves' units as notebooks' units with other
-parameters), the preflight and ``grid plan`` (the same units priced by ``harness.costs``) and
+parameters), the preflight and ``grid plan`` (the same units priced by ``harness.planning.costs``) and
 REPORT.md (``commands.report``: one section per study). None keeps a list of its own, and
 ``tests/test_studies.py`` fails when one does.
 

@@ -4,7 +4,7 @@ hyper-validation part, an edge the choice sits on pushed further, then (``refit`
 trained again on every pair.
 
 The rule for a choice at an edge (:func:`beyond_edge`) is the experiments' too
-(``harness.search`` applies it to stored searches). The user's ``train``
+(``harness.running.search`` applies it to stored searches). The user's ``train``
 (``serving.training``) calls :func:`train_on_pairs`.
 """
 from __future__ import annotations

@@ -40,7 +40,8 @@ from ..report import claim_checks, stats, verdicts
 from ..report.claim_checks import BOOTSTRAP_RULE, comparison_n, comparison_statistic, inputs_of, mean_of
 from ..report.claims import n_seeds
 from ..report.stats import BOOTSTRAP_METRICS
-from ..harness.variants import ONE_LAYER, Variant, VariantJob, architecture_variants, complexity_variants, variant_jobs
+from ..harness.baselines.variants import (ONE_LAYER, Variant, VariantJob, architecture_variants, complexity_variants,
+                                          variant_jobs)
 
 
 def _mean_table(summary: pd.DataFrame) -> pd.DataFrame:

@@ -32,7 +32,8 @@ import torch
 
 from ..core.api import ApiBlackBox
 from ..core.cache import BaseOutputCache
-from ..harness import api_server, models, runner
+from ..harness import api_server, models
+from ..harness.running import runner
 from ..harness.profile import Profile, results_dir
 from ..metrics import METRIC_NAMES
 from ..report import writer

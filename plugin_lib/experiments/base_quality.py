@@ -1,7 +1,7 @@
 """The paper's base-quality ablation (Figures 2 and 5): the Plugin on increasingly fine-tuned bases.
 
-The base is fine-tuned for 0, 1, 2 and 5 epochs (``harness.finetune``) on a pool of inputs
-disjoint from the Plugin's data and from the test split (``harness.finetune.finetune_pool``),
+The base is fine-tuned for 0, 1, 2 and 5 epochs (``harness.baselines.finetune``) on a pool of inputs
+disjoint from the Plugin's data and from the test split (``harness.baselines.finetune.finetune_pool``),
 and Zeroshot and a Plugin run on each. A fine-tuned base is a black box again, with its own run
 folder (``finetuned--<its directory name>``). Runs go through ``runner.run_experiment`` like the
 main tables; those on the original base are the main table's (shared, not redone).
@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 
 from .. import data
-from ..harness import finetune, grid, runner, search
-from ..harness.preflight_counts import count_task
+from ..harness.baselines import finetune
+from ..harness import grid
+from ..harness.running import runner, search
+from ..harness.planning.preflight_counts import count_task
 from ..harness.profile import Profile, ablation_seeds, ablation_settings
 from ..metrics import METRIC_NAMES
 from ..report import claim_checks, stats, tables, verdicts

@@ -27,7 +27,9 @@ import pandas as pd
 
 from .. import analysis, data
 from ..analysis import judge as shift_judge
-from ..harness import bdpl, finetune, methods, run_store
+from ..harness.baselines import bdpl, finetune
+from ..harness import methods, tasks
+from ..harness.running import run_store
 from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
 from ..report import freeze, mixed
 from ..report import preregistered as pre
@@ -67,7 +69,7 @@ def _digest(test: Sequence[data.Example]) -> str:
 def check_test_inputs(dataset: str, profile: Profile) -> None:
     """Refuse, before anything runs, a machine whose ``dataset`` gives ``profile`` other test
     inputs than the frozen ones (ids, sources and references, by their SHA-256)."""
-    if _digest(methods.task_splits(dataset, profile)[2]) != frozen_inputs(profile.name)[dataset]["sha256"]:
+    if _digest(tasks.task_splits(dataset, profile)[2]) != frozen_inputs(profile.name)[dataset]["sha256"]:
         raise ValueError(f"{dataset}: the test inputs of profile {profile.name!r} differ from the frozen ones "
                          f"({_inputs_file(profile.name)}); check the data: python -m plugin_lib.data.check --profile "
                          f"{profile.name}.")
@@ -79,10 +81,10 @@ def freeze_test_inputs(profile: Profile) -> dict:
     commit that freezes its rules."""
     datasets = {}
     for dataset in data.DATASETS:
-        test = methods.task_splits(dataset, profile)[2]
+        test = tasks.task_splits(dataset, profile)[2]
         datasets[dataset] = {"n": len(test), "sha256": _digest(test), "ids": [e.id for e in test]}
     frozen = {"about": f"The test inputs of the {profile.name} profile, frozen with its rules: "
-                       "harness.methods.task_splits under that profile (test_inputs in profiles.yaml) on the data of "
+                       "harness.tasks.task_splits under that profile (test_inputs in profiles.yaml) on the data of "
                        "shared/data/SHA256SUMS.txt. experiments.confirmation refuses runs on any other inputs. "
                        "sha256: of the JSON list of [id, source, references] in this order.",
               "datasets": datasets}
@@ -324,9 +326,7 @@ def theorem1_slope(profile: Profile) -> pd.Series:
 def training_domain_words(profile: Profile) -> pd.DataFrame:
     """The top-50 domain words of the Adidas descriptions the Plugin trains and stops on (the
     task's training and hyper-validation references), never a test reference."""
-    from ..harness import methods
-
-    train, hyper, _ = methods.task_splits("adidas", profile)
+    train, hyper, _ = tasks.task_splits("adidas", profile)
     return analysis.style_words([r for ex in train + hyper for r in ex.references])
 
 

@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 
 from .. import paper as published
-from ..harness import grid, methods, run_store, runner
+from ..harness import grid, methods, tasks
+from ..harness.running import run_store, runner
 from ..harness.profile import Profile, load_profile, results_dir
-from ..harness.tempnet import FixedTemperature
+from ..harness.baselines.tempnet import FixedTemperature
 from ..metrics import METRIC_NAMES, compute_metrics
 from ..report import budget as training_budget
 from ..report import stats, tables, verdicts
@@ -120,7 +121,7 @@ def record_claims(profile: Profile | str, summary: pd.DataFrame, dataset: str, s
 # ---------------------------------------------------------------- a control for TempNet's scores
 
 
-def sampled_base_runs(profile: Profile, task: methods.Task) -> list[dict]:
+def sampled_base_runs(profile: Profile, task: tasks.Task) -> list[dict]:
     """Exploratory, not a preregistered claim. The base alone sampled exactly as TempNet samples
     (its generation config, each seed's generator; temperature 1 in TempNet's place), per seed:
     what sampling itself costs the base. A TempNet below greedy Zeroshot is read against it.
@@ -190,7 +191,7 @@ def echoes_layout(output: str) -> bool:
 
 
 def icl_copying_table(profile: Profile, dataset: str, model_name: str | None = None,
-                      task: methods.Task | None = None) -> pd.DataFrame:
+                      task: tasks.Task | None = None) -> pd.DataFrame:
     """Exploratory, not a preregistered claim: why an ICL baseline scores below Zeroshot. Per
     ICL method (stored runs, mean over seeds), the share of outputs that copy their
     demonstrations (:func:`copies_demonstrations`) and that echo the facts' layout

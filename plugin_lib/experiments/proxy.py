@@ -14,7 +14,7 @@ training pairs, splits, prompts, decoding settings and selection rule (``harness
   whether training went through the base.
 
 With the profile's ``proxy.pretrained`` the same comparison runs again from a pretrained small
-model (``harness.variants.expert_variant``; at CPU scale the base cut to a few blocks, a weaker
+model (``harness.baselines.variants.expert_variant``; at CPU scale the base cut to a few blocks, a weaker
 stand-in): NewModel-pretrained tunes it alone; ProxyTuning-pretrained and DExperts-pretrained add
 its difference from itself untuned (proxy-tuning's own expert and anti-expert); Plugin-pretrained
 trains it through the base. Their hyperparameters follow notebook 07's rule for its pretrained
@@ -41,9 +41,10 @@ from ..core.blackbox import BlackBoxLM
 from ..core.combine import proxy_combine
 from ..core.decode import generate
 from ..core.reweighter import make_reweighter
-from ..harness import grid, methods, runner, search
+from ..harness import grid, methods, tasks
+from ..harness.running import runner, search
 from ..harness.profile import Profile, ablation_settings, load_profile
-from ..harness.variants import expert_variant
+from ..harness.baselines.variants import expert_variant
 from ..report import tables, writer
 
 ARMS = ("Zeroshot", "NewModel", "ProxyTuning", "DExperts", "Plugin")
@@ -133,7 +134,7 @@ def figure(records: list[dict], metric: str = "BLEU"):
 
 
 @torch.no_grad()
-def cost_table(task: methods.Task, profile: Profile, *, prompts: int = 8, new_tokens: int = 16) -> pd.DataFrame:
+def cost_table(task: tasks.Task, profile: Profile, *, prompts: int = 8, new_tokens: int = 16) -> pd.DataFrame:
     """Each arm's cost on ``task``: trainable parameters, forwards per generated token, the base's
     training-time work (pairs and tokens it must score), and decoding seconds per generated token
     (``prompts`` test prompts, exactly ``new_tokens`` each, batched, on this machine). With the

@@ -19,8 +19,10 @@ import pandas as pd
 from .. import data
 from .. import paper as published
 from ..analysis import judge
-from ..harness import finetune, grid, methods, runner
-from ..harness.preflight_counts import count_task
+from ..harness.baselines import finetune
+from ..harness import grid, tasks
+from ..harness.running import runner
+from ..harness.planning.preflight_counts import count_task
 from ..harness.profile import Profile, load_profile
 from ..report import verdicts
 from ..report.claims import n_seeds, record_claim
@@ -51,7 +53,7 @@ SHIFT_RULE = (
 
 def test_references(dataset: str, profile: Profile) -> list[str]:
     """The first reference of each of the profile's test inputs (fresh ones included)."""
-    return [ex.references[0] for ex in methods.task_splits(dataset, profile)[2]]
+    return [ex.references[0] for ex in tasks.task_splits(dataset, profile)[2]]
 
 
 def shift_runs(dataset: str, profile: Profile, seeds: Sequence[int], *, progress: bool = False) -> list[dict]:

@@ -2,7 +2,7 @@
 
 BDPL and BDPL + Plugin, per (dataset, base model, seed):
 
-1. BDPL (``harness.bdpl``, following Diao et al.'s ``run_glue_discrete_LM.py``; settings
+1. BDPL (``harness.baselines.bdpl``, following Diao et al.'s ``run_glue_discrete_LM.py``; settings
    ``wrapper.bdpl`` of the profile) learns a discrete prefix on the task's training part with
    a budget of black-box calls (75, as in the paper), and chooses the final prefix on
    hyper-validation among the argmax prompt after each update and the empty prefix. The
@@ -42,8 +42,11 @@ from tqdm.auto import tqdm
 
 from .. import paper as published
 from ..data import prompts
-from ..harness import bdpl, costs, grid, methods, run_keys, run_store, runner, search
-from ..harness.preflight_counts import TaskCounts, count_task
+from ..harness.baselines import bdpl
+from ..harness.planning import costs
+from ..harness import grid, tasks
+from ..harness.running import run_keys, run_store, runner, search
+from ..harness.planning.preflight_counts import TaskCounts, count_task
 from ..harness.profile import Bdpl, Profile, load_profile
 from ..report.comparison import claim_from_runs, metric_wins, pairwise_rule, table_models
 from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
@@ -51,7 +54,7 @@ from ..utils.provenance import provenance
 from ..utils.record_manifest import write_record
 
 TABLE5_METHODS = ("Zeroshot", "Plugin", "BDPL", "BDPL+Plugin")
-BDPL_REWARDS = ("loglik", "rougeL")  # harness.bdpl.train_bdpl
+BDPL_REWARDS = ("loglik", "rougeL")  # harness.baselines.bdpl.train_bdpl
 REWARD_LABELS = {"loglik": "log-likelihood per token", "rougeL": "ROUGE-L F1 (rouge_score)"}
 # The claims' tests (exploratory: written after the local runs; the preregistered ones are
 # ``report.preregistered``): (key, claim, first, second); rule: ``pairwise_rule``.
@@ -89,7 +92,7 @@ def check_bdpl_arguments(budget, reward) -> None:
 # ---------------------------------------------------------------- BDPL prompts
 
 
-def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str, settings: Bdpl) -> str:
+def _prompt_settings(task: tasks.Task, seed: int, budget: int, reward: str, settings: Bdpl) -> str:
     """Everything a learned prompt depends on; a prompt learned under other settings is relearned."""
     relevant = {"dataset": task.dataset, "model": task.base.name, "family": task.family,
                 "chat_template": task.use_chat_template, "train_ids": [ex.id for ex in task.train],
@@ -100,7 +103,7 @@ def _prompt_settings(task: methods.Task, seed: int, budget: int, reward: str, se
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def stored_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
+def stored_prompt(task: tasks.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
                   reward: str = "loglik") -> dict | None:
     """The current record of :func:`learn_prompt`, or None (none stored, or a stale one)."""
     path = bdpl.prompt_path(profile, task.dataset, task.base.name, seed, budget)
@@ -111,7 +114,7 @@ def stored_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: in
     return stored if run_keys.is_current(stored, fingerprint, run_keys.inputs_fingerprint(task)) else None
 
 
-def learn_prompt(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
+def learn_prompt(task: tasks.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
                  reward: str = "loglik", progress: bool = False) -> dict:
     """BDPL's prefix for ``task`` and ``seed``: learned on the training part and chosen on
     hyper-validation (``bdpl.train_bdpl``, settings ``profile.wrapper.bdpl``) once, then read back.
@@ -146,7 +149,7 @@ def checkpoint_path(prompt_path: Path) -> Path:
     return prompt_path.with_name(f".{prompt_path.name}.partial")
 
 
-def _learn_prompt(task: methods.Task, profile: Profile, seed: int, budget: int, reward: str, path: Path,
+def _learn_prompt(task: tasks.Task, profile: Profile, seed: int, budget: int, reward: str, path: Path,
                   progress: bool) -> dict:
     settings = profile.wrapper.bdpl
     fingerprint = _prompt_settings(task, seed, budget, reward, settings)
@@ -202,7 +205,7 @@ def prefix_tokens(tokenizer, prefix: str) -> int:
     return len(tokenizer(prefix, add_special_tokens=False)["input_ids"]) + 1
 
 
-def prefixed_task(task: methods.Task, prefix: str) -> methods.Task:
+def prefixed_task(task: tasks.Task, prefix: str) -> tasks.Task:
     """``task`` with ``prefix`` before every prompt, its token limit raised by the prefix's length.
 
     A new Task object, so its encoded pairs and base-output caches are its own.
@@ -211,7 +214,7 @@ def prefixed_task(task: methods.Task, prefix: str) -> methods.Task:
     return dataclasses.replace(task, prompt_prefix=prefix, max_prompt_tokens=task.max_prompt_tokens + extra)
 
 
-def prompt_lengths(task: methods.Task) -> dict:
+def prompt_lengths(task: tasks.Task) -> dict:
     """Token counts of the task's prompts (training, hyper-validation, test) against its limit."""
     texts = [task.prompt(ex) for ex in task.train + task.hyper + task.test]
     lengths = np.array([len(ids) for ids in task.base.tokenizer(texts)["input_ids"]])
@@ -219,7 +222,7 @@ def prompt_lengths(task: methods.Task) -> dict:
             "over_limit": int((lengths > task.max_prompt_tokens).sum()), "prompts": len(lengths)}
 
 
-def run_bdpl(task: methods.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
+def run_bdpl(task: tasks.Task, profile: Profile, seed: int, *, budget: int = bdpl.DEFAULT_BUDGET,
              reward: str = "loglik", progress: bool = False) -> tuple[dict, list[dict]]:
     """The seed's BDPL prompt and its two runs, "BDPL" and "BDPL+Plugin" (stored, resumable)."""
     prompt = learn_prompt(task, profile, seed, budget=budget, reward=reward, progress=progress)
@@ -239,7 +242,7 @@ def run_bdpl(task: methods.Task, profile: Profile, seed: int, *, budget: int = b
     return prompt, runs
 
 
-def learning_budget(task: methods.Task, profile: Profile, reward: str = "loglik") -> int | None:
+def learning_budget(task: tasks.Task, profile: Profile, reward: str = "loglik") -> int | None:
     """The smallest of the profile's ``bdpl_learning_budgets`` at which the first seed's BDPL
     learns (``report.preregistered.bdpl_learned``, on hyper-validation only), or None."""
     from ..report.preregistered import bdpl_learned
@@ -366,7 +369,7 @@ def _bdpl_work(profile: Profile, counts: TaskCounts, budget: int, search: bool, 
             "decode_steps": seeds * steps, "plugin_steps": seeds * steps}
 
 
-def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot", "Plugin")) -> list[dict]:
+def current_runs(task: tasks.Task, profile: Profile, method_names=("Zeroshot", "Plugin")) -> list[dict]:
     """The main tables' stored runs of ``method_names`` on ``task`` made under the current
     settings from the current inputs (``run_store.load_runs``); nothing is run."""
     fingerprint, inputs = run_keys.settings_fingerprint(task, profile), run_keys.inputs_fingerprint(task)
@@ -374,7 +377,7 @@ def current_runs(task: methods.Task, profile: Profile, method_names=("Zeroshot",
             if r["model"] == task.base.name and r["method"] in method_names and run_keys.is_current(r, fingerprint, inputs)]
 
 
-def prompt_row(prompt: dict, task: methods.Task, prefixed: methods.Task) -> dict:
+def prompt_row(prompt: dict, task: tasks.Task, prefixed: tasks.Task) -> dict:
     """One line of the learned-prompts table: the chosen prefix and where it came from, the
     calls, the largest probability per position, rewards, and the truncation check of both tasks."""
     plain, with_prefix = prompt_lengths(task), prompt_lengths(prefixed)

@@ -17,8 +17,9 @@ from transformers import AutoModelForCausalLM
 
 from .. import paper as published
 from ..core.reweighter import count_parameters, make_reweighter
-from ..harness import flops, grid, methods, models, runner, search
-from ..harness.lora import add_lora
+from ..harness import flops, grid, models, tasks
+from ..harness.running import runner, search
+from ..harness.baselines.lora import add_lora
 from ..harness.profile import Profile, load_profile
 from ..metrics import METRIC_NAMES
 from ..report import verdicts
@@ -56,7 +57,7 @@ def _meta_model(model_name: str) -> torch.nn.Module:
         return AutoModelForCausalLM.from_config(models.model_config(model_name))
 
 
-def offline_flops(task: methods.Task, *, new_tokens: int = 64, lora_rank: int = 8) -> dict:
+def offline_flops(task: tasks.Task, *, new_tokens: int = 64, lora_rank: int = 8) -> dict:
     """Plugin vs LoRA on the task's base: FLOPs of decoding ``new_tokens`` tokens after a prompt
     of the mean test-prompt length, and trainable parameters.
 

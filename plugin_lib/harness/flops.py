@@ -34,7 +34,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from .. import paper as published
 from ..core.reweighter import count_parameters, make_reweighter
-from .lora import add_lora
+from .baselines.lora import add_lora
 
 GPT2_VOCAB_SIZE = 50257
 # GPT2-XL's published shape; the weights are irrelevant to FLOPs.

@@ -54,7 +54,7 @@ class Grid:
     """Hyperparameters searched on hyper-validation loss (alpha: WeightedComb only).
 
     ``extend_edges``: how many times a searched value may be pushed past the grid's edge when
-    the chosen one sits there (``harness.search.select_hparams``); 0 keeps the grid as listed.
+    the chosen one sits there (``harness.running.search.select_hparams``); 0 keeps the grid as listed.
     """
 
     lr: Floats
@@ -63,7 +63,7 @@ class Grid:
     extend_edges: int
     # "grid": every combination. "coordinate": one hyperparameter at a time (lr, then weight
     # decay, then alpha), each searched from the middle of its list with the others at their
-    # current choice, and pushed past an edge as above (harness.search.select_hparams).
+    # current choice, and pushed past an edge as above (harness.running.search.select_hparams).
     search: Literal["grid", "coordinate"] = "grid"
 
 
@@ -84,7 +84,7 @@ class Decoding:
 
 @dataclass(frozen=True)
 class TempNetSettings:
-    """TempNet (Qiu et al., ICML 2024; github zhqiu/TempNet), ``harness.tempnet``.
+    """TempNet (Qiu et al., ICML 2024; github zhqiu/TempNet), ``harness.baselines.tempnet``.
 
     rho: the KL-constrained DRO loss's rho (null: plain NLL of the scaled logits, which
     calibrates the temperature instead). tau_min, tau_max: the scaled-sigmoid range of the
@@ -112,7 +112,7 @@ class ProxySettings:
     uses 2). ``top_p``: DExperts' nucleus of the base (its scripts' filter_p 0.9).
     ``pretrained``: also run both arms with a pretrained expert tuned alone and the same model
     untuned as the anti-expert (proxy-tuning's own pairing), beside the Plugin trained from that
-    pretrained model (``harness.variants.expert_variant``: GPT2-Small for GPT-2 bases,
+    pretrained model (``harness.baselines.variants.expert_variant``: GPT2-Small for GPT-2 bases,
     LLaMA-3.2-1B for LLaMA-3.1-8B, otherwise the base cut to ``ablations.pretrained_layers``).
     Their hyperparameters follow notebook 07's rule for its pretrained model,
     ``ablations.complexity_hparams``, so Plugin-pretrained is one run in both notebooks."""
@@ -130,7 +130,7 @@ class Tokens:
 
 @dataclass(frozen=True)
 class Bdpl:
-    """BDPL's optimiser and prompt (harness.bdpl; Diao et al.'s run_glue_discrete_LM.py):
+    """BDPL's optimiser and prompt (harness.baselines.bdpl; Diao et al.'s run_glue_discrete_LM.py):
     prompts sampled per step, AdamW's learning rate and weight decay, the gradient-norm clip,
     prompt positions, candidate phrases, and training pairs per black-box call."""
 
@@ -158,7 +158,7 @@ class Wrapper:
 
 @dataclass(frozen=True)
 class TestInputs:
-    """Fresh test inputs (``harness.methods.task_splits``): the test split less the inputs that
+    """Fresh test inputs (``harness.tasks.task_splits``): the test split less the inputs that
     the profile (or profiles) ``fresh_from`` decode, then ``rows.test`` of them drawn with
     ``seed``. Where the split has too few, ``fill_from_validation`` adds validation inputs that
     no profile named decodes or trains on. ``dedupe_references``: a candidate whose reference
@@ -186,7 +186,7 @@ class Finetune:
     max_target_tokens: int | None = None
     # "full": the weights themselves, in float32 (the authors' base_model_training.py). "lora":
     # rank-``lora_rank`` adapters on every linear layer of the blocks, the base in its run dtype,
-    # stored as adapters with the base's name and merged into it when loaded (harness.finetune).
+    # stored as adapters with the base's name and merged into it when loaded (harness.baselines.finetune).
     method: Literal["full", "lora"] = "full"
     lora_rank: int = 64
 
@@ -317,7 +317,7 @@ class Profile:
     stacked_training: Literal["gpu", "never"] = "never"
     # How many units that train from the stored caches run at once on one GPU, each a process of
     # its own with the base's output layer alone (``plugin-repro grid run``, ``run --executor``;
-    # harness.concurrency): "auto" (from the GPU's free memory, the cores and a measured
+    # harness.planning.concurrency): "auto" (from the GPU's free memory, the cores and a measured
     # concurrency curve; 1 on a CPU) or a count. The same results bit for bit, so no run is keyed on it.
     trainings_at_once: Literal["auto"] | Annotated[int, pydantic.Field(ge=1)] = "auto"
     # Proxy-tuning and DExperts (notebook 15); a profile without the section (the frozen

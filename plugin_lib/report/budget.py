@@ -7,7 +7,7 @@ Two flags per (model, method):
   and that last epoch is the profile's ``max_epochs``; more epochs might have helped it.
 - **chosen at a grid edge**: the selected value of a hyperparameter is the smallest or largest
   one searched (grids of two or more values), so the search may have stopped short of its
-  optimum. ``grid.extend_edges`` pushes such edges (``harness.search.select_hparams``); with 0,
+  optimum. ``grid.extend_edges`` pushes such edges (``harness.running.search.select_hparams``); with 0,
   the flag stays.
 
 Beside the first flag, its size: the share of the run's hyper-validation gain (its first epoch's
@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..data import DATASETS
 from ..core import grid_search
-from ..harness import run_store
+from ..harness.running import run_store
 from ..harness.profile import Profile, load_profile
 from ..utils.io import read_json
 from .claims import n_seeds

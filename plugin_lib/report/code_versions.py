@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..harness.profile import REPO_ROOT
-from ..utils.provenance import METHOD_MODULES
+from ..utils.provenance import FORMER_METHOD_MODULES, METHOD_MODULES
 
 
 def _provenances(record: dict) -> list[dict]:
@@ -57,7 +57,8 @@ def _committed_in(paths: list[Path], repo: Path) -> dict[Path, tuple[int, str]] 
 
 def _changed_between(oldest: str, newest: str, repo: Path) -> list[str]:
     """The method modules that some commit after ``oldest`` up to ``newest`` changed (git)."""
-    out = _git(repo, "log", "--format=", "--name-only", f"{oldest}..{newest}", "--", *METHOD_MODULES)
+    out = _git(repo, "log", "--format=", "--name-only", f"{oldest}..{newest}", "--", *METHOD_MODULES,
+               *FORMER_METHOD_MODULES)
     return sorted({line.strip() for line in (out or "").splitlines() if line.strip().endswith(".py")})
 
 

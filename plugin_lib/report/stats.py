@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ..harness import record_scores
+from ..harness.running import record_scores
 from ..metrics import METRIC_NAMES
 from ..metrics.resample import InputStatistics, resample_counts
 from . import verdicts

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..core.train import TrainConfig
 from ..harness.profile import Profile
-from ..harness.run_keys import grid_keys
+from ..harness.running.run_keys import grid_keys
 from .artifact import PROMPT_FORMATS
 
 

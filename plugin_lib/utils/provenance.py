@@ -31,11 +31,16 @@ CODE_SUFFIXES = (".py", ".yaml", ".yml", ".csv", ".json", ".txt")
 LIBRARIES = ("torch", "transformers", "numpy", "peft")
 # The modules whose code decides a method's outputs (the Plugin and every baseline, how runs are
 # keyed and scored); a report flags a table whose runs differ in one of them.
-METHOD_MODULES = ("plugin_lib/core", "plugin_lib/metrics", "plugin_lib/harness/methods.py", "plugin_lib/harness/tempnet.py",
-                  "plugin_lib/harness/bdpl.py", "plugin_lib/harness/bdpl_rewards.py",
-                  "plugin_lib/harness/finetune.py", "plugin_lib/harness/lora.py",
-                  "plugin_lib/harness/runner.py", "plugin_lib/harness/run_store.py",
-                  "plugin_lib/harness/search.py", "plugin_lib/harness/run_keys.py", "plugin_lib/harness/models.py")
+METHOD_MODULES = ("plugin_lib/core", "plugin_lib/metrics", "plugin_lib/harness/methods.py",
+                  "plugin_lib/harness/baselines/tempnet.py", "plugin_lib/harness/baselines/bdpl.py",
+                  "plugin_lib/harness/baselines/bdpl_rewards.py", "plugin_lib/harness/baselines/finetune.py",
+                  "plugin_lib/harness/baselines/lora.py", "plugin_lib/harness/running/runner.py",
+                  "plugin_lib/harness/running/run_store.py", "plugin_lib/harness/running/search.py",
+                  "plugin_lib/harness/running/run_keys.py", "plugin_lib/harness/models.py")
+# Where those of harness/ lay before they were put in folders by kind (2026-12-05): git's history
+# of older commits names them there.
+FORMER_METHOD_MODULES = tuple(path.replace("/baselines/", "/").replace("/running/", "/") for path in METHOD_MODULES
+                              if "/baselines/" in path or "/running/" in path)
 
 
 def file_content(path: Path) -> bytes:

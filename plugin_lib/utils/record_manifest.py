@@ -5,7 +5,7 @@ path relative to the store, so ``sha256sum -c RECORDS.sha256`` checks it there t
 A record with an edited number is still valid JSON: only its hash says that it is not what the
 store wrote. So:
 
-- The store writes every run record with :func:`write_record` (``harness.runner``,
+- The store writes every run record with :func:`write_record` (``harness.running.runner``,
   ``experiments.table5``): the record atomically, then, under the store's lock, its hash into
   the manifest, which is itself replaced atomically. Entries whose file is gone (deleted so that
   it is recomputed) are dropped then, so after any write the manifest lists exactly the records

@@ -1,12 +1,12 @@
 """Executors of a plan: ``local`` (this process), ``ray`` and ``slurm`` (through submitit).
 
 All three call ``units.execute`` on each pending unit after the units it needs, and every unit
-is a record in the run store, written atomically under its lock (``harness.runner``,
+is a record in the run store, written atomically under its lock (``harness.running.runner``,
 ``utils.locks``): a unit that two executors reach at once is computed by one of them, and a
 unit interrupted midway is redone by the next run. Locally and on Ray a unit that fails does not
 stop the others: it and the units that need it come back with an ``error`` (:func:`failures`).
 
-Several trainings share a GPU (``trainings`` above 1, ``harness.concurrency``): the units that
+Several trainings share a GPU (``trainings`` above 1, ``harness.planning.concurrency``): the units that
 only train from the stored caches (``units.trains_from_cache``) run that many at once, each in a
 process of its own holding the base's output layer alone, beside the units that need the whole
 base. Each process computes what it would compute alone, on the same shapes and seeds, so the

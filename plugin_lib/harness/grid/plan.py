@@ -1,6 +1,6 @@
 """A plan of units: their state, GPU memory and time, and the wall time on 1, 8 and 32 GPUs.
 
-Memory and time come from the preflight (``harness.preflight``): the peak of the unit's base
+Memory and time come from the preflight (``harness.planning.preflight``): the peak of the unit's base
 at the profile's settings, and its work (forward tokens, training pair-epochs, decoding steps)
 at rates measured on this machine (``preflight.measure_rates``), or, for a GPU profile on a
 machine without a GPU, the H100 rates of an earlier probe of the paper's shapes, which time
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import concurrency, costs, preflight
+from ..planning import concurrency, costs, preflight
 from .. import profile as config
-from ..preflight_counts import count_task
-from ..preflight_rates import Rates, reference_rates
+from ..planning.preflight_counts import count_task
+from ..planning.preflight_rates import Rates, reference_rates
 from ..profile import Profile
 from ...utils.io import read_json
 from .units import KINDS, Unit, is_done, stored_selection
@@ -51,7 +51,7 @@ class Plan:
     calibrated: str = ""
     stored: dict[str, float] = field(default_factory=dict)
     configs_stored: dict[str, int] = field(default_factory=dict)
-    # Per base: how a search's configurations are priced, and how many share a GPU (harness.concurrency;
+    # Per base: how a search's configurations are priced, and how many share a GPU (harness.planning.concurrency;
     # the preflight's words for it).
     pricing: dict[str, str] = field(default_factory=dict)
 
@@ -259,7 +259,7 @@ def make_plan(units: Sequence[Unit], *, measure: bool = True, with_state: bool =
 
 def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
     """Each unit's seconds (at most, and likely with a calibration) and GPU memory, priced with
-    the one cost model (``harness.costs``) at each base's rates (``preflight.base_rates``)."""
+    the one cost model (``harness.planning.costs``) at each base's rates (``preflight.base_rates``)."""
     profiles = {u.profile for u in plan.units}
     has_gpu = torch.cuda.is_available()
     rates: dict[tuple[str, str], Rates | None] = {}

@@ -13,7 +13,7 @@ A unit names a record of the run store and the call that makes it:
   the notebook's own (the harness never imports the notebooks' modules).
 
 Units are built from the notebooks' own job lists (``runner.table_jobs``,
-``harness.variants.variant_jobs``), so a unit's record is the one its notebook reads, keyed
+``harness.baselines.variants.variant_jobs``), so a unit's record is the one its notebook reads, keyed
 by the same fingerprints; a unit whose record is current is done and is skipped.
 """
 from __future__ import annotations
@@ -31,8 +31,10 @@ from pathlib import Path
 from ...core.blackbox import OutputLayerBox, TopKBlackBox
 from ...core.cache import BaseOutputCache
 from ...utils import malloc
-from .. import finetune, methods, models, output_layers, run_keys, run_store, runner, search
-from ..output_layers import trains_from_cache
+from ..baselines import finetune
+from .. import methods, models, tasks
+from ..running import output_layers, run_keys, run_store, runner, search
+from ..running.output_layers import trains_from_cache
 from ..profile import Profile
 
 KINDS = ("cache", "config", "selection", "run", "finetune", "bdpl")
@@ -194,7 +196,7 @@ class _NamedBase:
 
 
 @functools.lru_cache(maxsize=256)
-def planning_task(ref: TaskRef, profile: Profile) -> methods.Task:
+def planning_task(ref: TaskRef, profile: Profile) -> tasks.Task:
     """The task of ``ref`` on a base known by its name: splits, prompts, fingerprints, no weights."""
     # A fine-tuned base keeps the tokenizer of the model it came from.
     named = _NamedBase(ref.model, ref.prompt_model if ref.checkpoint else ref.model)
@@ -252,7 +254,7 @@ def is_done(unit: Unit) -> bool:
     raise ValueError(f"Unknown unit kind {unit.kind!r}; one of {KINDS}.")
 
 
-def _narrowed_if_chosen(task: methods.Task, profile: Profile) -> Profile | None:
+def _narrowed_if_chosen(task: tasks.Task, profile: Profile) -> Profile | None:
     """The narrowed profile from the stored Plugin search, or None while that search is unfinished."""
     record = search.stored_selection(task, "Plugin", profile)
     if record is None or "grid" not in record:
@@ -273,7 +275,7 @@ class BasePool:
     def __init__(self, size: int = 1):
         self.size = size
         self._bases: OrderedDict[tuple, object] = OrderedDict()
-        self._tasks: OrderedDict[tuple, methods.Task] = OrderedDict()
+        self._tasks: OrderedDict[tuple, tasks.Task] = OrderedDict()
         self.loads = 0  # whole bases loaded
         self.head_loads = 0  # output layers alone
 
@@ -317,7 +319,7 @@ class BasePool:
             return OutputLayerBox.top_k_view(base, k, rule, name=ref.model)
         return TopKBlackBox(base, k, rule, name=ref.model)
 
-    def task(self, ref: TaskRef, profile: Profile, head_only: bool = False) -> methods.Task:
+    def task(self, ref: TaskRef, profile: Profile, head_only: bool = False) -> tasks.Task:
         """The task, with its encoded pairs and caches kept for the next unit on it (in the run
         store of now: a process that moves to another store, PLUGIN_RESULTS_DIR, builds it anew)."""
         head_only = self._held(ref, profile, head_only)
@@ -338,7 +340,7 @@ def release_pool() -> None:
     _POOL = BasePool(_POOL.size)
 
 
-def worker_task(ref: TaskRef, profile: Profile) -> methods.Task:
+def worker_task(ref: TaskRef, profile: Profile) -> tasks.Task:
     """The task in this worker's pool (a called unit's way to reuse the loaded base)."""
     return _POOL.task(ref, profile)
 

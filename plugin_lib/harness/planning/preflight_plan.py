@@ -1,11 +1,11 @@
 """The preflight's plan: the work of every notebook at a profile's settings (configurations,
 trainings, tokens to decode, caches, fine-tuned models, weights and peak GPU memory), summed
 over the notebook's units of the grid (``harness.grid.units``) with the one cost model
-(``harness.costs``), each unit under the first notebook that lists it: a run two notebooks
+(``harness.planning.costs``), each unit under the first notebook that lists it: a run two notebooks
 share is counted once, as it is run once.
 
 The units come from the study registry (``plugin_lib.commands.studies``), above this layer;
-``harness.preflight`` prints the plan.
+``harness.planning.preflight`` prints the plan.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from . import costs
 from .gpus import GpuClass
 
 if TYPE_CHECKING:
-    from .grid.units import Unit
+    from ..grid.units import Unit
 
 
 @dataclass

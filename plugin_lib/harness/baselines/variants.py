@@ -14,11 +14,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..core.reweighter import count_parameters
-from ..core.train import TokenObjective, small_model_log_probs
-from . import methods, models, runner, search
+from ...core.reweighter import count_parameters
+from ...core.train import TokenObjective, small_model_log_probs
+from .. import methods, models, tasks
+from ..running import runner, search
 from .finetune import decoder_layers, save_model_dir
-from .profile import Profile, cache_dir
+from ..profile import Profile, cache_dir
 
 ONE_LAYER = "Plugin"  # label of the family's default (1-layer) reweighting model
 
@@ -120,13 +121,13 @@ def architecture_variants(model_name: str) -> list[Variant]:
     ]
 
 
-def one_layer_profile(task: methods.Task, profile: Profile, *, progress: bool = False) -> Profile:
+def one_layer_profile(task: tasks.Task, profile: Profile, *, progress: bool = False) -> Profile:
     """The profile with its grid narrowed to the hyperparameters chosen for the 1-layer Plugin
     (searched first if they are not stored yet)."""
     return search.narrowed_profile(task, profile, "Plugin", progress=progress)
 
 
-def variant_runs(task: methods.Task, profile: Profile, variants: Sequence[Variant], seeds: Sequence[int],
+def variant_runs(task: tasks.Task, profile: Profile, variants: Sequence[Variant], seeds: Sequence[int],
                  *, hparams: str = "own", progress: bool = False) -> list[dict]:
     """Zeroshot (the base alone) and a Plugin run per variant and seed. ``hparams="own"``: each
     variant searches the profile's grid; ``"one-layer"``: the others reuse the 1-layer choice."""
@@ -162,7 +163,7 @@ def variant_jobs(variants: Sequence[Variant], seeds: Sequence[int], hparams: str
     return jobs
 
 
-def variant_frame(task: methods.Task, variants: Sequence[Variant], seed: int = 0) -> pd.DataFrame:
+def variant_frame(task: tasks.Task, variants: Sequence[Variant], seed: int = 0) -> pd.DataFrame:
     """Each reweighting model's size and, before any training, its hyper-validation loss
     (nats per target token) alone and inside the Plugin. A randomly initialised model is
     close to uniform, so its Plugin starts at about the base's own loss; a pretrained one

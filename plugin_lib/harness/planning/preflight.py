@@ -1,7 +1,7 @@
 """The plan of a whole run before it starts: work, memory, disk and time per notebook.
 
 ``plugin-repro preflight --profile NAME`` (``commands.preflight``) prints, for every notebook,
-its units of the grid priced with the one cost model (``harness.costs``):
+its units of the grid priced with the one cost model (``harness.planning.costs``):
 
 - training pairs (train + hyper-validation, summed over the notebook's datasets) and their
   target tokens (over every task the notebook builds a base-output cache for);
@@ -38,15 +38,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import concurrency, gpus, models
-from . import profile as config
+from . import concurrency, gpus
+from .. import models
+from .. import profile as config
 from .costs import grid_size, merge_peaks
 from .preflight_counts import GIB, cache_layout, count_task, tokenizer_for
 from .preflight_plan import Plan
 from .preflight_rates import (Rates, estimated_rates, expected_share, load_rates, measure_rates, reference_estimate,
                               save_rates)
 from .shared_rates import CPU_COUNTS, GPU_COUNTS
-from ..utils.io import folder_bytes
+from ...utils.io import folder_bytes
 
 
 
@@ -130,7 +131,7 @@ def _lora_basis(r: Rates) -> str:
 
 def _grid_basis(r: Rates, profile: config.Profile, sharing: concurrency.Sharing | None = None) -> str:
     """How a search's configurations are priced: several processes at once at the measured
-    concurrency curve (``harness.concurrency``), the measured rate of configurations trained
+    concurrency curve (``harness.planning.concurrency``), the measured rate of configurations trained
     together (stacked where the profile stacks them: ``Rates.for_profile``), or one by one (no
     such rate: the rates predate it, or a grid does not pay there)."""
     if sharing is not None and r.shared_train_pairs_per_s and sharing.trainings > 1:

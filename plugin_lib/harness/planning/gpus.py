@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .profile import REPO_ROOT, Profile, results_root
+from ..profile import REPO_ROOT, Profile, results_root
 
 GIB = 2**30
 

@@ -22,10 +22,10 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-from ..core.blackbox import BlackBoxLM, OutputHead, OutputLayerBox
-from ..utils.locks import StoreLock
-from . import models
-from . import profile as config
+from ...core.blackbox import BlackBoxLM, OutputHead, OutputLayerBox
+from ...utils.locks import StoreLock
+from .. import models
+from .. import profile as config
 
 FOLDER = "output-layers"
 

@@ -1,4 +1,4 @@
-"""What keys a stored run and a grid search (``harness.runner`` stores them).
+"""What keys a stored run and a grid search (``harness.running.runner`` stores them).
 
 - The grid: its hyperparameters per method (``grid_keys``), every configuration
   (``hparam_grid``; the step past an edge where a choice sits is ``core.grid_search.beyond_edge``),
@@ -15,11 +15,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import data
-from ..core.grid_search import configurations
-from . import methods, models
-from . import profile as config
-from .profile import Profile
+from ... import data
+from ...core.grid_search import configurations
+from .. import methods, models, tasks
+from .. import profile as config
+from ..profile import Profile
 
 
 def grid_keys(method: str) -> list[str]:
@@ -37,7 +37,7 @@ def config_tag(hparams: dict) -> str:
     return "-".join(f"{k}={v:g}" for k, v in sorted(hparams.items()))
 
 
-def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None = None,
+def settings_fingerprint(task: tasks.Task, profile: Profile, arch: dict | None = None,
                          method: str | None = None) -> str:
     """The settings a stored run depends on; a run stored under other settings is redone.
     (The data it depends on: :func:`inputs_fingerprint`.) ``method`` "TempNet" adds the task's
@@ -48,7 +48,7 @@ def settings_fingerprint(task: methods.Task, profile: Profile, arch: dict | None
     if relevant["grid"]["search"] == "grid":
         del relevant["grid"]["search"]  # likewise: the full grid is how every earlier run searched
     if method == "TempNet":
-        tempnet = dataclasses.asdict(methods.tempnet_settings(task))
+        tempnet = dataclasses.asdict(tasks.tempnet_settings(task))
         # Runs made before these options existed had one temperature per input and none on top.
         if tempnet["per"] == "input" and tempnet["temperature"] == 1.0:
             del tempnet["per"], tempnet["temperature"]
@@ -94,7 +94,7 @@ def examples_fingerprint(model: str, train: Sequence[data.Example], hyper: Seque
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def inputs_fingerprint(task: methods.Task) -> str:
+def inputs_fingerprint(task: tasks.Task) -> str:
     """:func:`examples_fingerprint` of the task (stored in each record as ``inputs``)."""
     if "inputs" not in task._memo:
         task._memo["inputs"] = examples_fingerprint(task.base.name, task.train, task.hyper, task.test)

@@ -1,7 +1,7 @@
 """Runs (dataset, base model, method, seed) experiments and stores each as one JSON file.
 
-A run's record (``harness.run_store``) holds the test predictions, the seven metrics, the
-chosen hyperparameters (``harness.search``), the training history and the scale it was produced
+A run's record (``harness.running.run_store``) holds the test predictions, the seven metrics, the
+chosen hyperparameters (``harness.running.search``), the training history and the scale it was produced
 at (and, for a model behind an API, the requests, tokens and seconds it cost: ``api_usage``).
 A run whose current record exists is not redone (unless ``force``), so an interrupted notebook
 resumes where it stopped; a stale one (other settings or data) is made again.
@@ -15,26 +15,27 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .. import data
-from ..core.api import ApiBlackBox
-from ..core.blackbox import BlackBoxLM
-from ..metrics import compute_metrics
-from ..utils.io import atomic_write_with, remove_stale_temporaries
-from ..utils.provenance import provenance
-from ..utils.record_manifest import write_record
-from . import methods, models, run_store, search
+from ... import data
+from ...core.api import ApiBlackBox
+from ...core.blackbox import BlackBoxLM
+from ...metrics import compute_metrics
+from ...utils.io import atomic_write_with, remove_stale_temporaries
+from ...utils.provenance import provenance
+from ...utils.record_manifest import write_record
+from .. import methods, models, tasks
+from . import run_store, search
 from .run_keys import config_tag, inputs_fingerprint, settings_fingerprint
-from .profile import Profile
+from ..profile import Profile
 
 
-def _run_paths(task: methods.Task, method: str, seed: int, profile: Profile, arch: dict | None, label: str
+def _run_paths(task: tasks.Task, method: str, seed: int, profile: Profile, arch: dict | None, label: str
                ) -> tuple[Path, str, str]:
     """(record, settings fingerprint, inputs fingerprint) of a run."""
     path = run_store.runs_dir(profile, task.dataset, task.base.name) / f"{label}-seed{seed}.json"
     return path, settings_fingerprint(task, profile, arch if label != method else None, method), inputs_fingerprint(task)
 
 
-def stored_run(task: methods.Task, method: str, seed: int, profile: Profile, *, arch: dict | None = None,
+def stored_run(task: tasks.Task, method: str, seed: int, profile: Profile, *, arch: dict | None = None,
                label: str | None = None) -> dict | None:
     """The run's current record, or None (none stored, or a stale one): what
     :func:`run_experiment` would return without computing anything."""
@@ -43,7 +44,7 @@ def stored_run(task: methods.Task, method: str, seed: int, profile: Profile, *, 
 
 
 def run_experiment(
-    task: methods.Task, method: str, seed: int, profile: Profile, *, arch: dict | None = None,
+    task: tasks.Task, method: str, seed: int, profile: Profile, *, arch: dict | None = None,
     label: str | None = None, force: bool = False, progress: bool = True, selection: dict | None = None,
 ) -> dict:
     """Train (if needed), decode the test set, score it, store and return the run record.
@@ -69,7 +70,7 @@ def run_experiment(
                             inputs=inputs, progress=progress, selection=selection)
 
 
-def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile: Profile, *, arch: dict,
+def _compute_run(task: tasks.Task, method: str, label: str, seed: int, profile: Profile, *, arch: dict,
                  path: Path, fingerprint: str, inputs: str, progress: bool, selection: dict | None) -> dict:
     """``run_experiment``'s work, under the run's lock: train, decode, score, store."""
     folder = path.parent
@@ -145,7 +146,7 @@ def _compute_run(task: methods.Task, method: str, label: str, seed: int, profile
     return record
 
 
-def _expert(task: methods.Task, method: str, label: str, arch: dict, hparams: dict, seed: int, profile: Profile,
+def _expert(task: tasks.Task, method: str, label: str, arch: dict, hparams: dict, seed: int, profile: Profile,
             progress: bool) -> tuple[torch.nn.Module, dict]:
     """``method``'s model (stored as ``label``) for a later ``seed``, trained once and kept for
     every proxy arm that needs it (the weights and the training's summary, in ``.checkpoints/``
@@ -193,7 +194,7 @@ def check_run_arguments(dataset: str, *, model_names=None, method_names=None) ->
 
 
 def load_task(base: BlackBoxLM | str, dataset: str, profile: Profile, *, prompt_model: str | None = None
-              ) -> methods.Task:
+              ) -> tasks.Task:
     """The task of a (base model, dataset) pair at the profile's scale, its base-output cache
     under the runs folder of the model whose outputs it holds (a top-k view's: its base's, so
     that the views share one compact cache).
@@ -204,7 +205,7 @@ def load_task(base: BlackBoxLM | str, dataset: str, profile: Profile, *, prompt_
     """
     if isinstance(base, str):
         base = models.load_base_model(base, dtype=profile.dtype)
-    return methods.make_task(base, dataset, profile, prompt_model=prompt_model,
+    return tasks.make_task(base, dataset, profile, prompt_model=prompt_model,
                              cache_dir=run_store.runs_dir(profile, dataset, base.states_name) / "cache")
 
 

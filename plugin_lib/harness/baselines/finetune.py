@@ -9,7 +9,7 @@ Choices:
 
 - Prompts: the shared task prompts in the profile's style and the base's own format
   (``prompts.build_prompt``, then the chat template where the model registry says the base uses
-  one), exactly what ``methods.Task.prompt`` gives the base at test time, so the base learns the
+  one), exactly what ``tasks.Task.prompt`` gives the base at test time, so the base learns the
   task format.
   The loss is the token cross-entropy on the target (+ EOS) only, as for every method here.
 - What is trained: every weight (``trainable_layers=None``), or only the last k transformer
@@ -47,16 +47,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..core.pairs import encode_pairs
-from ..core.train import TokenObjective, small_model_log_probs
-from .. import data
-from ..core.blackbox import BlackBoxLM
-from ..data import Example, prompts, training_pairs
-from ..utils.io import atomic_write_json, read_json, remove_stale_temporaries
-from . import models
-from . import profile as config
+from ...core.pairs import encode_pairs
+from ...core.train import TokenObjective, small_model_log_probs
+from ... import data
+from ...core.blackbox import BlackBoxLM
+from ...data import Example, prompts, training_pairs
+from ...utils.io import atomic_write_json, read_json, remove_stale_temporaries
+from .. import models
+from .. import profile as config
 from .lora import checkpoint_activations
-from .profile import Ablations, Profile, Tokens
+from ..profile import Ablations, Profile, Tokens
 
 INFO_FILE = "finetune.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -90,7 +90,7 @@ def finetune_config(setup: Ablations, tokens: Tokens | None = None) -> FinetuneC
 
 
 def model_prompt(model_name: str, dataset: str, source: str, tokenizer, style: str = "authors") -> str:
-    """The task prompt as the base sees it (the same text as ``methods.Task.prompt``)."""
+    """The task prompt as the base sees it (the same text as ``tasks.Task.prompt``)."""
     spec = models.model_spec(model_name)
     text = prompts.build_prompt(dataset, spec["family"], source, style=style)
     return prompts.format_for_model(text, tokenizer, spec.get("chat_template", False))
@@ -254,7 +254,7 @@ def finetune_base(
     for epoch in range(done + 1, epochs + 1):
         started = time.perf_counter()
         # peft's wrapper answers ``base_model`` with its LoraModel; the objective needs the
-        # transformers model (with the adapters in it), as harness.lora's fit_lora does.
+        # transformers model (with the adapters in it), as harness.baselines.lora's fit_lora does.
         trained = model.get_base_model() if cfg.method == "lora" else model
         loss = train_epoch(trained, objective, optimizer, cfg, epoch, progress)
         history.append({"epoch": epoch, "train_loss": loss, "seconds": time.perf_counter() - started})
@@ -350,7 +350,7 @@ def finetune_pool(dataset: str, profile: Profile, max_pairs: int | None = None, 
     plugin_inputs = {ex.source for ex in data.load_dataset(dataset, "validation", rows=rows)}
     test_inputs = {ex.source for ex in data.load_dataset(dataset, "test")}
     if profile.test_inputs is not None:  # fresh test inputs may come from the validation split
-        from .methods import task_splits
+        from ..tasks import task_splits
 
         test_inputs |= {ex.source for ex in task_splits(dataset, profile)[2]}
     candidates, name, origin = _pool_candidates(dataset, rows)

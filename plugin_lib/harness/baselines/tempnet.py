@@ -50,12 +50,12 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from ..core.blackbox import BlackBoxLM
-from ..core.combine import temperature_log_probs
-from ..core.decode import repetition_penalty_processor
-from ..core.cache import BaseOutputCache
-from ..core.train import TokenObjective
-from .profile import TempNetSettings
+from ...core.blackbox import BlackBoxLM
+from ...core.combine import temperature_log_probs
+from ...core.decode import repetition_penalty_processor
+from ...core.cache import BaseOutputCache
+from ...core.train import TokenObjective
+from ..profile import TempNetSettings
 
 
 def check_settings(settings: TempNetSettings) -> None:

@@ -19,11 +19,11 @@ import numpy as np
 import torch.nn.functional as F
 from rouge_score import rouge_scorer
 
-from ..core.blackbox import BlackBoxLM
-from ..core.decode import generate
-from ..core.loss import shift_labels, target_positions
-from ..core.pairs import collate, encode_pairs
-from ..data import Example, training_pairs
+from ...core.blackbox import BlackBoxLM
+from ...core.decode import generate
+from ...core.loss import shift_labels, target_positions
+from ...core.pairs import collate, encode_pairs
+from ...data import Example, training_pairs
 
 
 def prefixed_prompts(prefix: str, prompts: Sequence[str]) -> list[str]:

@@ -20,16 +20,16 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import methods, models, run_keys
-from .output_layers import trains_from_cache
+from .. import methods, models
+from ..running import run_keys
+from ..running.output_layers import trains_from_cache
 from .gpus import GpuClass
-from .preflight_counts import (EXPERT_CONFIGS, TaskCounts, base_shape, cache_bytes, cache_layout,
-                               cache_training_peak, count_task, finetune_setup,
-                               inference_peak, lora_adapter_params, pretrained_params, reweighter_params,
-                               trainable_share, training_peak)
+from .preflight_counts import (EXPERT_CONFIGS, TaskCounts, base_shape, cache_bytes, cache_layout, cache_training_peak,
+                               count_task, finetune_setup, inference_peak, lora_adapter_params, pretrained_params,
+                               reweighter_params, trainable_share, training_peak)
 
 if TYPE_CHECKING:  # the units import the runner's machinery; the cost model reads their fields only
-    from .grid.units import Unit
+    from ..grid.units import Unit
 
 # Methods whose decoding runs a reweighting model beside the base (the Plugin's step cost).
 REWEIGHTED = ("NewModel", "WeightedComb", "Plugin", *methods.PROXY_ARMS)
@@ -228,7 +228,7 @@ def gpu_bytes(unit: Unit, gpu: bool | GpuClass) -> int:
 def base_peaks(units, gpu: bool | GpuClass) -> dict[str, tuple[int, int]]:
     """Per base (``shape_of``): the largest peak GPU memory of a unit that holds the whole base,
     and of a process that trains from the caches with the output layer alone (0 without one):
-    what decides how many trainings share a GPU (``harness.concurrency``)."""
+    what decides how many trainings share a GPU (``harness.planning.concurrency``)."""
     return merge_peaks(*({shape_of(unit): (0, training_process_bytes(unit, gpu)) if trains_from_cache(unit)
                           else (gpu_bytes(unit, gpu), 0)} for unit in units))
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from ..utils.io import atomic_write_with, is_full_disk, read_json, remove_stale_temporaries
-from ..utils.locks import StoreLock
-from . import profile as config
-from .profile import Profile
+from ...utils.io import atomic_write_with, is_full_disk, read_json, remove_stale_temporaries
+from ...utils.locks import StoreLock
+from .. import profile as config
+from ..profile import Profile
 from .run_keys import is_current
 
 

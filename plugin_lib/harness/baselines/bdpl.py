@@ -78,10 +78,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..core.blackbox import BlackBoxLM
-from ..data import Example
+from ...core.blackbox import BlackBoxLM
+from ...data import Example
 from .bdpl_rewards import Reward, identity, make_reward
-from .profile import Bdpl, Profile
+from ..profile import Bdpl, Profile
 
 DEFAULT_BUDGET = 75
 WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")  # letters (any script, "café" whole) and digits
@@ -467,7 +467,7 @@ def is_learning_budget(profile: Profile, budget: int | None) -> bool:
 
 def prompt_path(profile: Profile, dataset: str, model: str, seed: int, budget: int | None = None) -> Path:
     """The learned prompt's record (``calls<budget>-seed<k>.json`` at a learning budget)."""
-    from .run_store import runs_dir
+    from ..running.run_store import runs_dir
 
     name = f"calls{budget}-seed{seed}.json" if is_learning_budget(profile, budget) else f"seed{seed}.json"
     return runs_dir(profile, dataset, model) / "bdpl-prompts" / name

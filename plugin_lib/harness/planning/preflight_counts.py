@@ -1,7 +1,7 @@
 """The preflight's counting: pairs and tokens of a task as the runner encodes them, the shapes of
 the bases (from their configurations, without weights), the dtypes they load in, and what that
 makes on disk and in GPU memory: base-output caches in their layout, and the peaks of building
-a cache, decoding, training a reweighting model, fine-tuning and LoRA (``harness.preflight``).
+a cache, decoding, training a reweighting model, fine-tuning and LoRA (``harness.planning.preflight``).
 """
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig
 
-from .. import data
-from ..core.reweighter import count_parameters, make_reweighter
-from ..core.cache import cache_dtype, choose_layout, gpu_headroom, host_available_bytes
-from ..data import prompts
-from . import models
-from . import profile as config
+from ... import data
+from ...core.reweighter import count_parameters, make_reweighter
+from ...core.cache import cache_dtype, choose_layout, gpu_headroom, host_available_bytes
+from ...data import prompts
+from .. import models
+from .. import profile as config
 from .gpus import GpuClass
-from .profile import Profile
+from ..profile import Profile
 
 GIB = 2**30
 
@@ -160,7 +160,7 @@ EXPERT_CONFIGS = {
 @functools.lru_cache(maxsize=None)
 def pretrained_params(model: str, source: str, n_layers: int | None) -> int:
     """Parameters of the pretrained small model ``source`` (an ``EXPERT_CONFIGS`` name), or of
-    ``model`` cut to its first ``n_layers`` blocks (``harness.variants.truncated_pretrained``)."""
+    ``model`` cut to its first ``n_layers`` blocks (``harness.baselines.variants.truncated_pretrained``)."""
     if source in EXPERT_CONFIGS:
         cfg = EXPERT_CONFIGS[source]
     else:
@@ -228,7 +228,7 @@ def cache_training_peak(model: str, profile: Profile, gpu: bool | GpuClass, targ
     alone (``core.blackbox.OutputLayerBox``): the layer, the cache's rows held on the GPU, the
     model with AdamW (16 bytes a parameter), a batch's float32 log-probabilities of the base
     and the model at the target tokens with their gradients (4 copies), and 1 GiB of CUDA
-    context. An estimate: a rates file's measured peak replaces it (``harness.concurrency``)."""
+    context. An estimate: a rates file's measured peak replaces it (``harness.planning.concurrency``)."""
     s, b = base_shape(model), dtype_bytes(load_dtype(model, profile, gpu))
     targets = profile.training.batch_size * (profile.tokens.max_target + 1)
     params = reweighter_params(model) if reweighter is None else reweighter

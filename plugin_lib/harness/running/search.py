@@ -5,7 +5,7 @@ seed (the whole grid, or one hyperparameter at a time); a choice at an edge of t
 that edge one step further. Later seeds reuse the choice. The search resumes: every
 configuration's loss is recorded as it finishes (``<label>-selection.json``), together with the
 weights of the best one so far (``<label>-best.pt``), under the run store's locks
-(``harness.run_store``), so many processes can search one grid at once.
+(``harness.running.run_store``), so many processes can search one grid at once.
 """
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from pathlib import Path
 
 import torch
 
-from ..utils import malloc
-from ..utils.io import remove_stale_temporaries
-from ..utils.provenance import provenance
-from ..utils.record_manifest import write_record
-from . import methods, models, run_store
-from .profile import Profile
-from ..core.grid_search import beyond_edge, grid_edges
+from ...utils import malloc
+from ...utils.io import remove_stale_temporaries
+from ...utils.provenance import provenance
+from ...utils.record_manifest import write_record
+from .. import methods, models, tasks
+from . import run_store
+from ..profile import Profile
+from ...core.grid_search import beyond_edge, grid_edges
 from .run_keys import config_tag, grid_keys, hparam_grid, inputs_fingerprint, settings_fingerprint
 
 
@@ -31,7 +32,7 @@ def arch_for(model: str) -> dict:
     return models.arch_for(model)
 
 
-def selection_paths(task: methods.Task, method: str, profile: Profile, arch: dict | None, label: str | None
+def selection_paths(task: tasks.Task, method: str, profile: Profile, arch: dict | None, label: str | None
                     ) -> tuple[Path, Path, str, str]:
     """(selection record, best weights, settings fingerprint, inputs fingerprint) of a search."""
     folder = run_store.runs_dir(profile, task.dataset, task.base.name)
@@ -48,14 +49,14 @@ def _selection_record(record_path: Path, fingerprint: str, inputs: str) -> dict:
             or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
 
 
-def stored_selection(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
+def stored_selection(task: tasks.Task, method: str, profile: Profile, *, arch: dict | None = None,
                      label: str | None = None) -> dict | None:
     """The current selection record of a search (complete or not), or None."""
     record_path, _, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
     return run_store.load_if_current(record_path, fingerprint, inputs)
 
 
-def _train_configs(task: methods.Task, method: str, profile: Profile, configs: list[dict], *, arch: dict | None,
+def _train_configs(task: tasks.Task, method: str, profile: Profile, configs: list[dict], *, arch: dict | None,
                    label: str | None, progress: bool) -> dict:
     """Train the configurations of a search not yet recorded, with the first seed, together
     (``core.train.fit_grid``: one pass over the data for all, as many at once as memory holds;
@@ -118,7 +119,7 @@ def _train_configs(task: methods.Task, method: str, profile: Profile, configs: l
         return latest
 
 
-def train_config(task: methods.Task, method: str, profile: Profile, hparams: dict, *, arch: dict | None = None,
+def train_config(task: tasks.Task, method: str, profile: Profile, hparams: dict, *, arch: dict | None = None,
                  label: str | None = None, progress: bool = False) -> float:
     """One configuration of :func:`select_hparams`'s search (a unit of the grid,
     ``harness.grid``): trained and recorded in the selection record unless it is there
@@ -127,7 +128,7 @@ def train_config(task: methods.Task, method: str, profile: Profile, hparams: dic
     return record["configs"][config_tag(hparams)]["val_loss"]
 
 
-def narrowed_profile(task: methods.Task, profile: Profile, method: str = "Plugin", *, progress: bool = False
+def narrowed_profile(task: tasks.Task, profile: Profile, method: str = "Plugin", *, progress: bool = False
                      ) -> Profile:
     """The profile with its grid narrowed to the hyperparameters chosen for ``method`` on this
     task (searched first if they are not stored yet): variants that reuse that choice."""
@@ -141,7 +142,7 @@ def narrowed_to(profile: Profile, selection: dict) -> Profile:
 
 
 def select_hparams(
-    task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None, label: str | None = None,
+    task: tasks.Task, method: str, profile: Profile, *, arch: dict | None = None, label: str | None = None,
     progress: bool = True,
 ) -> dict:
     """Hyperparameter search on hyper-validation loss with the profile's first seed (resumable):
@@ -201,7 +202,7 @@ def select_hparams(
     return record
 
 
-def trained_model(task: methods.Task, method: str, profile: Profile, *, arch: dict | None = None,
+def trained_model(task: tasks.Task, method: str, profile: Profile, *, arch: dict | None = None,
                   label: str | None = None) -> torch.nn.Module:
     """The first seed's trained model of ``method`` (training it if the grid has not run yet).
 

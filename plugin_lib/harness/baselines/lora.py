@@ -29,13 +29,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 from peft import LoraConfig, PeftModel, get_peft_model
 from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..core.blackbox import BlackBoxLM
-from ..core.pairs import EncodedPair
-from ..core.train import FitResult, TokenObjective, TrainConfig, fit, small_model_log_probs
+from ...core.blackbox import BlackBoxLM
+from ...core.pairs import EncodedPair
+from ...core.train import FitResult, TokenObjective, TrainConfig, fit, small_model_log_probs
 
 FUSED_QKV_MODEL_TYPES = ("gpt2",)  # their attention projection is one Conv1D layer
 
@@ -107,3 +108,49 @@ def lora_black_box(
     """
     model = peft_model.merge_and_unload() if merge else peft_model
     return BlackBoxLM(model, tokenizer, name)
+
+
+# ---------------------------------------------------------------- the adapters as a small model
+
+
+class LoraModel(nn.Module):
+    """A PeftModel seen as a small model: ``fit`` and ``TokenObjective`` train it unchanged.
+
+    ``base_model`` and ``get_output_embeddings`` answer as a reweighting model's do. The state
+    dict holds only the adapters (the base is its public checkpoint), so ``fit``'s best-epoch
+    copies and the runner's stored weights stay megabytes, not a copy of the base.
+    """
+
+    def __init__(self, peft_model: nn.Module):
+        super().__init__()
+        self.peft = peft_model
+
+    @property
+    def base_model(self) -> nn.Module:
+        return self.peft.get_base_model().base_model
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.peft.get_output_embeddings()
+
+    def state_dict(self, *args, **kwargs) -> dict:
+        from peft import get_peft_model_state_dict
+
+        return get_peft_model_state_dict(self.peft)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        from peft import set_peft_model_state_dict
+
+        if strict and set(state_dict) != set(self.state_dict()):
+            raise KeyError("The state dict does not hold exactly this model's LoRA adapters.")
+        return set_peft_model_state_dict(self.peft, state_dict)
+
+
+
+
+def lora_on(model: nn.Module, seed: int, recompute: bool | None = None) -> LoraModel:
+    """Rank-8 LoRA put into ``model``'s own weights, its activations recomputed where
+    ``recompute`` says (None: on a GPU): how every LoRA run trains (``make_lora``, with the
+    task's ``lora_recompute``), and what the preflight times (``preflight_rates``)."""
+    if next(model.parameters()).device.type == "cuda" if recompute is None else recompute:
+        checkpoint_activations(model)
+    return LoraModel(add_lora(model, seed=seed))

@@ -14,19 +14,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.decode import PluginLogitsProcessor, compiled_step
-from ..core.reweighter import make_reweighter
-from ..core.cache import BaseOutputCache, cache_dtype, choose_placement, host_available_bytes
-from ..core.pairs import EncodedPair
-from ..core.stacked import ParameterStack, stack_signature
-from ..core.train import TokenObjective, configs_that_fit, grid_pays
-from . import concurrency, gpus, models
+from ...core.decode import PluginLogitsProcessor, compiled_step
+from ...core.reweighter import make_reweighter
+from ...core.cache import BaseOutputCache, cache_dtype, choose_placement, host_available_bytes
+from ...core.pairs import EncodedPair
+from ...core.stacked import ParameterStack, stack_signature
+from ...core.train import TokenObjective, configs_that_fit, grid_pays
+from . import concurrency, gpus
+from .. import models
 from .gpus import GpuClass
-from .lora import checkpoint_activations, lora_objective
-from .methods import lora_on
+from ..baselines.lora import checkpoint_activations, lora_objective
+from ..baselines.lora import lora_on
 from .shared_rates import Shape, measure_shared
 from .preflight_counts import TaskCounts, base_shape, cache_layout, count_task, dtype_bytes, load_dtype, shape_model
-from .profile import Profile
+from ..profile import Profile
 
 GRID_CONFIGS = 12  # configurations trained together when the grid rate is measured (as benchmarks/bench_fused.py)
 TRAINING_WORK = ("pair_epochs", "grid_pair_epochs", "lora_tokens")  # what early stopping shortens
@@ -50,14 +51,14 @@ class Rates:
     # static_decoding "gpu", core.decode).
     static_decoding: bool = False
     # LoRA training through the base (tokens/s: forward, backward and AdamW on the adapters, as
-    # methods.lora_on sets it up); None where it was not measured, which then estimates it from
+    # lora.lora_on sets it up); None where it was not measured, which then estimates it from
     # the forward rate.
     lora_tokens_per_s: float | None = None
     # The same grid stepped as one stacked model (core.stacked; the profile's stacked_training
     # "gpu"), per model; measured on a GPU only, and None where the family's reweighting model is
     # not stacked there (GPT-2's, with dropout) or where it was not measured.
     stacked_train_pairs_per_s: float | None = None
-    # The concurrency curve (harness.shared_rates): pairs/s of k processes that train from a compact
+    # The concurrency curve (harness.planning.shared_rates): pairs/s of k processes that train from a compact
     # cache at once, together, by k ("1", "4", "8", "12"); None until a GPU measured it, or where
     # the processes' weights were not all equal. With it: a training process's peak device
     # memory, the machine's cores and GPU memory, and a lone step's host and device milliseconds.
@@ -80,7 +81,7 @@ class Rates:
 
     def for_profile(self, profile: Profile, trainings: int = 1, lora_recompute: bool = True) -> Rates:
         """These rates as ``profile`` trains: a search's configurations ``trainings`` processes
-        at once at the measured curve's aggregate rate (``harness.concurrency``), else at the
+        at once at the measured curve's aggregate rate (``harness.planning.concurrency``), else at the
         stacked rate where it stacks them (``stacks``); LoRA with or without recomputing."""
         shared = concurrency.best_measured(self.shared_train_pairs_per_s, trainings) if trainings > 1 else None
         if shared and shared > 1:
@@ -135,7 +136,7 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     pairs, greedy steps with and without the Plugin, and reweighting-model training steps
     from a cache of random log-probabilities held where the run would hold it. On a GPU the
     base is the model's full-size shape twin; on a CPU the model itself, on smaller batches.
-    ``shared_counts``: also the concurrency curve at these counts (``harness.shared_rates``;
+    ``shared_counts``: also the concurrency curve at these counts (``harness.planning.shared_rates``;
     ``--save-rates`` asks for it)."""
     gpu = device.type == "cuda"
     runner_model = shape_model(model) if gpu else model
@@ -229,7 +230,7 @@ def _shared_fields(shape: Shape, shared_counts: tuple[int, ...], label: str) -> 
 
 def _lora_rates(base, pairs: list[EncodedPair], batch_size: int, label: str) -> tuple[float | None, float | None]:
     """Seconds of one LoRA training step through ``base``, without and (on a GPU) with
-    activations recomputed, set up as the runs set it up (``methods.lora_on``), on the base's
+    activations recomputed, set up as the runs set it up (``lora.lora_on``), on the base's
     own weights: measured last, as it adds adapters to them. A step that does not fit the GPU
     leaves its figure None (LoRA's hours are then estimated), the other rates stand."""
     gpu = base.device.type == "cuda"

@@ -25,8 +25,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..core.cache import gpu_headroom
-from .profile import Profile
+from ...core.cache import gpu_headroom
+from ..profile import Profile
 
 GIB = 2**30
 AUTO_CAP = 12  # the most processes auto starts before a curve is measured (the GPU script measures 1, 4, 8, 12)
@@ -108,7 +108,7 @@ def planning_gpu_bytes(rates, card=None, profile: Profile | None = None) -> int 
     None on a CPU."""
     import torch
 
-    from . import profile as config
+    from .. import profile as config
 
     if card is not None:
         return int(card.memory_gib * GIB)
@@ -140,7 +140,7 @@ def for_run(profile: Profile, units, *, rates: Mapping | None = None) -> Sharing
     the cores; the fewest any base allows. 1 on a CPU unless set."""
     import torch
 
-    from ..core.cache import gpu_free_bytes
+    from ...core.cache import gpu_free_bytes
     from . import costs
 
     cuda = torch.cuda.is_available()

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..core.blackbox import OutputHead
-from ..core.cache import BaseOutputCache
-from ..core.pairs import EncodedPair
-from ..core.reweighter import make_reweighter
-from ..core.train import TokenObjective
+from ...core.blackbox import OutputHead
+from ...core.cache import BaseOutputCache
+from ...core.pairs import EncodedPair
+from ...core.reweighter import make_reweighter
+from ...core.train import TokenObjective
 
 GPU_COUNTS = (1, 4, 8, 12)
 CPU_COUNTS = (1, 2)  # a rehearsal of the measurement on a CPU (gpu-check --device cpu), not a rate to plan with
