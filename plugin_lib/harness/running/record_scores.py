@@ -33,7 +33,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ... import data
+from ... import data, metrics
+from ...data.integrity import CHECKSUMS_FILE
 from ...metrics import METRIC_NAMES, compute_metrics, java, normalise_inputs
 from ...utils.io import atomic_write_text
 from ...utils.record_manifest import content_hash
@@ -42,7 +43,7 @@ from ..profile import cache_dir
 RELATIVE_TOLERANCE = 1e-9
 JAVA_METRICS = ("METEOR", "ROUGE-L", "CIDEr")
 PLAIN_METRICS = tuple(m for m in METRIC_NAMES if m not in JAVA_METRICS)
-_SCORERS = Path(__file__).resolve().parents[1] / "metrics"
+_SCORERS = Path(metrics.__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def references_by_id(dataset: str) -> dict[str, list[str]]:
 def scorers_version() -> str:
     """What decides a recomputed metric: the scorers' code and the data's checksums."""
     digest = hashlib.sha256()
-    for path in sorted(_SCORERS.glob("*.py")) + [_SCORERS.parent / "data" / "checksums.txt"]:
+    for path in sorted(_SCORERS.glob("*.py")) + [CHECKSUMS_FILE]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
