@@ -4,6 +4,7 @@ base cut to its top-p nucleus first), decoded through the package's KV-cached Lo
 and run by the runner over NewModel's own expert with alpha chosen on hyper-validation."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -13,6 +14,8 @@ from transformers import TopPLogitsWarper
 from conftest import count_trainings
 from plugin_lib.core.combine import nucleus_log_probs, proxy_combine, proxy_log_probs
 from plugin_lib.core.decode import PluginLogitsProcessor, greedy_decode_uncached
+from plugin_lib.core.reweighter import make_reweighter
+from plugin_lib.core.train import TokenObjective
 from plugin_lib.harness import methods
 from plugin_lib.harness.running import run_keys, runner
 
@@ -81,6 +84,31 @@ def test_the_arms_use_newmodels_expert_and_choose_alpha_on_hyper_validation(task
     assert [seed for _, seed in trained] == [1]
     assert second["hparams"]["lr"] == newmodel["hparams"]["lr"] and second["training"] == {
         **dexperts["training"], "alpha_hyper_losses": second["training"]["alpha_hyper_losses"]}
+
+
+@pytest.mark.parametrize("arm", methods.PROXY_ARMS)
+def test_alpha_selection_runs_the_expert_once_a_batch_and_scores_as_one_alpha_at_a_time(task, profile, arm):
+    """The expert's forward and the base's nucleus are shared by every alpha, and each alpha's
+    hyper-validation loss is bit for bit the one a separate pass over the pairs gives."""
+    expert = make_reweighter("llama", task.base.vocab_size, hidden_size=32, intermediate_size=64, seed=3)
+    calls = []
+    expert.get_input_embeddings().register_forward_hook(lambda *_: calls.append(1))
+    settings = dataclasses.replace(profile.proxy, top_p=0.9999)  # the tiny base's 0.9 nucleus is one token
+    alpha, losses = methods.choose_alpha(task, arm, expert, settings)
+    hyper = task.encoded("hyper")
+    assert len(calls) == -(-len(hyper) // 16)  # one forward a batch of 16, not one per alpha
+    top_p = methods.proxy_top_p(arm, settings)
+
+    def one_alpha(base, small, value):
+        combined = proxy_log_probs(base, torch.log_softmax(small.float(), -1), value, top_p)
+        return combined.masked_fill(torch.isneginf(combined), 0.0)
+
+    for value in (0.0, *settings.alphas):
+        objective = TokenObjective(hyper, task.base.tokenizer.pad_token_id, cache=task.base_cache("hyper"),
+                                   log_probs=functools.partial(one_alpha, value=value))
+        assert losses[f"{value:g}"] == objective.mean_nll(expert), value
+    assert len(set(losses.values())) > 1  # the alphas differ: the comparison is not vacuous
+    assert losses[f"{alpha:g}"] == min(v for a, v in losses.items() if a != "0")
 
 
 def test_the_arms_runs_are_keyed_on_the_proxy_settings(task, profile):

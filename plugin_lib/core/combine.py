@@ -8,6 +8,7 @@ almost all of its mass on a single token, where ``log(p + eps)`` would not.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -79,20 +80,28 @@ def proxy_log_probs(base_logits: torch.Tensor, expert_difference: torch.Tensor, 
     log-probabilities less the anti-expert's (a uniform anti-expert: the expert's logits alone;
     a per-row constant does not change the result). ``top_p`` (DExperts): the base is first cut
     to its nucleus. Log-space throughout: softmax(b + alpha * d) = softmax(log_softmax(b) + alpha * d)."""
+    base = nucleus_log_probs(base_logits, top_p) if top_p is not None else _log_probs(base_logits)
+    return _proxy_at(base, expert_difference.float(), alpha)
+
+
+def _proxy_at(base: torch.Tensor, difference: torch.Tensor, alpha: float) -> torch.Tensor:
     if alpha < 0:
         raise ValueError(f"alpha must be at least 0, got {alpha}")
-    base = nucleus_log_probs(base_logits, top_p) if top_p is not None else _log_probs(base_logits)
-    return F.log_softmax(base + alpha * expert_difference.float(), dim=-1)
+    return F.log_softmax(base + alpha * difference, dim=-1)
 
 
-def reachable_proxy_log_probs(base_log_probs: torch.Tensor, expert_logits: torch.Tensor, alpha: float,
-                              top_p: float | None = None) -> torch.Tensor:
-    """``proxy_log_probs`` with a uniform anti-expert, for a hyper-validation loss: a target that
-    the combination rules out (outside DExperts' nucleus) reads 0, as ``core.train``'s
-    ``reachable_plugin_log_probs`` does for a top-k view, so every alpha is judged on one set
-    of reachable targets."""
-    combined = proxy_log_probs(base_log_probs, _log_probs(expert_logits), alpha, top_p)
-    return combined.masked_fill(torch.isneginf(combined), 0.0)
+def reachable_proxy_log_probs(base_log_probs: torch.Tensor, expert_logits: torch.Tensor, alphas: Sequence[float],
+                              top_p: float | None = None) -> Iterator[torch.Tensor]:
+    """``proxy_log_probs`` with a uniform anti-expert at each of ``alphas`` in turn, for
+    hyper-validation losses: the base's nucleus and the expert's log-probabilities are computed
+    once for all. A target that the combination rules out (outside DExperts' nucleus) reads 0,
+    as ``core.train``'s ``reachable_plugin_log_probs`` does for a top-k view, so every alpha is
+    judged on one set of reachable targets."""
+    base = nucleus_log_probs(base_log_probs, top_p) if top_p is not None else _log_probs(base_log_probs)
+    difference = _log_probs(expert_logits).float()
+    for alpha in alphas:  # one vocabulary-wide tensor at a time
+        combined = _proxy_at(base, difference, alpha)
+        yield combined.masked_fill(torch.isneginf(combined), 0.0)
 
 
 def proxy_combine(base_logits: torch.Tensor, expert_logits: torch.Tensor, alpha: float,

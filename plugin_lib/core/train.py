@@ -21,7 +21,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -129,6 +129,30 @@ def mean_nlls(pairs: Sequence[tuple[TokenObjective, torch.nn.Module]], batch_siz
     for (_, model), training in zip(pairs, states):
         model.train(training)
     return [total / count for total, count in zip(totals, counts)]
+
+
+@torch.no_grad()
+def mean_nlls_of_rules(objective: TokenObjective, model: torch.nn.Module,
+                       rules: Callable[[torch.Tensor | None, torch.Tensor], Iterable[torch.Tensor]],
+                       batch_size: int = 16) -> list[float]:
+    """Token-weighted mean NLL over ``objective``'s pairs of each way ``rules`` combines the base
+    with ``model``, which runs once per batch (not once per rule). ``rules(base_log_probs,
+    small_logits)`` yields one tensor of log-probabilities per rule, in eval mode; each rule's
+    mean is what ``mean_nll`` gives with that rule as the objective's ``log_probs``."""
+    training, totals, count = model.training, [], 0
+    model.eval()
+    device = next(model.parameters()).device
+    for start in range(0, len(objective), batch_size):
+        batch = objective.batch(range(start, min(start + batch_size, len(objective))), device)
+        small = reweighter_logits(model, batch["input_ids"], batch["attention_mask"], batch["positions"])
+        losses = [F.nll_loss(log_probs, batch["targets"], reduction="sum").item()
+                  for log_probs in rules(batch["base"], small)]
+        totals = [a + b for a, b in zip(totals, losses)] if totals else [0.0 + loss for loss in losses]
+        count += batch["targets"].numel()
+    model.train(training)
+    if not count:
+        raise ValueError("No target tokens to score: the objective's pairs are empty.")
+    return [total / count for total in totals]
 
 
 @dataclass

@@ -48,7 +48,7 @@ from ..core.combine import mixture_log_probs, proxy_combine, reachable_proxy_log
 from ..core.decode import generate
 from ..core.reweighter import ExpertDifference, make_reweighter
 from ..core.train import (FitResult, GridRun, TokenObjective, TrainConfig, configs_that_fit, fit_grid, grid_pays,
-                          reachable_plugin_log_probs, small_model_log_probs)
+                          mean_nlls_of_rules, reachable_plugin_log_probs, small_model_log_probs)
 from . import models
 from .baselines.lora import LoraModel, lora_black_box, lora_objective, lora_on
 from .profile import Decoding, ProxySettings, Training
@@ -99,12 +99,10 @@ def choose_alpha(task: Task, method: str, expert: nn.Module, settings: ProxySett
     nucleus for DExperts), is kept beside them and never chosen: whether the expert helps the
     base at all is the arm's premise."""
     top_p = proxy_top_p(method, settings)
-    losses = {}
-    for alpha in (0.0, *settings.alphas):
-        log_probs = functools.partial(reachable_proxy_log_probs, alpha=alpha, top_p=top_p)
-        objective = TokenObjective(task.encoded("hyper"), task.base.tokenizer.pad_token_id, log_probs=log_probs,
-                                   cache=task.base_cache("hyper"))
-        losses[f"{alpha:g}"] = objective.mean_nll(expert)
+    alphas = (0.0, *settings.alphas)
+    hyper = TokenObjective(task.encoded("hyper"), task.base.tokenizer.pad_token_id, cache=task.base_cache("hyper"))
+    rules = functools.partial(reachable_proxy_log_probs, alphas=alphas, top_p=top_p)
+    losses = dict(zip((f"{alpha:g}" for alpha in alphas), mean_nlls_of_rules(hyper, expert, rules)))
     best = min(settings.alphas, key=lambda a: (losses[f"{a:g}"], a))
     return best, losses
 
