@@ -1,4 +1,4 @@
-"""The serving figures that README.md and docs/serving.md quote are those of
+"""The serving figures that docs/serving.md (and README.md, where it quotes one) quote are those of
 benchmarks/bench_serve.py's latest kept run (results/bench/bench_serve.json), with its machine
 and date named: a new run changes the file, and this test then asks for the docs to follow."""
 from __future__ import annotations
@@ -20,9 +20,15 @@ def test_docs_serving_quotes_the_latest_run_with_its_machine():
     assert f"{RUN['ceiling_tokens_per_s']:.1f} tokens/s" in doc
 
 
-def test_the_readme_quotes_the_same_ratio():
+def test_the_readme_leaves_the_ratio_to_docs_serving_or_quotes_the_latest():
+    """README.md, under its size limit, may point to docs/serving.md instead of quoting the
+    speed-up; a ratio it does quote is the latest run's."""
+    import re
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/serving.md" in readme
     most = max(RUN["rows"], key=lambda row: row["clients"])
-    assert f"{most['clients']} clients: {most['vs_one_client']:.1f}x one client's tokens/s" in (ROOT / "README.md").read_text()
+    quoted = re.findall(r"(\d+) clients: ([\d.]+)x one client's tokens/s", readme)
+    assert all(quote == (str(most["clients"]), f"{most['vs_one_client']:.1f}") for quote in quoted), quoted
 
 
 def test_docs_serving_quotes_the_latest_vllm_run():
