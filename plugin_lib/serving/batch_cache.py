@@ -26,7 +26,7 @@ class Request:
     plugin: bool
     penalty: float | None
     fed: int = 0  # tokens the reweighting model has seen
-    last: torch.Tensor | None = None  # r's logits after them (a step with no new token reuses them)
+    last: torch.Tensor | None = None  # its features after them (a step with no new token reuses them)
     key: object = field(default_factory=object)  # its identity in the cache
 
     def unfed(self) -> list[int]:
@@ -44,7 +44,14 @@ class BatchCache:
         self.keys: list[object] = []
         self.cache: DynamicCache | None = None
         self.mask: torch.Tensor | None = None  # (rows, length), 1 where a row has a token
-        self.head: torch.Tensor | None = None  # the output layer's weight, transposed (:func:`_logits`)
+        self.head: torch.Tensor | None = None  # the output layer's weight, transposed (:func:`_forward`)
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """r's logits from :func:`step`'s features (the last hidden states where the cache holds the
+        output layer, else the logits themselves), in float32."""
+        if self.head is None:
+            return features.float()
+        return (features.to(self.head_dtype) @ self.head).float()
 
     def _layers(self):
         return self.cache.layers if self.cache is not None else []
@@ -96,11 +103,12 @@ class BatchCache:
 
 
 def step(reweighter: torch.nn.Module, cache: BatchCache, requests: list[Request], device) -> torch.Tensor:
-    """r's logits at each request's newest position (rows in ``requests``' order), each request fed
-    what it has not seen: the rows of the cache one token each, in one call; new requests (and one
+    """r's features at each request's newest position (rows in ``requests``' order; ``cache.logits``
+    makes them logits: the output layer is left to the caller, which may fuse it with an addition),
+    each request fed what it has not seen: the rows of the cache one token each, in one call; new requests (and one
     with several unseen tokens, which starts again) prefill in a second call, apart, so that the
     others' block stays one token wide, then join the cache. A request with nothing new keeps
-    its last logits."""
+    its last features."""
     if getattr(reweighter, "is_context_free", False):  # it reads the newest token alone
         last = torch.tensor([(r.prompt + r.output)[-1] for r in requests], device=device)
         return reweighter(last[:, None]).logits[:, -1]
@@ -126,25 +134,24 @@ def step(reweighter: torch.nn.Module, cache: BatchCache, requests: list[Request]
 
 def _feed(reweighter, cache: BatchCache, rows: list[Request], device) -> None:
     """One forward call over ``cache``'s rows (``rows``, in its order), each fed its unseen tokens,
-    left-padded within the block; each row's ``last`` logits and ``fed`` count updated."""
+    left-padded within the block; each row's ``last`` features and ``fed`` count updated."""
     new = [r.unfed() for r in rows]
     width = max(len(tokens) for tokens in new)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    block = torch.zeros(len(rows), width, dtype=torch.long)
-    positions = torch.zeros(len(rows), width, dtype=torch.long)
-    for k, (request, tokens) in enumerate(zip(rows, new)):
-        if tokens:  # the block's last column is each row's newest token
-            ids[k, width - len(tokens):] = torch.tensor(tokens)
-            block[k, width - len(tokens):] = 1
-            positions[k, width - len(tokens):] = torch.arange(request.fed, request.fed + len(tokens))
+    ids, block, positions = [], [], []
+    for request, tokens in zip(rows, new):  # the block's last column is each row's newest token
+        pad = [0] * (width - len(tokens))
+        ids.append(pad + tokens)
+        block.append(pad + [1] * len(tokens))
+        positions.append(pad + list(range(request.fed, request.fed + len(tokens))))
+    ids, block, positions = (torch.tensor(rows_of, dtype=torch.long) for rows_of in (ids, block, positions))
     mask = cache.extend(block.to(device))
     if cache.cache is None:
         cache.cache = DynamicCache()
-    past, logits = _forward(reweighter, cache, ids.to(device), mask, positions.to(device))
+    past, features = _forward(reweighter, cache, ids.to(device), mask, positions.to(device))
     cache.cache = past
     for k, (request, tokens) in enumerate(zip(rows, new)):
         if tokens:
-            request.fed, request.last = request.fed + len(tokens), logits[k]
+            request.fed, request.last = request.fed + len(tokens), features[k]
 
 
 def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -157,11 +164,12 @@ def _left_pad(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
 
 
 def _forward(reweighter, cache: BatchCache, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor):
-    """(the cache after the block, the logits at each row's last column). For the package's two
-    reweighting families the body runs alone and its last hidden states meet the output layer's
-    weight transposed once and kept contiguous: the same products as the model's own head
-    (``F.linear``), about a fifth faster on a CPU, where the head is the bulk of a step; in the
-    cache's ``head_dtype`` (bfloat16 halves the head's time where the CPU has its instructions)."""
+    """(the cache after the block, the features at each row's last column). For the package's two
+    reweighting families the body runs alone: the features are its last hidden states, and the
+    cache keeps the output layer's weight transposed and contiguous (``cache.logits``: the same
+    products as the model's own head, about a fifth faster on a CPU, where the head is the bulk of
+    a step; in the cache's ``head_dtype``: bfloat16 halves the head's time where the CPU has its
+    instructions). Other models give their logits."""
     if not isinstance(reweighter, _HEADED) or getattr(reweighter.get_output_embeddings(), "bias", None) is not None:
         out = reweighter(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache.cache,
                          use_cache=True, logits_to_keep=1)
@@ -171,7 +179,7 @@ def _forward(reweighter, cache: BatchCache, ids: torch.Tensor, mask: torch.Tenso
         cache.head = weight.detach().t().contiguous().to(cache.head_dtype)
     out = reweighter.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                 past_key_values=cache.cache, use_cache=True)
-    return out.past_key_values, (out.last_hidden_state[:, -1].to(cache.head_dtype) @ cache.head).float()
+    return out.past_key_values, out.last_hidden_state[:, -1]
 
 
 _HEADED = (LlamaForCausalLM, GPT2LMHeadModel)

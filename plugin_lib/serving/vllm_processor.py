@@ -3,9 +3,10 @@
 vLLM computes the base's logits b for every request of its persistent batch; this processor
 holds the trained reweighting model and adds its log-probabilities, as ``core.combine.
 combine_log_probs`` does: log p = log_softmax(log_softmax(b) + log_softmax(r)). It returns
-b + log_softmax(r), which differs from log p by each row's constant: vLLM's own softmax removes
-it (sampling, and the processed log-probabilities it returns), so the distribution is the same
-with one pass over the vocabulary instead of three. Sampling (temperature, top-p, seeds, stop
+b + r (the two models' logits), which differs from log p by each row's constant: vLLM's own
+softmax removes it (sampling, and the processed log-probabilities it returns), so the
+distribution is the same with one pass over the vocabulary instead of three; in the usual step
+(every row plugged, no penalty) r's output layer adds its product straight into b (``addmm_``). Sampling (temperature, top-p, seeds, stop
 strings) stays vLLM's, so greedy decoding is argmax p, up to rounding at near-ties.
 
 The reweighting model keeps one KV cache for the whole batch (``serving.batch_cache``): the
@@ -35,7 +36,6 @@ import os
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoTokenizer
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
@@ -147,19 +147,19 @@ class PluginLogitsProcessor(LogitsProcessor):
         if not plugged:
             self.cache.keep([])
             return logits
-        r = self._reweighter_logits([self.requests[i] for i in plugged])
-        for k, i in enumerate(plugged):
-            request = self.requests[i]
-            if request.penalty is not None:
-                r[k] = penalise(r[k], request.output, request.penalty)
+        features = step(self.reweighter, self.cache, [self.requests[i] for i in plugged], self.device)
         # log b + log r up to each row's constant, which vLLM's softmax (sampling, processed
-        # log-probabilities) removes: combine_log_probs' distribution in one pass over the vocabulary
-        added = F.log_softmax(r.to(logits.device).float(), -1).to(logits.dtype)
-        if len(plugged) == logits.shape[0]:  # the usual batch: no rows to pick out
-            return logits.add_(added)
-        index = torch.tensor(plugged, device=logits.device)
-        return logits.index_add_(0, index, added)
-
-    def _reweighter_logits(self, requests: list[Request]) -> torch.Tensor:
-        """r's logits at each request's newest position (``batch_cache.step``)."""
-        return step(self.reweighter, self.cache, requests, self.device)
+        # log-probabilities) removes: combine_log_probs' distribution from b + r, one pass over the vocabulary
+        penalised = [k for k, i in enumerate(plugged) if self.requests[i].penalty is not None]
+        head = self.cache.head
+        if (len(plugged) == logits.shape[0] and not penalised and head is not None and head.dtype == logits.dtype
+                and logits.is_contiguous()):  # the usual batch: r's output layer adds itself to b in one product
+            return logits.addmm_(features.to(logits.device), head)
+        r = self.cache.logits(features)
+        for k in penalised:
+            request = self.requests[plugged[k]]
+            r[k] = penalise(r[k], request.output, request.penalty)
+        r = r.to(logits.device, logits.dtype)
+        if len(plugged) == logits.shape[0]:
+            return logits.add_(r)
+        return logits.index_add_(0, torch.tensor(plugged, device=logits.device), r)
