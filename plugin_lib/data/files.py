@@ -6,6 +6,7 @@ both sources the same way. Every local file is verified before it is read (``dat
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import warnings
@@ -153,8 +154,20 @@ def e2e_rows(split: str):
             for row in read_csv_rows(local_path(f"e2e_cleaned/{filename}"))]
 
 
-def webnlg_xml_rows(path: Path) -> Iterator[dict[str, Any]]:
-    """The entries of a WebNLG XML file as rows shaped like HF ``web_nlg`` rows."""
+def webnlg_xml_rows(path: Path) -> tuple[dict[str, Any], ...]:
+    """The entries of a WebNLG XML file as rows shaped like HF ``web_nlg`` rows (read-only: a
+    process parses a file once for as long as its size and modification time stay the same;
+    the judges and the fine-tuning pool load the splits hundreds of times)."""
+    stat = Path(path).stat()
+    return _parsed_webnlg_xml(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_webnlg_xml(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], ...]:
+    return tuple(_webnlg_entries(path))
+
+
+def _webnlg_entries(path: str) -> Iterator[dict[str, Any]]:
     for entry in ET.parse(path).getroot().iter("entry"):
         lexes = entry.findall("lex")
         yield {
