@@ -4,6 +4,7 @@ and date named: a new run changes the file, and this test then asks for the docs
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +24,6 @@ def test_docs_serving_quotes_the_latest_run_with_its_machine():
 def test_the_readme_leaves_the_ratio_to_docs_serving_or_quotes_the_latest():
     """README.md, under its size limit, may point to docs/serving.md instead of quoting the
     speed-up; a ratio it does quote is the latest run's."""
-    import re
     readme = (ROOT / "README.md").read_text()
     assert "docs/serving.md" in readme
     most = max(RUN["rows"], key=lambda row: row["clients"])
