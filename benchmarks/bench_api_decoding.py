@@ -41,7 +41,8 @@ def plugin_model(task: tasks.Task, scale, which: str):
     record = json.loads(selection.read_text())
     hparams = record["configs"][record["best"]]["hparams"]
     before = task.base.usage.snapshot()
-    model, result = methods.train_method(task, "Plugin", arch, hparams, seed, scale.training, progress=False)
+    model, result = methods.train(task, methods.TrainingSpec("Plugin", arch, hparams, seed, scale.training),
+                                  progress=False)
     asked = task.base.usage.minus(before).phases["teacher_forcing"].requests
     return model.eval(), (f"trained with {hparams} ({result.epochs_run} epochs, {result.seconds:.0f} s; "
                           f"{asked} teacher-forcing requests for base outputs the stored cache lacked)")

@@ -225,20 +225,20 @@ def killed_at_validation(number: int, error: type[BaseException] = KeyboardInter
 
 
 def count_trainings(monkeypatch, seen) -> None:
-    """Call ``seen(hparams, seed)`` for every configuration trained, alone (``train_method``) or
-    with others of its grid (``train_methods``), and train it as usual."""
+    """Call ``seen(hparams, seed)`` for every configuration trained, alone (``methods.train``) or
+    with others of its grid (``train_together``), and train it as usual."""
     from plugin_lib.harness import methods
 
-    real_one, real_many = methods.train_method, methods.train_methods
+    real_one, real_many = methods.train, methods.train_together
 
-    def one(task, method, arch, hparams, seed, *args, **kwargs):
-        seen(hparams, seed)
-        return real_one(task, method, arch, hparams, seed, *args, **kwargs)
+    def one(task, spec, **kwargs):
+        seen(spec.hparams, spec.seed)
+        return real_one(task, spec, **kwargs)
 
-    def many(task, method, arch, configs, seed, *args, **kwargs):
-        for hparams in configs:
-            seen(hparams, seed)
-        return real_many(task, method, arch, configs, seed, *args, **kwargs)
+    def many(task, specs, **kwargs):
+        for spec in specs:
+            seen(spec.hparams, spec.seed)
+        return real_many(task, specs, **kwargs)
 
-    monkeypatch.setattr(methods, "train_method", one)
-    monkeypatch.setattr(methods, "train_methods", many)
+    monkeypatch.setattr(methods, "train", one)
+    monkeypatch.setattr(methods, "train_together", many)

@@ -50,7 +50,7 @@ def main(log: str, sleep_s: float = 0.0) -> None:
         os.write(fd, f"{line} {os.getpid()}\n".encode())
         os.close(fd)
 
-    build, compute_run, train = BaseOutputCache.build.__func__, runner._compute_run, methods.train_method
+    build, compute_run, train = BaseOutputCache.build.__func__, runner._compute_run, methods.train
 
     def logged_build(cls, base, pairs, *, directory=None, **kwargs):
         path = BaseOutputCache.stored_path(directory, base.name, pairs) if directory is not None else None
@@ -68,10 +68,10 @@ def main(log: str, sleep_s: float = 0.0) -> None:
         note(f"end {label}-seed{seed}")
         return record
 
-    def logged_train(task, method, arch, hparams, seed, training, **kwargs):
-        tag = f"{method}-{run_keys.config_tag(hparams)}"
+    def logged_train(task, spec, **kwargs):
+        tag = f"{spec.method}-{run_keys.config_tag(spec.hparams)}"
         note(f"compute {tag}")
-        result = train(task, method, arch, hparams, seed, training, **kwargs)
+        result = train(task, spec, **kwargs)
         if sleep_s:
             time.sleep(sleep_s)
         note(f"end {tag}")
@@ -79,7 +79,7 @@ def main(log: str, sleep_s: float = 0.0) -> None:
 
     BaseOutputCache.build = classmethod(logged_build)
     runner._compute_run = logged_run
-    methods.train_method = logged_train
+    methods.train = logged_train
     plan = grid.make_plan(mini_units(), measure=False)
     grid.run_local(plan, progress=False)
 

@@ -28,7 +28,7 @@ GRID = {"lr": [1e-3, 2e-3, 5e-3], "weight_decay": [0.01], "alpha": [0.5], "exten
 
 
 def main(cache_dir: str, log: str, sleep_s: float = 0.0) -> None:
-    real_spec, real_one, real_many = models.model_spec, methods.train_method, methods.train_methods
+    real_spec, real_one, real_many = models.model_spec, methods.train, methods.train_together
     models.model_spec = lambda name: ({"name": name, "source": "test", "family": "llama", "display": "tiny"}
                                       if name == "tiny-llama" else real_spec(name))
     search.arch_for = lambda name: dict(SMALL_ARCH)
@@ -49,10 +49,10 @@ def main(cache_dir: str, log: str, sleep_s: float = 0.0) -> None:
             note(f"end lr={hparams['lr']:g}")
         return out
 
-    methods.train_method = lambda task, method, arch, hparams, seed, training, **kwargs: logged(
-        [hparams], lambda: real_one(task, method, arch, hparams, seed, training, **kwargs))
-    methods.train_methods = lambda task, method, arch, configs, seed, training, **kwargs: logged(
-        configs, lambda: real_many(task, method, arch, configs, seed, training, **kwargs))
+    methods.train = lambda task, spec, **kwargs: logged(
+        [spec.hparams], lambda: real_one(task, spec, **kwargs))
+    methods.train_together = lambda task, specs, **kwargs: logged(
+        [spec.hparams for spec in specs], lambda: real_many(task, specs, **kwargs))
     profile = load_profile("smoke", seeds=[0], grid=GRID,
                            training={"max_epochs": 1, "patience": 1, "batch_size": 4, "warmup_ratio": 0.1})
     base = make_tiny_base(models.load_tokenizer("smollm2-135m-instruct"))

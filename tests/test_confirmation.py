@@ -438,7 +438,7 @@ def test_the_script_replays_the_coordinate_searchs_own_walk(tmp_path, monkeypatc
                 record["best"] = run_keys.config_tag(hparams)
         return json.loads(json.dumps(record))
 
-    monkeypatch.setattr(search, "selection_paths", lambda *a: (tmp_path / "sel.json", tmp_path / "best.pt", "s", "i"))
+    monkeypatch.setattr(search, "selection_files", lambda *a: run_store.MethodFiles(tmp_path, "s", "i"))
     monkeypatch.setattr(search, "_train_configs", fake_training)
     search.select_hparams(None, method, profile, arch={"layers": 1}, progress=False)
     assert len(trained) > sum(len(v) for v in values.values()) - len(values)  # every axis walked

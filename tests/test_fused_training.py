@@ -179,9 +179,9 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
     profile = profile.replace(grid={**profile.section("grid"), "weight_decay": [0.01, 1.0], "alpha": [0.25, 0.75]},
                               training={**profile.section("training"), "max_epochs": 3, "patience": 1})
     trained_together = []
-    real = methods.train_methods
-    monkeypatch.setattr(methods, "train_methods",
-                        lambda *a, **k: trained_together.append(len(a[3])) or real(*a, **k))
+    real = methods.train_together
+    monkeypatch.setattr(methods, "train_together",
+                        lambda task, specs, **k: trained_together.append(len(specs)) or real(task, specs, **k))
     together = search.select_hparams(task, method, profile, progress=False)
     size = len(run_keys.hparam_grid(profile, method))
     assert trained_together == [size] and size >= 4
@@ -191,7 +191,7 @@ def test_a_search_trains_its_grid_together_and_records_what_each_alone_gives(tas
     for hparams in run_keys.hparam_grid(profile, method):
         search.train_config(task, method, profile, hparams)
     alone = search.stored_selection(task, method, profile)
-    assert trained_together == [size]  # one at a time: train_method, never train_methods
+    assert trained_together == [size]  # one at a time: train, never train_together
     assert alone["best"] == together["best"]
     for tag, config in alone["configs"].items():
         other = together["configs"][tag]

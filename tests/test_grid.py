@@ -237,7 +237,8 @@ def test_a_selection_under_way_is_estimated_by_the_configurations_it_has_left(tm
     ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
     unit = grid.Unit("selection", "runs/e2e/smollm2-135m-instruct/LoRA-selection", ref, profile, method="LoRA")
     assert planning.configs_stored(unit) == 0  # no record yet
-    path, _, settings, inputs = search.selection_paths(grid.planning_task(ref, profile), "LoRA", profile, None, None)
+    files = search.selection_files(grid.planning_task(ref, profile), "LoRA", profile, None, None)
+    path, settings, inputs = files.folder / "LoRA-selection.json", files.settings, files.inputs
     path.parent.mkdir(parents=True)
     configs = {"a": {"seconds": 5.0}, "b": {"seconds": 7.0}}
     path.write_text(json.dumps({"settings": "other settings", "inputs": inputs, "configs": configs}))

@@ -31,25 +31,23 @@ def test_finished_runs_are_not_redone_unless_settings_change(task, profile, monk
 
 
 def patch_training(monkeypatch, train):
-    """Stand ``train`` (``methods.train_method``'s signature) in for the training of one
-    configuration and, one by one in their order, of several trained together (``train_methods``)."""
-    def together(task_, method, arch, configs, seed, training, progress=True, checkpoints=()):
-        checkpoints = list(checkpoints) or [None] * len(configs)
-        return [train(task_, method, arch, hparams, seed, training, progress=progress, checkpoint=checkpoint)
-                for hparams, checkpoint in zip(configs, checkpoints)]
+    """Stand ``train`` (``methods.train``'s signature) in for the training of one configuration
+    and, one by one in their order, of several trained together (``methods.train_together``)."""
+    def together(task_, specs, progress=True):
+        return [train(task_, spec, progress=progress) for spec in specs]
 
-    monkeypatch.setattr(methods, "train_method", train)
-    monkeypatch.setattr(methods, "train_methods", together)
+    monkeypatch.setattr(methods, "train", train)
+    monkeypatch.setattr(methods, "train_together", together)
 
 def test_grid_search_resumes_and_keeps_the_lowest_loss(task, profile, monkeypatch):
     trained, checkpoints = [], []
-    real_train = methods.train_method
+    real_train = methods.train
 
-    def counting_train(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
-        trained.append(hparams["lr"])
-        checkpoints.append(checkpoint)
-        return real_train(task_, method, {**arch, "hidden_size": 16, "intermediate_size": 32},
-                          hparams, seed, training, progress=progress, checkpoint=checkpoint)
+    def counting_train(task_, spec, progress=True):
+        trained.append(spec.hparams["lr"])
+        checkpoints.append(spec.checkpoint)
+        small = dataclasses.replace(spec, arch={**spec.arch, "hidden_size": 16, "intermediate_size": 32})
+        return real_train(task_, small, progress=progress)
 
     patch_training(monkeypatch, counting_train)
     monkeypatch.setattr(search, "arch_for", lambda name: {"arch": "llama", "hidden_size": 16, "intermediate_size": 32})
@@ -132,12 +130,13 @@ def test_beyond_edge_steps_past_the_edge_where_the_choice_sits():
 
 
 def _fake_training(trained, best_lr):
-    """train_method stand-in: hyper-validation loss is smallest at ``best_lr`` (log scale)."""
+    """``methods.train`` stand-in: hyper-validation loss is smallest at ``best_lr`` (log scale)."""
     import math
     import torch
     from plugin_lib.core.train import FitResult
 
-    def train(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
+    def train(task_, spec, progress=True):
+        hparams = spec.hparams
         trained.append(hparams["lr"])
         loss = 1.0 + abs(math.log(hparams["lr"] / best_lr))
         result = FitResult(best_epoch=1, best_val_loss=loss, epochs_run=1, optimizer_steps=1, seconds=0.0)
@@ -179,12 +178,13 @@ def test_extend_edges_zero_keeps_the_settings_hash_of_runs_made_before_the_optio
 # -- coordinate search (issue 25) -----------------------------------------------------------------
 
 def _fake_two_key_training(trained, best):
-    """train_method stand-in whose hyper-validation loss is smallest at ``best`` (log scale)."""
+    """``methods.train`` stand-in whose hyper-validation loss is smallest at ``best`` (log scale)."""
     import math
     import torch
     from plugin_lib.core.train import FitResult
 
-    def train(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
+    def train(task_, spec, progress=True):
+        hparams = spec.hparams
         trained.append((hparams["lr"], hparams["weight_decay"]))
         loss = 1.0 + sum(abs(math.log(hparams[k] / v)) for k, v in best.items())
         return torch.nn.Linear(1, 1), FitResult(best_epoch=1, best_val_loss=loss, epochs_run=1, optimizer_steps=1,
@@ -318,7 +318,7 @@ def test_equal_losses_choose_the_grids_first_whatever_order_the_units_finish_in(
     import torch
     from plugin_lib.core.train import FitResult
 
-    def equal(task_, method, arch, hparams, seed, training, progress=True, checkpoint=None):
+    def equal(task_, spec, progress=True):
         return torch.nn.Linear(1, 1), FitResult(best_epoch=1, best_val_loss=1.5, epochs_run=1, optimizer_steps=1,
                                                 seconds=0.0)
 
@@ -329,3 +329,26 @@ def test_equal_losses_choose_the_grids_first_whatever_order_the_units_finish_in(
         search.train_config(task, "Plugin", profile, hparams)
     record = search.select_hparams(task, "Plugin", profile, progress=False)
     assert record["best"] == run_keys.config_tag(configs[0])
+
+
+def test_a_training_spec_is_checked_when_it_is_made(profile):
+    with pytest.raises(ValueError, match="Zeroshot has nothing to train"):
+        methods.TrainingSpec("Zeroshot", {}, {"lr": 1e-3, "weight_decay": 0.01}, 0, profile.training)
+    with pytest.raises(ValueError, match="WeightedComb's training needs hyperparameters"):
+        methods.TrainingSpec("WeightedComb", {}, {"lr": 1e-3, "weight_decay": 0.01}, 0, profile.training)
+    with pytest.raises(TypeError, match="seed must be an integer, got '0'"):
+        methods.TrainingSpec("Plugin", {}, {"lr": 1e-3, "weight_decay": 0.01}, "0", profile.training)
+    spec = methods.TrainingSpec("Plugin", {}, {"lr": 1e-3, "weight_decay": 0.01}, 0, profile.training)
+    assert spec.checkpoint is None and dataclasses.replace(spec, seed=1).seed == 1
+
+
+def test_a_methods_files_are_keyed_as_its_records(task, profile):
+    """A run's files carry the fingerprints its records store: the family's architecture enters
+    the settings' key only under a label of its own (an ablation's, a pretrained arm's)."""
+    arch = {"arch": "llama", "hidden_size": 16, "intermediate_size": 32}
+    plain = run_store.method_files(task, profile, "Plugin", arch=arch)
+    assert plain.settings == run_keys.settings_fingerprint(task, profile, None, "Plugin")
+    assert plain.inputs == run_keys.inputs_fingerprint(task)
+    labelled = run_store.method_files(task, profile, "Plugin", "Plugin-small", arch)
+    assert labelled.settings == run_keys.settings_fingerprint(task, profile, arch, "Plugin") != plain.settings
+    assert plain.folder == labelled.folder == run_store.runs_dir(profile, task.dataset, task.base.name)

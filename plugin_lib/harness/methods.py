@@ -36,6 +36,7 @@ repetition penalty applied to each model's logits) and the metric code. The trai
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -78,13 +79,14 @@ def trained_as(method: str) -> str:
     return EXPERT_METHOD if method in PROXY_ARMS else method
 
 
-def proxy_expert(task: Task, expert: nn.Module, arch: dict, seed: int) -> nn.Module:
-    """What a proxy arm adds to the base: a pretrained expert (``arch["arch"] == "pretrained"``)
-    less its anti-expert, the same pretrained model untuned (proxy-tuning's own pairing); any other
-    expert alone, its anti-expert uniform (a small model with no untuned state worth subtracting)."""
-    if arch.get("arch") != "pretrained":
+def proxy_expert(task: Task, expert: nn.Module, spec: TrainingSpec) -> nn.Module:
+    """What a proxy arm adds to the base: a pretrained expert (trained as ``spec``, whose
+    ``arch["arch"]`` is "pretrained") less its anti-expert, the same pretrained model untuned
+    (proxy-tuning's own pairing); any other expert alone, its anti-expert uniform (a small model
+    with no untuned state worth subtracting)."""
+    if spec.arch.get("arch") != "pretrained":
         return expert
-    return ExpertDifference(expert, build_model(task, EXPERT_METHOD, arch, seed).eval())
+    return ExpertDifference(expert, build_model(task, spec.method, spec.arch, spec.seed).eval())
 
 
 def proxy_top_p(method: str, settings: ProxySettings) -> float | None:
@@ -151,26 +153,39 @@ def objective(task: Task, method: str, split: str, hparams: dict) -> TokenObject
     return TokenObjective(task.encoded(split), pad, log_probs=log_probs, cache=task.base_cache(split))
 
 
-def training_run(
-    task: Task, method: str, arch: dict, hparams: dict, seed: int, training: Training, *,
-    checkpoint: Path | None = None,
-) -> GridRun:
-    """What training ``method``'s small model with ``hparams`` needs (``core.train.fit_grid``):
-    a fresh model, the training and hyper-validation objectives, the settings. ``checkpoint``:
-    where an interrupted training resumes from; it holds the finished training until the
-    caller, having stored its result, removes it."""
-    cfg = TrainConfig(
-        lr=hparams["lr"],
-        weight_decay=hparams["weight_decay"],
-        max_epochs=training.max_epochs,
-        patience=training.patience,
-        batch_size=training.batch_size,
-        warmup_ratio=training.warmup_ratio,
-        seed=seed,
-    )
-    train, hyper = (objective(task, method, split, hparams) for split in ("train", "hyper"))
-    return GridRun(build_model(task, method, arch, seed), train, hyper, cfg, checkpoint,
-                   keep_checkpoint=checkpoint is not None)
+@dataclasses.dataclass(frozen=True)
+class TrainingSpec:
+    """One small model to train: ``method``'s model of architecture ``arch``, with ``hparams``
+    (the grid's keys: ``run_keys.grid_keys``) and ``seed``, under the profile's ``settings``.
+    ``checkpoint``: where an interrupted training resumes from; it holds the finished training
+    until the caller, having stored its result, removes it. Checked once, when it is made."""
+
+    method: str
+    arch: dict
+    hparams: dict
+    seed: int
+    settings: Training
+    checkpoint: Path | None = None
+
+    def __post_init__(self):
+        if self.method not in TRAINED_METHODS + EXTRA_METHODS:
+            raise ValueError(f"{self.method} has nothing to train; trained methods: "
+                             f"{', '.join(TRAINED_METHODS + EXTRA_METHODS)}.")
+        needed = {"lr", "weight_decay"} | ({"alpha"} if self.method == "WeightedComb" else set())
+        if not needed <= set(self.hparams):
+            raise ValueError(f"{self.method}'s training needs hyperparameters {sorted(needed)}, got {self.hparams}.")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise TypeError(f"seed must be an integer, got {self.seed!r}.")
+
+
+def training_run(task: Task, spec: TrainingSpec) -> GridRun:
+    """What training ``spec`` needs (``core.train.fit_grid``): a fresh model, the training and
+    hyper-validation objectives, the settings."""
+    cfg = TrainConfig(lr=spec.hparams["lr"], weight_decay=spec.hparams["weight_decay"], seed=spec.seed,
+                      **dataclasses.asdict(spec.settings))  # epochs, patience, batch size, warmup
+    train, hyper = (objective(task, spec.method, split, spec.hparams) for split in ("train", "hyper"))
+    return GridRun(build_model(task, spec.method, spec.arch, spec.seed), train, hyper, cfg, spec.checkpoint,
+                   keep_checkpoint=spec.checkpoint is not None)
 
 
 def configs_at_once(task: Task, method: str, arch: dict, pending: int) -> int:
@@ -184,25 +199,18 @@ def configs_at_once(task: Task, method: str, arch: dict, pending: int) -> int:
     return configs_that_fit(build_model(task, method, arch, seed=0), pending)
 
 
-def train_method(
-    task: Task, method: str, arch: dict, hparams: dict, seed: int, training: Training, *, progress: bool = True,
-    checkpoint: Path | None = None,
-) -> tuple[nn.Module, FitResult]:
-    """Train the small model of ``method`` on the task's training part; early-stop on hyper."""
-    run = training_run(task, method, arch, hparams, seed, training, checkpoint=checkpoint)
+def train(task: Task, spec: TrainingSpec, *, progress: bool = True) -> tuple[nn.Module, FitResult]:
+    """Train ``spec``'s small model on the task's training part; early-stop on hyper."""
+    run = training_run(task, spec)
     return run.model, fit_grid([run], progress=progress)[0]
 
 
-def train_methods(
-    task: Task, method: str, arch: dict, configs: Sequence[dict], seed: int, training: Training, *,
-    progress: bool = True, checkpoints: Sequence[Path | None] = (),
-) -> list[tuple[nn.Module, FitResult]]:
-    """``train_method`` for several configurations of a grid at once (``core.train.fit_grid``):
-    one pass over the data for all, each result as if trained alone; stepped as one stacked
-    model where the task says so (``Task.stacked_training``)."""
-    checkpoints = list(checkpoints) or [None] * len(configs)
-    runs = [training_run(task, method, arch, hparams, seed, training, checkpoint=checkpoint)
-            for hparams, checkpoint in zip(configs, checkpoints)]
+def train_together(task: Task, specs: Sequence[TrainingSpec], *, progress: bool = True
+                   ) -> list[tuple[nn.Module, FitResult]]:
+    """``train`` for several configurations of a grid at once (``core.train.fit_grid``): one
+    pass over the data for all, each result as if trained alone; stepped as one stacked model
+    where the task says so (``Task.stacked_training``)."""
+    runs = [training_run(task, spec) for spec in specs]
     results = fit_grid(runs, progress=progress, stack=task.stacked_training)
     return [(run.model, result) for run, result in zip(runs, results)]
 

@@ -9,15 +9,17 @@ Records are written atomically and their hashes go into the store's manifest
 A stored record counts only if it was made from the same inputs: its ``settings`` (a hash of
 the profile's settings that shape it, ``run_keys.settings_fingerprint``) and its ``inputs`` (a
 hash of the task's data and the base model's spec, ``run_keys.inputs_fingerprint``) must both
-match the current ones; otherwise it is stale and is made again, never silently reused.
+match the current ones (``MethodFiles.current``); otherwise it is stale and is made again,
+never silently reused.
 
-Each unit of work has a lock (:func:`unit_lock`) and a training checkpoint (:func:`fit_checkpoint`),
+Each unit of work has a lock (:func:`unit_lock`) and a training checkpoint (``MethodFiles.checkpoint``),
 so that many processes share one store and a killed unit resumes; a unit that fails on a full
 disk leaves nothing of itself behind (:func:`nothing_left_on_full_disk`).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import glob
 import hashlib
@@ -31,40 +33,63 @@ from ...utils.io import atomic_write_with, is_full_disk, read_json, remove_stale
 from ...utils.locks import StoreLock
 from .. import profile as config
 from ..profile import Profile
-from .run_keys import is_current
+from .. import tasks
+from .run_keys import inputs_fingerprint, is_current, settings_fingerprint
 
 
 def runs_dir(profile: Profile, dataset: str, model: str) -> Path:
     return config.results_dir(profile) / "runs" / dataset / model.replace("/", "--")
 
 
-def load_if_current(path: Path, fingerprint: str, inputs: str) -> dict | None:
-    if not path.exists():
-        return None
-    record = read_json(path)
-    return record if is_current(record, fingerprint, inputs) else None
+@dataclasses.dataclass(frozen=True)
+class MethodFiles:
+    """One method's files in a run folder (its runs, its search, their locks and checkpoints) and
+    the keys that make them current: the ``settings`` and ``inputs`` fingerprints."""
+
+    folder: Path
+    settings: str
+    inputs: str
+
+    def current(self, name: str) -> dict | None:
+        """The record ``<name>.json`` if it was made under these keys, else None."""
+        path = self.folder / f"{name}.json"
+        record = read_json(path) if path.exists() else None
+        return record if record is not None and is_current(record, self.settings, self.inputs) else None
+
+    def lock(self, name: str) -> StoreLock:
+        return unit_lock(self.folder, name)
+
+    def checkpoint(self, name: str) -> Path:
+        """Where the training of unit ``name`` keeps its state (``core.train.fit``) until its
+        result is stored, in ``.checkpoints/``: named after the unit (its hyperparameters among
+        them) and these keys, so that no training of other settings or data resumes from it. The
+        unit's checkpoints of other keys untouched for an hour, and temporaries of killed
+        writers, are removed."""
+        kept = self.folder / ".checkpoints"
+        remove_stale_temporaries(kept)
+        key = hashlib.sha256(f"{self.settings}:{self.inputs}".encode()).hexdigest()[:12]
+        path = kept / f"{name}-{key}.pt"
+        for other in kept.glob(f"{glob.escape(name)}-*.pt") if kept.is_dir() else ():
+            if other != path and len(other.stem) == len(path.stem) and time.time() - other.stat().st_mtime > 3600:
+                other.unlink(missing_ok=True)
+        return path
+
+
+def method_files(task: tasks.Task, profile: Profile, method: str, label: str | None = None,
+                 arch: dict | None = None) -> MethodFiles:
+    """Where ``method`` (stored as ``label``, default the method) keeps its files for this task.
+    ``arch`` enters the settings' key only for a labelled variant: the family's own architecture
+    is part of the base's spec already."""
+    label = label or method
+    return MethodFiles(runs_dir(profile, task.dataset, task.base.name),
+                       settings_fingerprint(task, profile, arch if label != method else None, method),
+                       inputs_fingerprint(task))
 
 
 def unit_lock(folder: Path, name: str) -> StoreLock:
     """The lock of one unit of work in a run folder (``.locks/<name>.lock``): the process that
     holds it computes the unit; another waits, then finds the unit's record and reads it."""
     return StoreLock(folder / ".locks" / f"{name}.lock")
-
-
-def fit_checkpoint(folder: Path, name: str, fingerprint: str, inputs: str) -> Path:
-    """Where the training of unit ``name`` keeps its state (``core.train.fit``) until its result
-    is stored, in ``<run folder>/.checkpoints/``: named after the unit (its hyperparameters among
-    them) and the fingerprints of its settings and its data, so that no training of other
-    settings or data resumes from it. The unit's checkpoints of other fingerprints untouched for
-    an hour, and temporaries of killed writers, are removed."""
-    kept = folder / ".checkpoints"
-    remove_stale_temporaries(kept)
-    key = hashlib.sha256(f"{fingerprint}:{inputs}".encode()).hexdigest()[:12]
-    path = kept / f"{name}-{key}.pt"
-    for other in kept.glob(f"{glob.escape(name)}-*.pt") if kept.is_dir() else ():
-        if other != path and len(other.stem) == len(path.stem) and time.time() - other.stat().st_mtime > 3600:
-            other.unlink(missing_ok=True)
-    return path
 
 
 def save_state(model: torch.nn.Module, path: Path) -> None:

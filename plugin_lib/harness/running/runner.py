@@ -9,8 +9,8 @@ Arguments are checked before anything is loaded or written (:func:`check_run_arg
 """
 from __future__ import annotations
 
+import dataclasses
 import time
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -24,23 +24,16 @@ from ...utils.provenance import provenance
 from ...utils.record_manifest import write_record
 from .. import methods, models, tasks
 from . import run_store, search
-from .run_keys import config_tag, inputs_fingerprint, settings_fingerprint
+from .run_keys import config_tag
 from ..profile import Profile
-
-
-def _run_paths(task: tasks.Task, method: str, seed: int, profile: Profile, arch: dict | None, label: str
-               ) -> tuple[Path, str, str]:
-    """(record, settings fingerprint, inputs fingerprint) of a run."""
-    path = run_store.runs_dir(profile, task.dataset, task.base.name) / f"{label}-seed{seed}.json"
-    return path, settings_fingerprint(task, profile, arch if label != method else None, method), inputs_fingerprint(task)
 
 
 def stored_run(task: tasks.Task, method: str, seed: int, profile: Profile, *, arch: dict | None = None,
                label: str | None = None) -> dict | None:
     """The run's current record, or None (none stored, or a stale one): what
     :func:`run_experiment` would return without computing anything."""
-    path, fingerprint, inputs = _run_paths(task, method, seed, profile, arch, label or method)
-    return run_store.load_if_current(path, fingerprint, inputs)
+    label = label or method
+    return run_store.method_files(task, profile, method, label, arch).current(f"{label}-seed{seed}")
 
 
 def run_experiment(
@@ -56,51 +49,73 @@ def run_experiment(
     """
     methods.check_method(method)
     label = label or method
-    path, fingerprint, inputs = _run_paths(task, method, seed, profile, arch, label)
-    folder = path.parent
+    files, name = run_store.method_files(task, profile, method, label, arch), f"{label}-seed{seed}"
     arch = arch or search.arch_for(task.base.name)
-    stored = None if force else run_store.load_if_current(path, fingerprint, inputs)
+    stored = None if force else files.current(name)
     if stored is not None:
         return stored
-    with run_store.unit_lock(folder, path.stem):  # one process computes this run; another waits and reads it
-        stored = None if force else run_store.load_if_current(path, fingerprint, inputs)
+    with files.lock(name):  # one process computes this run; another waits and reads it
+        stored = None if force else files.current(name)
         if stored is not None:
             return stored
-        return _compute_run(task, method, label, seed, profile, arch=arch, path=path, fingerprint=fingerprint,
-                            inputs=inputs, progress=progress, selection=selection)
+        return _compute_run(task, method, label, seed, profile, arch=arch, files=files, progress=progress,
+                            selection=selection)
+
+
+def _training_spec(task: tasks.Task, method: str, label: str, seed: int, profile: Profile, *, arch: dict,
+                   files: run_store.MethodFiles, progress: bool, selection: dict | None
+                   ) -> tuple[methods.TrainingSpec, dict, str]:
+    """(how the run's small model is trained, its search's selection record, the search's label):
+    a proxy arm's is its expert, NewModel's model, with NewModel's selection and first seed's
+    weights, under the arm's suffix (ProxyTuning-pretrained's expert is NewModel-pretrained). A
+    later seed's own training keeps a checkpoint until the record is stored: a kill while
+    decoding does not train it again."""
+    trains = methods.trained_as(method)
+    train_label = label if trains == method else trains + label.removeprefix(method)
+    selection = selection or search.select_hparams(task, trains, profile, arch=arch, label=train_label,
+                                                   progress=progress)
+    hparams = selection["configs"][selection["best"]]["hparams"]
+    spec = methods.TrainingSpec(trains, arch, hparams, seed, profile.training)
+    if seed != profile.seeds[0] and trains == method:
+        spec = dataclasses.replace(spec, checkpoint=files.checkpoint(f"{label}-seed{seed}-{config_tag(hparams)}"))
+    return spec, selection, train_label
+
+
+def _trained(task: tasks.Task, spec: methods.TrainingSpec, selection: dict, train_label: str, profile: Profile,
+             progress: bool) -> tuple[torch.nn.Module, dict]:
+    """(model, the training's summary) of ``spec``: the first seed's is the search's best; a
+    proxy arm's later seed's expert is trained once for both arms (:func:`_expert`)."""
+    if spec.seed == profile.seeds[0]:
+        chosen = selection["configs"][selection["best"]]
+        model = search.trained_model(task, profile, spec, selection, train_label)
+        return model, {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
+    if spec.checkpoint is None:  # a proxy arm's expert
+        expert_files = run_store.method_files(task, profile, spec.method, train_label, spec.arch)
+        return _expert(task, spec, expert_files, f"{train_label}-expert-seed{spec.seed}", progress)
+    model, result = methods.train(task, spec, progress=progress)
+    return model, _summary(result)
+
+
+def _summary(result) -> dict:
+    return {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
+            "history": result.history}
 
 
 def _compute_run(task: tasks.Task, method: str, label: str, seed: int, profile: Profile, *, arch: dict,
-                 path: Path, fingerprint: str, inputs: str, progress: bool, selection: dict | None) -> dict:
+                 files: run_store.MethodFiles, progress: bool, selection: dict | None) -> dict:
     """``run_experiment``'s work, under the run's lock: train, decode, score, store."""
-    folder = path.parent
-    remove_stale_temporaries(folder)
+    remove_stale_temporaries(files.folder)
     started = time.perf_counter()
     usage_before = task.base.usage.snapshot() if isinstance(task.base, ApiBlackBox) else None
-    model, hparams, training, checkpoint = None, None, None, None
-    with run_store.nothing_left_on_full_disk(lambda: checkpoint):
-        trains = methods.trained_as(method)  # a proxy arm's expert is NewModel's, its selection and weights too
-        # ... under the arm's suffix: ProxyTuning-pretrained's expert is NewModel-pretrained
-        train_label = label if trains == method else trains + label.removeprefix(method)
-        if trains in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
-            selection = selection or search.select_hparams(task, trains, profile, arch=arch, label=train_label,
-                                                    progress=progress)
-            chosen = selection["configs"][selection["best"]]
-            hparams = chosen["hparams"]
-            if seed == profile.seeds[0]:
-                model = search.trained_model(task, trains, profile, arch=arch, label=train_label)
-                training = {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
-            elif trains != method:  # a proxy arm: one expert per seed, trained once for both arms
-                model, training = _expert(task, trains, train_label, arch, hparams, seed, profile, progress)
-            else:
-                # kept until the record is stored: a kill while decoding does not train it again
-                checkpoint = run_store.fit_checkpoint(folder, f"{path.stem}-{config_tag(hparams)}", fingerprint, inputs)
-                model, result = methods.train_method(task, trains, arch, hparams, seed, profile.training,
-                                                     progress=progress, checkpoint=checkpoint)
-                training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
-                            "epochs_run": result.epochs_run, "history": result.history}
+    model, spec, hparams, training = None, None, None, None
+    with run_store.nothing_left_on_full_disk(lambda: spec and spec.checkpoint):
+        if methods.trained_as(method) in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
+            spec, selection, train_label = _training_spec(task, method, label, seed, profile, arch=arch, files=files,
+                                                          progress=progress, selection=selection)
+            model, training = _trained(task, spec, selection, train_label, profile, progress)
+            hparams = spec.hparams
         if method in methods.PROXY_ARMS:
-            model = methods.proxy_expert(task, model, arch, seed)
+            model = methods.proxy_expert(task, model, spec)
             alpha, losses = methods.choose_alpha(task, method, model, profile.proxy)
             hparams = {**hparams, "alpha": alpha, "top_p": methods.proxy_top_p(method, profile.proxy)}
             training = {**training, "alpha_hyper_losses": losses}
@@ -118,8 +133,8 @@ def _compute_run(task: tasks.Task, method: str, label: str, seed: int, profile: 
             "method": label,
             "seed": seed,
             "profile": profile.name,
-            "settings": fingerprint,
-            "inputs": inputs,
+            "settings": files.settings,
+            "inputs": files.inputs,
             "hparams": hparams,
             "training": training,
             "metrics": metrics,
@@ -140,32 +155,29 @@ def _compute_run(task: tasks.Task, method: str, label: str, seed: int, profile: 
             # What this run asked of the server, per phase: teacher forcing (the base-output cache,
             # built by the run that needs it first; later runs read it from disk) and decoding.
             record["api_usage"] = task.base.usage.minus(usage_before).as_dict()
-        write_record(path, record)
-    if checkpoint is not None:
-        checkpoint.unlink(missing_ok=True)
+        write_record(files.folder / f"{label}-seed{seed}.json", record)
+    if spec is not None and spec.checkpoint is not None:
+        spec.checkpoint.unlink(missing_ok=True)
     return record
 
 
-def _expert(task: tasks.Task, method: str, label: str, arch: dict, hparams: dict, seed: int, profile: Profile,
-            progress: bool) -> tuple[torch.nn.Module, dict]:
-    """``method``'s model (stored as ``label``) for a later ``seed``, trained once and kept for
-    every proxy arm that needs it (the weights and the training's summary, in ``.checkpoints/``
-    under a name keyed on the hyperparameters, settings and data, ``fit_checkpoint``; not
+def _expert(task: tasks.Task, spec: methods.TrainingSpec, files: run_store.MethodFiles, name: str, progress: bool
+            ) -> tuple[torch.nn.Module, dict]:
+    """The expert trained as ``spec`` for a later seed, trained once and kept for every proxy arm
+    that needs it (the weights and the training's summary, in ``.checkpoints/`` under ``name``
+    and the hyperparameters, keyed on the expert's settings and data, ``MethodFiles.checkpoint``; not
     committed): seeded, so each arm gets the model it would have trained itself. A labelled
     variant (a pretrained expert) is keyed on its architecture too."""
-    folder = run_store.runs_dir(profile, task.dataset, task.base.name)
-    name = f"{label}-expert-seed{seed}-{config_tag(hparams)}"
-    fingerprint = settings_fingerprint(task, profile, None if label == method else arch, method)
-    kept = run_store.fit_checkpoint(folder, name, fingerprint, inputs_fingerprint(task))
-    with run_store.unit_lock(folder, name):
+    name = f"{name}-{config_tag(spec.hparams)}"
+    kept = files.checkpoint(name)
+    with files.lock(name):
         if kept.exists():
             stored = torch.load(kept, map_location=task.base.device, weights_only=True)
-            model = methods.build_model(task, method, arch, seed)
+            model = methods.build_model(task, spec.method, spec.arch, spec.seed)
             model.load_state_dict(stored["model"])
             return model.eval(), stored["training"]
-        model, result = methods.train_method(task, method, arch, hparams, seed, profile.training, progress=progress)
-        training = {"val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
-                    "epochs_run": result.epochs_run, "history": result.history}
+        model, result = methods.train(task, spec, progress=progress)
+        training = _summary(result)
         atomic_write_with(kept, lambda f: torch.save({"model": model.state_dict(), "training": training}, f))
         return model.eval(), training
 

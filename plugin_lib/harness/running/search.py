@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from pathlib import Path
 
 import torch
 
@@ -23,7 +22,7 @@ from .. import methods, models, tasks
 from . import run_store
 from ..profile import Profile
 from ...core.grid_search import beyond_edge, grid_edges
-from .run_keys import config_tag, grid_keys, hparam_grid, inputs_fingerprint, settings_fingerprint
+from .run_keys import config_tag, grid_keys, hparam_grid
 
 
 def arch_for(model: str) -> dict:
@@ -32,28 +31,23 @@ def arch_for(model: str) -> dict:
     return models.arch_for(model)
 
 
-def selection_paths(task: tasks.Task, method: str, profile: Profile, arch: dict | None, label: str | None
-                    ) -> tuple[Path, Path, str, str]:
-    """(selection record, best weights, settings fingerprint, inputs fingerprint) of a search."""
-    folder = run_store.runs_dir(profile, task.dataset, task.base.name)
-    label = label or method
-    arch = arch or arch_for(task.base.name)
-    fingerprint = settings_fingerprint(task, profile, arch if label != method else None, method)
-    return (folder / f"{label}-selection.json", folder / f"{label}-best.pt", fingerprint,
-            inputs_fingerprint(task))
+def selection_files(task: tasks.Task, method: str, profile: Profile, arch: dict | None, label: str | None
+                    ) -> run_store.MethodFiles:
+    """A search's files: ``<label>-selection.json``, the best weights ``<label>-best.pt``, its
+    checkpoints and locks, under the search's keys (the family's architecture by default)."""
+    return run_store.method_files(task, profile, method, label, arch or arch_for(task.base.name))
 
 
-def _selection_record(record_path: Path, fingerprint: str, inputs: str) -> dict:
-    """The stored selection record if current, else an empty one under these fingerprints."""
-    return (run_store.load_if_current(record_path, fingerprint, inputs)
-            or {"settings": fingerprint, "inputs": inputs, "configs": {}, "best": None})
+def _selection_record(files: run_store.MethodFiles, label: str) -> dict:
+    """The stored selection record if current, else an empty one under these keys."""
+    return (files.current(f"{label}-selection")
+            or {"settings": files.settings, "inputs": files.inputs, "configs": {}, "best": None})
 
 
 def stored_selection(task: tasks.Task, method: str, profile: Profile, *, arch: dict | None = None,
                      label: str | None = None) -> dict | None:
     """The current selection record of a search (complete or not), or None."""
-    record_path, _, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
-    return run_store.load_if_current(record_path, fingerprint, inputs)
+    return selection_files(task, method, profile, arch, label).current(f"{label or method}-selection")
 
 
 def _train_configs(task: tasks.Task, method: str, profile: Profile, configs: list[dict], *, arch: dict | None,
@@ -67,55 +61,49 @@ def _train_configs(task: tasks.Task, method: str, profile: Profile, configs: lis
     only under the selection's lock, re-read there, so no process overwrites another's. Equal
     losses keep the configuration first in the grid's order as the best, whatever order the
     processes finish in (one of the grid's own before one its edges added)."""
-    record_path, state_path, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
-    folder, label, arch = record_path.parent, label or method, arch or arch_for(task.base.name)
-
-    def fresh() -> dict:
-        return _selection_record(record_path, fingerprint, inputs)
-
-    tags = {config_tag(hparams): hparams for hparams in configs}
+    files = selection_files(task, method, profile, arch, label)
+    label, arch = label or method, arch or arch_for(task.base.name)
+    specs = {config_tag(hparams): methods.TrainingSpec(method, arch, hparams, profile.seeds[0], profile.training)
+             for hparams in configs}
     # Equal losses keep the configuration first in the grid's order, whichever finished first:
     # units of one search trained at once in other processes choose as one process does.
     grid_order = {config_tag(hparams): i for i, hparams in enumerate(hparam_grid(profile, method))}
-    recorded = fresh()["configs"]
+    recorded = _selection_record(files, label)["configs"]
     with contextlib.ExitStack() as held:
-        for tag in sorted(t for t in tags if t not in recorded):
-            held.enter_context(run_store.unit_lock(folder, f"{label}-{tag}"))
-        latest = fresh()
-        pending = [t for t in tags if t not in latest["configs"]]
-        checkpoints = {t: run_store.fit_checkpoint(folder, f"{label}-{t}", fingerprint, inputs) for t in tags}
+        for tag in sorted(t for t in specs if t not in recorded):
+            held.enter_context(files.lock(f"{label}-{tag}"))
+        latest = _selection_record(files, label)
+        pending = [t for t in specs if t not in latest["configs"]]
+        specs = {t: dataclasses.replace(spec, checkpoint=files.checkpoint(f"{label}-{t}")) for t, spec in specs.items()}
         while pending:
             count = methods.configs_at_once(task, method, arch, len(pending))
             chunk, pending = pending[:count], pending[count:]
-            with run_store.nothing_left_on_full_disk(lambda: next((checkpoints[t] for t in chunk
-                                                          if checkpoints[t].exists()), None)):
+            with run_store.nothing_left_on_full_disk(lambda: next((specs[t].checkpoint for t in chunk
+                                                                   if specs[t].checkpoint.exists()), None)):
                 if len(chunk) == 1:
-                    trained = [methods.train_method(task, method, arch, tags[chunk[0]], profile.seeds[0],
-                                                    profile.training, progress=progress,
-                                                    checkpoint=checkpoints[chunk[0]])]
+                    trained = [methods.train(task, specs[chunk[0]], progress=progress)]
                 else:
-                    trained = methods.train_methods(task, method, arch, [tags[t] for t in chunk], profile.seeds[0],
-                                                    profile.training, progress=progress,
-                                                    checkpoints=[checkpoints[t] for t in chunk])
-                with run_store.unit_lock(folder, f"{label}-selection"):
-                    latest = fresh()
+                    trained = methods.train_together(task, [specs[t] for t in chunk], progress=progress)
+                with files.lock(f"{label}-selection"):
+                    latest = _selection_record(files, label)
                     for tag, (model, result) in zip(chunk, trained):
                         best = latest["best"]
                         if best is None or ((result.best_val_loss, grid_order.get(tag, len(grid_order)))
                                             < (latest["configs"][best]["val_loss"], grid_order.get(best, len(grid_order)))):
-                            run_store.save_state(model, state_path)
+                            run_store.save_state(model, files.folder / f"{label}-best.pt")
                             latest["best"] = tag
                         latest["configs"][tag] = {
-                            "hparams": tags[tag], "val_loss": result.best_val_loss, "best_epoch": result.best_epoch,
-                            "epochs_run": result.epochs_run, "seconds": result.seconds, "history": result.history,
+                            "hparams": specs[tag].hparams, "val_loss": result.best_val_loss,
+                            "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
+                            "seconds": result.seconds, "history": result.history,
                             "trained_with": len(chunk), "provenance": provenance(task.base.device)}
                         if result.stacked:  # the same up to batched kernels' rounding
                             latest["configs"][tag]["stacked_training"] = True
-                    write_record(record_path, latest)
+                    write_record(files.folder / f"{label}-selection.json", latest)
             del trained
             malloc.release()  # the chunk's models and optimisers are freed now: give their pages back
-        for checkpoint in checkpoints.values():
-            checkpoint.unlink(missing_ok=True)
+        for spec in specs.values():
+            spec.checkpoint.unlink(missing_ok=True)
         return latest
 
 
@@ -154,14 +142,9 @@ def select_hparams(
     """
     label = label or method
     arch = arch or arch_for(task.base.name)
-    record_path, _, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
-    folder = record_path.parent
-    remove_stale_temporaries(folder)
-
-    def fresh() -> dict:
-        return _selection_record(record_path, fingerprint, inputs)
-
-    record = fresh()
+    files = selection_files(task, method, profile, arch, label)
+    remove_stale_temporaries(files.folder)
+    record = _selection_record(files, label)
     values = {k: list(getattr(profile.grid, k)) for k in grid_keys(method)}
 
     def evaluate(configs: list[dict]) -> list[float]:
@@ -195,38 +178,32 @@ def select_hparams(
                 values[key].append(step)
                 extended += 1
     if record.get("grid") != values:
-        with run_store.unit_lock(folder, f"{label}-selection"):
-            record.update(fresh())
+        with files.lock(f"{label}-selection"):
+            record.update(_selection_record(files, label))
             record["grid"] = values  # the values searched, extensions included
-            write_record(record_path, record)
+            write_record(files.folder / f"{label}-selection.json", record)
     return record
 
 
-def trained_model(task: tasks.Task, method: str, profile: Profile, *, arch: dict | None = None,
-                  label: str | None = None) -> torch.nn.Module:
-    """The first seed's trained model of ``method`` (training it if the grid has not run yet).
+def trained_model(task: tasks.Task, profile: Profile, spec: methods.TrainingSpec, selection: dict, label: str
+                  ) -> torch.nn.Module:
+    """The first seed's model of a finished search (``selection``, stored as ``label``): its
+    best configuration, trained as ``spec``.
 
     Weights are not committed with the run records: on another machine the chosen
     configuration is trained again (seeded, so it gives the same model) and stored.
     """
-    label = label or method
-    arch = arch or arch_for(task.base.name)
-    selection = select_hparams(task, method, profile, arch=arch, label=label, progress=False)
-    folder = run_store.runs_dir(profile, task.dataset, task.base.name)
-    state = folder / f"{label}-best.pt"
+    files = selection_files(task, spec.method, profile, spec.arch, label)
+    state = files.folder / f"{label}-best.pt"
     if not state.exists():
-        with run_store.unit_lock(folder, f"{label}-best"):
+        with files.lock(f"{label}-best"):
             if not state.exists():
-                hparams = selection["configs"][selection["best"]]["hparams"]
-                _, _, fingerprint, inputs = selection_paths(task, method, profile, arch, label)
-                checkpoint = run_store.fit_checkpoint(folder, f"{label}-{selection['best']}", fingerprint, inputs)
-                with run_store.nothing_left_on_full_disk(lambda: checkpoint):
-                    model, _ = methods.train_method(  # the chosen configuration's training again: its checkpoint
-                        task, method, arch, hparams, profile.seeds[0], profile.training, progress=False,
-                        checkpoint=checkpoint)
+                spec = dataclasses.replace(spec, checkpoint=files.checkpoint(f"{label}-{selection['best']}"))
+                with run_store.nothing_left_on_full_disk(lambda: spec.checkpoint):
+                    model, _ = methods.train(task, spec, progress=False)  # the chosen configuration's training again
                     run_store.save_state(model, state)
-                checkpoint.unlink(missing_ok=True)
+                spec.checkpoint.unlink(missing_ok=True)
                 return model.eval()
-    model = methods.build_model(task, method, arch, profile.seeds[0])
+    model = methods.build_model(task, spec.method, spec.arch, spec.seed)
     model.load_state_dict(torch.load(state, map_location=task.base.device))
     return model.eval()
