@@ -73,10 +73,8 @@ def test_the_pretrained_arms_pair_the_tuned_expert_with_itself_untuned(task, pro
     assert losses["0"] == plain_losses["0"]  # alpha 0: the base alone either way
     assert losses != plain_losses
     # The anti-expert is the pretrained model as saved: the pair's losses are the difference's.
-    selection = search.select_hparams(task, "NewModel", profile, arch=arch, label="NewModel-pretrained", progress=False)
-    spec = methods.TrainingSpec("NewModel", arch, expert["hparams"], 0, profile.training)
-    tuned = search.trained_model(task, profile, spec, selection, "NewModel-pretrained")
-    pair = methods.proxy_expert(task, tuned, spec)
+    tuned = search.trained_model(task, "NewModel", profile, arch=arch, label="NewModel-pretrained")
+    pair = methods.proxy_expert(task, tuned, arch, 0)
     untuned = make_reweighter("pretrained", task.base.vocab_size, pretrained=arch["pretrained"])
     assert all(torch.equal(a, b) for a, b in zip(pair.anti_expert.state_dict().values(), untuned.state_dict().values()))
     assert methods.choose_alpha(task, "ProxyTuning", pair, profile.proxy)[1] == losses

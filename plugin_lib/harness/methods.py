@@ -79,14 +79,13 @@ def trained_as(method: str) -> str:
     return EXPERT_METHOD if method in PROXY_ARMS else method
 
 
-def proxy_expert(task: Task, expert: nn.Module, spec: TrainingSpec) -> nn.Module:
-    """What a proxy arm adds to the base: a pretrained expert (trained as ``spec``, whose
-    ``arch["arch"]`` is "pretrained") less its anti-expert, the same pretrained model untuned
-    (proxy-tuning's own pairing); any other expert alone, its anti-expert uniform (a small model
-    with no untuned state worth subtracting)."""
-    if spec.arch.get("arch") != "pretrained":
+def proxy_expert(task: Task, expert: nn.Module, arch: dict, seed: int) -> nn.Module:
+    """What a proxy arm adds to the base: a pretrained expert (``arch["arch"] == "pretrained"``)
+    less its anti-expert, the same pretrained model untuned (proxy-tuning's own pairing); any other
+    expert alone, its anti-expert uniform (a small model with no untuned state worth subtracting)."""
+    if arch.get("arch") != "pretrained":
         return expert
-    return ExpertDifference(expert, build_model(task, spec.method, spec.arch, spec.seed).eval())
+    return ExpertDifference(expert, build_model(task, EXPERT_METHOD, arch, seed).eval())
 
 
 def proxy_top_p(method: str, settings: ProxySettings) -> float | None:

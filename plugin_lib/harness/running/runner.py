@@ -87,7 +87,7 @@ def _trained(task: tasks.Task, spec: methods.TrainingSpec, selection: dict, trai
     proxy arm's later seed's expert is trained once for both arms (:func:`_expert`)."""
     if spec.seed == profile.seeds[0]:
         chosen = selection["configs"][selection["best"]]
-        model = search.trained_model(task, profile, spec, selection, train_label)
+        model = search.best_model(task, profile, spec, selection, train_label)
         return model, {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
     if spec.checkpoint is None:  # a proxy arm's expert
         expert_files = run_store.method_files(task, profile, spec.method, train_label, spec.arch)
@@ -115,7 +115,7 @@ def _compute_run(task: tasks.Task, method: str, label: str, seed: int, profile: 
             model, training = _trained(task, spec, selection, train_label, profile, progress)
             hparams = spec.hparams
         if method in methods.PROXY_ARMS:
-            model = methods.proxy_expert(task, model, spec)
+            model = methods.proxy_expert(task, model, spec.arch, spec.seed)
             alpha, losses = methods.choose_alpha(task, method, model, profile.proxy)
             hparams = {**hparams, "alpha": alpha, "top_p": methods.proxy_top_p(method, profile.proxy)}
             training = {**training, "alpha_hyper_losses": losses}

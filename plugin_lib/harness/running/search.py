@@ -185,8 +185,18 @@ def select_hparams(
     return record
 
 
-def trained_model(task: tasks.Task, profile: Profile, spec: methods.TrainingSpec, selection: dict, label: str
-                  ) -> torch.nn.Module:
+def trained_model(task: tasks.Task, method: str, profile: Profile, *, arch: dict | None = None,
+                  label: str | None = None) -> torch.nn.Module:
+    """The first seed's trained model of ``method`` (searched and trained if not stored yet)."""
+    label, arch = label or method, arch or arch_for(task.base.name)
+    selection = select_hparams(task, method, profile, arch=arch, label=label, progress=False)
+    hparams = selection["configs"][selection["best"]]["hparams"]
+    spec = methods.TrainingSpec(method, arch, hparams, profile.seeds[0], profile.training)
+    return best_model(task, profile, spec, selection, label)
+
+
+def best_model(task: tasks.Task, profile: Profile, spec: methods.TrainingSpec, selection: dict, label: str
+               ) -> torch.nn.Module:
     """The first seed's model of a finished search (``selection``, stored as ``label``): its
     best configuration, trained as ``spec``.
 
