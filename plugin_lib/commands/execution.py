@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..harness.profile import REPO_ROOT
+from ..utils import malloc
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
@@ -128,3 +129,17 @@ def output_copied_to(log: Path) -> Iterator[None]:
         reader.join(timeout=30)  # a child still holding the pipe (killed late) must not hang us
         for fd in (*saved, read_end, screen):
             os.close(fd)
+
+
+def release_grid_memory() -> None:
+    """What the grid held in this process (the last base of its pool, a GPU's cached blocks)
+    goes before the notebooks' kernels need the memory."""
+    from ..harness.grid import units
+
+    units.release_pool()
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    malloc.release()

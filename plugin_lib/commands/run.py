@@ -331,7 +331,7 @@ class Orchestrator:
         """The units first, on the chosen executor (docs/scale.md), in this process; what it and
         its workers print goes to the screen and to logs/grid.log."""
         from . import grid
-        from .execution import output_copied_to
+        from .execution import output_copied_to, release_grid_memory
 
         executor, log = self.options.executor, self.out / "logs" / "grid.log"
         print(f"[run] computing the notebooks' units with the {executor} executor (log: {self.shown}/logs/grid.log)",
@@ -352,7 +352,7 @@ class Orchestrator:
         if status:
             raise Stop(f"the grid did not finish (see {self.shown}/logs/grid.log); finished units are stored, so a "
                        "rerun resumes.")
-        _release_grid_memory()
+        release_grid_memory()
         (self.out / "logs" / "grid.done").touch()  # the notebooks should write no run record after this
 
     def _notebook(self, name: str, wanted: str, count: str) -> None:
@@ -480,20 +480,6 @@ class Orchestrator:
         if self.temporary is not None:
             self.temporary.unlink(missing_ok=True)
             self.temporary = None
-
-
-def _release_grid_memory() -> None:
-    """What the grid held in this process (the last base of its pool, a GPU's cached blocks)
-    goes before the notebooks' kernels need the memory."""
-    from ..harness.grid import units
-
-    units.release_pool()
-    if "torch" in sys.modules:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    malloc.release()
 
 
 def _skip_preflight() -> bool:
