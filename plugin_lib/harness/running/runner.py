@@ -81,15 +81,15 @@ def _training_spec(task: tasks.Task, method: str, label: str, seed: int, profile
     return spec, selection, train_label
 
 
-def _trained(task: tasks.Task, spec: methods.TrainingSpec, selection: dict, train_label: str, profile: Profile,
-             progress: bool) -> tuple[torch.nn.Module, dict]:
+def _trained(task: tasks.Task, method: str, spec: methods.TrainingSpec, selection: dict, train_label: str,
+             profile: Profile, progress: bool) -> tuple[torch.nn.Module, dict]:
     """(model, the training's summary) of ``spec``: the first seed's is the search's best; a
     proxy arm's later seed's expert is trained once for both arms (:func:`_expert`)."""
     if spec.seed == profile.seeds[0]:
         chosen = selection["configs"][selection["best"]]
         model = search.best_model(task, profile, spec, selection, train_label)
         return model, {k: chosen[k] for k in ("val_loss", "best_epoch", "epochs_run", "history")}
-    if spec.checkpoint is None:  # a proxy arm's expert
+    if spec.method != method:  # a proxy arm's expert
         expert_files = run_store.method_files(task, profile, spec.method, train_label, spec.arch)
         return _expert(task, spec, expert_files, f"{train_label}-expert-seed{spec.seed}", progress)
     model, result = methods.train(task, spec, progress=progress)
@@ -112,7 +112,7 @@ def _compute_run(task: tasks.Task, method: str, label: str, seed: int, profile: 
         if methods.trained_as(method) in methods.TRAINED_METHODS + methods.EXTRA_METHODS:
             spec, selection, train_label = _training_spec(task, method, label, seed, profile, arch=arch, files=files,
                                                           progress=progress, selection=selection)
-            model, training = _trained(task, spec, selection, train_label, profile, progress)
+            model, training = _trained(task, method, spec, selection, train_label, profile, progress)
             hparams = spec.hparams
         if method in methods.PROXY_ARMS:
             model = methods.proxy_expert(task, model, spec.arch, spec.seed)
