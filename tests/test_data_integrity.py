@@ -167,6 +167,25 @@ def test_each_file_is_hashed_once_per_process(shared, tmp_path, monkeypatch):
         data.load_dataset("e2e", "test")
 
 
+def test_a_split_is_built_once_while_its_files_stay_the_same(shared, tmp_path, monkeypatch):
+    copy(shared, tmp_path, ADIDAS)
+    monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
+    built = []
+    build = data.LOADERS["adidas"]
+    monkeypatch.setitem(data.LOADERS, "adidas", lambda split: built.append(split) or build(split))
+    first = data.load_dataset("adidas", "test")
+    data.load_dataset("adidas", "test").clear()  # each caller's list is its own
+    assert data.load_dataset("adidas", "test") == first != [] and built == ["test"]
+    # The same bytes with another modification time: other files as far as anyone can tell, built again.
+    path, stat = tmp_path / ADIDAS, (tmp_path / ADIDAS).stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert data.load_dataset("adidas", "test") == first and built == ["test", "test"]
+    # Another data folder is another key, even with the same files.
+    copy(shared, tmp_path / "other", ADIDAS)
+    monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path / "other"))
+    assert data.load_dataset("adidas", "test") == first and built == ["test"] * 3
+
+
 # --- no data: seconds, one clear message --------------------------------------------------------
 
 def test_default_data_folder_without_data_says_what_to_fetch(tmp_path, monkeypatch):

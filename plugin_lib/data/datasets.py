@@ -46,13 +46,14 @@ Choices a user should know:
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+import warnings
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .files import adidas_rows, commongen_rows, e2e_rows, webnlg_rows
+from .files import adidas_rows, commongen_rows, e2e_rows, files_signature, webnlg_rows
 
 SPLITS = {
     "e2e": ("train", "validation", "test"),
@@ -309,7 +310,34 @@ def load_dataset(name: str, split: str, *, rows: int | None = None,
                  seed: int = 42) -> list[Example]:
     """The unique inputs of a dataset split; ``rows`` keeps a seeded subset of them."""
     check_name_and_split(name, split)
-    return subset(LOADERS[name](split), rows, seed)
+    return subset(list(_split_examples(name, split)), rows, seed)
+
+
+_LOADED: dict[tuple, tuple[tuple[Example, ...], list]] = {}  # (name, split, files) -> (examples, warnings)
+_LOADED_MAX = 32
+_WARNED: dict = {}  # the warnings registry of the loads: a repeated warning shows once, as from its own line
+
+
+def _split_examples(name: str, split: str) -> Sequence[Example]:
+    """A split's examples, built once per process while its files stay the same (the judges and the
+    fine-tuning pool load the splits hundreds of times); a later load gives the first build's
+    warnings again, so that it warns as that build did. The Hub's splits are built every time."""
+    signature = files_signature(name)
+    if signature is None:
+        return LOADERS[name](split)
+    key = (name, split, signature)
+    if key not in _LOADED:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            examples = tuple(LOADERS[name](split))
+        while len(_LOADED) >= _LOADED_MAX:
+            del _LOADED[next(iter(_LOADED))]
+        _LOADED[key] = examples, caught
+    examples, caught = _LOADED[key]
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno,
+                               registry=_WARNED)
+    return examples
 
 
 # ---------------------------------------------------------------------------------------------

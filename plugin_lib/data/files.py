@@ -51,6 +51,9 @@ DOWNLOADS = {
         f"(thedevastator, {sources.KAGGLE_PAGE})",
 }
 
+# Each dataset's folder in the data folder: its loaded splits are kept while the files there stay the same.
+DATASET_FOLDERS = {"e2e": "e2e_cleaned", "webnlg": "webnlg", "commongen": "commongen", "adidas": "adidas"}
+
 HUB = "hub"  # PLUGIN_DATA_DIR=hub: read the Hugging Face Hub datasets instead of local files
 REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
@@ -86,6 +89,21 @@ def describe_data_dir() -> str:
     if value:
         return f"PLUGIN_DATA_DIR={value}"
     return f"the default data folder {REPO_DATA_DIR} (PLUGIN_DATA_DIR overrides it)"
+
+
+def files_signature(name: str) -> tuple | None:
+    """The local files dataset ``name`` is read from, as the data folder and every file in the
+    dataset's folder with its size, modification time and inode: equal signatures, the same
+    bytes as last read. None for the Hub, which has no local files to compare."""
+    root = data_dir()
+    if root is None:
+        return None
+    entries = []
+    for parent, _, names in os.walk(root / DATASET_FOLDERS[name]):
+        for file in names:
+            stat = os.stat(os.path.join(parent, file))
+            entries.append((os.path.join(parent, file), stat.st_size, stat.st_mtime_ns, stat.st_ino))
+    return str(root.resolve()), tuple(sorted(entries))
 
 
 def use_local_nltk_data() -> None:
@@ -228,7 +246,7 @@ def commongen_rows(split: str):
     if not (data_dir() / "commongen/v1.0_initial_release").is_dir():
         raise missing_data_error(v11)
     warnings.warn(f"CommonGen train: the older v1.0 release is used, since {v11} (v1.1, the "
-                  "paper's) is missing.", stacklevel=4)
+                  "paper's) is missing.", stacklevel=5)
     return commongen_v1_train_rows()
 
 
