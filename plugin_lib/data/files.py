@@ -101,7 +101,10 @@ def files_signature(name: str) -> tuple | None:
     entries = []
     for parent, _, names in os.walk(root / DATASET_FOLDERS[name]):
         for file in names:
-            stat = os.stat(os.path.join(parent, file))
+            try:
+                stat = os.stat(os.path.join(parent, file))
+            except FileNotFoundError:  # a temporary that a fetch removed meanwhile
+                continue
             entries.append((os.path.join(parent, file), stat.st_size, stat.st_mtime_ns, stat.st_ino))
     return str(root.resolve()), tuple(sorted(entries))
 
