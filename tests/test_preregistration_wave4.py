@@ -180,6 +180,7 @@ def wave4_store(tmp_path, monkeypatch):
 def test_wave4_waits_for_its_runs_then_judges_every_claim_under_the_frozen_rules(wave4_store):
     import real_data
     from plugin_lib.commands import confirmation_wave4
+    from plugin_lib.report import wave4_rows
 
     real_data.require()
     profile, put = wave4_store
@@ -212,6 +213,13 @@ def test_wave4_waits_for_its_runs_then_judges_every_claim_under_the_frozen_rules
     put("DExperts-pretrained", 61, alpha_losses=too_little)
     again = confirmation_wave4.judge(profile, keys=["wave4_proxy_one_layer_e2e"])[0]
     assert again["verdict"] == pre.NOT_MEASURABLE and again["statistic"]["summary"].startswith("no rival left")
+    # The group's rows name the rivals left out, where and why.
+    statistic = wave4_rows.row("proxy_one_layer")[1]
+    assert statistic.endswith("; ProxyTuning-pretrained left out on e2e (its expert did not help the base); "
+                              "DExperts-pretrained left out on e2e (its expert did not help the base); "
+                              "DExperts-pretrained left out on webnlg, commongen, adidas (the same outputs as "
+                              "ProxyTuning-pretrained: one comparison)"), statistic
+    assert "e2e, webnlg, commongen, adidas (the same outputs" in wave4_rows.row("proxy_same_model")[1]
     # Fine-tuning that did not improve the base alone: Figure 2's trend is not measurable.
     put("Zeroshot", 30, wave4.FIGURE_DATASETS, tuned=True)
     trend = confirmation_wave4.judge(profile, keys=["wave4_base_quality_webnlg"])[0]

@@ -41,9 +41,27 @@ def row(group: str, folder: Path | None = None) -> tuple[str, str]:
         return "", under_way()
     verdicts = [c["verdict"] for c in found.values()]
     flagged = mixed.group_flag(found, {c.key: c.dataset for c in wave4.CLAIMS})
+    left_out = rivals_left_out(found)
     statistic = (f"{len(found)}/{len(keys)} datasets judged: {_counts(verdicts)}" + (f"; {flagged}" if flagged else "")
-                 + (f"; {len(keys) - len(found)} waiting" if len(found) < len(keys) else ""))
+                 + (f"; {len(keys) - len(found)} waiting" if len(found) < len(keys) else "")
+                 + (f"; {left_out}" if left_out else ""))
     return (wave4.row_verdict(verdicts) if len(found) == len(keys) else ""), statistic
+
+
+def rivals_left_out(found: dict[str, dict]) -> str:
+    """Where a group's judged claims compared fewer rivals than both, by rival and dataset: a row
+    that says "beats proxy-tuning and DExperts" must say where one was left out, and why."""
+    dataset = {c.key: c.dataset for c in wave4.CLAIMS}
+    why_short = {"premise failed": "its expert did not help the base", "the same outputs": "the same outputs"}
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for key, record in found.items():
+        rivals = record["statistic"].get("result", {}).get("rivals", {})
+        for rival, why in rivals.get("left out", {}).items():
+            reason = next((short for start, short in why_short.items() if why.startswith(start)), why)
+            by_reason.setdefault((rival, reason), []).append(dataset[key])
+    return "; ".join(f"{rival} left out on {', '.join(names)} ({reason}"
+                     + (f" as {wave4.SAME_OUTPUTS_AS[rival]}: one comparison)" if reason == "the same outputs" else ")")
+                     for rival in wave4.PROXY_RIVALS for (r, reason), names in by_reason.items() if r == rival)
 
 
 def count_line(folder: Path | None = None) -> str:
