@@ -18,14 +18,13 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ..experiments import proxy
-from ..experiments.confirmation import Roles, claim_states, judge_each, references
+from ..experiments.confirmation import Roles, claim_states, judge_each, record_wave_claim, references
 from ..harness import flops, grid
 from ..harness.profile import Profile, load_profile
 from ..report.claim_summary import summary
 from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report import preregistered_wave3 as wave3
-from ..report.claims import record_claim
 from . import studies
 from .confirmation import command_line
 
@@ -135,17 +134,11 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> 
         return judge_claim(roles, c)
 
     def record(c, result: dict) -> dict:
-        line = claim_summary(c, result)
-        seen = c.key in wave3.SEEN_BEFORE_FREEZE
         n = ({"inputs": None, "seeds": None} if c.test == "flops gap" else
              {"inputs": profile.rows.test, "seeds": len(profile.seeds)})
-        return record_claim(
-            profile, c.key, f"{c.claim} (notebook {c.notebook}; wave 3)", "", line, result["verdict"],
-            rule=wave3.rule_text(c), scope=c.scope, preregistered=True,
-            statistic={"summary": line, "n": n, "result": result, "wave": wave3.WAVE,
-                       "frozen_at": freeze.WAVE3_FROZEN_AT, "group": wave3.group(c),
-                       "confirmatory": not seen,
-                       "test inputs": f"{profile.rows.test} per dataset, fresh (frozen with the rules)"})
+        return record_wave_claim(profile, wave3, c, result, claim_summary(c, result), frozen_at=freeze.WAVE3_FROZEN_AT,
+                                 n=n, test_inputs=f"{profile.rows.test} per dataset, fresh (frozen with the rules)",
+                                 confirmatory=c.key not in wave3.SEEN_BEFORE_FREEZE)
 
     return judge_each(wave3.CLAIMS, keys, judge_one, record)
 

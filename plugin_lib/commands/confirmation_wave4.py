@@ -27,14 +27,13 @@ import pandas as pd
 
 from ..experiments import ablations, base_quality, proxy
 from ..experiments import confirmation as wave1
-from ..experiments.confirmation import Roles, claim_states, judge_each, references
+from ..experiments.confirmation import Roles, claim_states, judge_each, record_wave_claim, references
 from ..harness import grid
 from ..harness.profile import Profile, load_profile
 from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report import preregistered_wave4 as wave4
 from ..report.claim_summary import summary, versus_labels
-from ..report.claims import record_claim
 from . import studies
 from .confirmation import command_line
 
@@ -132,15 +131,10 @@ def judge(profile: Profile | None = None, keys: Sequence[str] | None = None) -> 
         return judge_claim(roles, c)
 
     def record(c, result: dict) -> dict:
-        line = claim_summary(c, result)
-        n = {"inputs": wave4.INPUTS[c.dataset], "seeds": len(profile.seeds)}
-        return record_claim(
-            profile, c.key, f"{c.claim} (notebook {c.notebook}; wave 4)", "", line, result["verdict"],
-            rule=wave4.rule_text(c), scope=c.scope, preregistered=True,
-            statistic={"summary": line, "n": n, "result": result, "wave": wave4.WAVE,
-                       "frozen_at": freeze.WAVE4_FROZEN_AT, "group": wave4.group(c),
-                       "confirmatory": c.key not in wave4.SEEN_BEFORE_FREEZE,
-                       "test inputs": f"{wave4.INPUTS[c.dataset]} fresh (frozen with the rules)"})
+        return record_wave_claim(profile, wave4, c, result, claim_summary(c, result), frozen_at=freeze.WAVE4_FROZEN_AT,
+                                 n={"inputs": wave4.INPUTS[c.dataset], "seeds": len(profile.seeds)},
+                                 test_inputs=f"{wave4.INPUTS[c.dataset]} fresh (frozen with the rules)",
+                                 confirmatory=c.key not in wave4.SEEN_BEFORE_FREEZE)
 
     return judge_each(wave4.CLAIMS, keys, judge_one, record)
 

@@ -392,6 +392,17 @@ def judge_each(claims: Sequence, keys: Sequence[str] | None, judge_one: Callable
     return recorded
 
 
+def record_wave_claim(profile: Profile, rules, c: pre.Claim, result: dict, line: str, *, frozen_at: str,
+                      n: dict, test_inputs: str, confirmatory: bool) -> dict:
+    """Store a claim of wave 3 or later: ``rules`` is the wave's frozen module (its ``WAVE``,
+    ``rule_text`` and ``group``), ``line`` the claim's one-line summary."""
+    return record_claim(
+        profile, c.key, f"{c.claim} (notebook {c.notebook}; wave {rules.WAVE})", "", line, result["verdict"],
+        rule=rules.rule_text(c), scope=c.scope, preregistered=True,
+        statistic={"summary": line, "n": n, "result": result, "wave": rules.WAVE, "frozen_at": frozen_at,
+                   "group": rules.group(c), "confirmatory": confirmatory, "test inputs": test_inputs})
+
+
 def judge(profile: Profile | None = None, keys: Sequence[str] | None = None, check_inputs: bool = True) -> list[dict]:
     """Record the verdict of every preregistered claim whose runs are stored (or of ``keys``)."""
     profile = profile or load_profile(PROFILE)
