@@ -181,11 +181,11 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_write_of_the_file(tmp
 
 
 def test_a_killed_checkpoint_writers_temporary_is_removed(tmp_path):
-    from plugin_lib.core.train import _save_atomically
+    from plugin_lib.core.checkpoint import save_atomically
 
     dead = tmp_path / f".config-1.pt.{host_name()}~{ended_pid()}.abc.tmp"
     dead.write_bytes(b"x")
-    _save_atomically(tmp_path / "config-1.pt", {"a": 1})
+    save_atomically(tmp_path / "config-1.pt", {"a": 1})
     assert not dead.exists() and (tmp_path / "config-1.pt").exists()
 
 

@@ -15,12 +15,8 @@ The pieces, smallest first:
 from __future__ import annotations
 
 import copy
-import glob
 import math
-import os
-import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +28,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from .cache import BaseOutputCache, gpu_headroom, host_available_bytes
-from .cache_files import current_umask, owner_tag, remove_stale_partials
+from .checkpoint import load_checkpoint, save_atomically
 from .loss import shift_labels, target_positions
 from .pairs import EncodedPair, collate
 from .reweighter import check_token_ids, check_vocabulary, reweighter_logits
@@ -44,6 +40,19 @@ LogProbs = Callable[[torch.Tensor | None, torch.Tensor], torch.Tensor]
 def plugin_log_probs(base_log_probs: torch.Tensor, small_logits: torch.Tensor) -> torch.Tensor:
     """``combine_log_probs`` for a base that is already normalised (the cache's rows)."""
     return F.log_softmax(base_log_probs.float() + F.log_softmax(small_logits.float(), dim=-1), dim=-1)
+
+
+def reachable_plugin_log_probs(base_log_probs: torch.Tensor, small_logits: torch.Tensor) -> torch.Tensor:
+    """The Plugin's training log-probabilities on a view that rules tokens out (-inf).
+
+    A target the base rules out cannot be produced by any reweighting, so it is left out of the
+    loss: its log-probability reads 0 (no loss, no gradient) instead of -inf. Pass it as
+    ``TokenObjective(log_probs=...)``. The objective still divides by every target token, so a
+    left-out token counts as a zero in the mean loss: a batch's gradient shrinks by its share of
+    reachable targets, which Adam's normalisation largely absorbs. On a view without -inf
+    (residual, full vocabulary) it equals ``plugin_log_probs``.
+    """
+    return plugin_log_probs(base_log_probs, small_logits).masked_fill(torch.isneginf(base_log_probs), 0.0)
 
 
 def small_model_log_probs(_base_log_probs: torch.Tensor | None, small_logits: torch.Tensor) -> torch.Tensor:
@@ -299,7 +308,7 @@ class _RunState:
         self.device_type = next(run.model.parameters()).device.type
         self.identity = {"config": asdict(cfg), "train_pairs": len(run.train), "val_pairs": len(run.val),
                          "device": self.device_type}
-        self.resumed = _load_checkpoint(run.checkpoint, self.identity)
+        self.resumed = load_checkpoint(run.checkpoint, self.identity)
         self.result: FitResult | None = None
         self.best_loss, self.best_epoch, self.best_state, self.stale, self.steps = math.inf, 0, None, 0, 0
         self.stacked = False
@@ -386,7 +395,7 @@ class _RunState:
         run.model.load_state_dict(self.best_state)
         run.model.eval()
         if run.checkpoint is not None:  # kept until the grid ends: a resume never retrains it alone
-            _save_atomically(run.checkpoint, self.checkpoint_state(True, seconds, order_rng))
+            save_atomically(run.checkpoint, self.checkpoint_state(True, seconds, order_rng))
         self.result = FitResult(self.best_epoch, self.best_loss, len(self.history), self.steps, seconds, self.history,
                                 self.stacked)
 
@@ -454,7 +463,7 @@ def _train_together(group: list[_RunState], progress: bool, checkpoint_every_s: 
         if active and time.perf_counter() - last_saved >= checkpoint_every_s:
             for state in active:
                 if state.run.checkpoint is not None:
-                    _save_atomically(state.run.checkpoint,
+                    save_atomically(state.run.checkpoint,
                                      state.checkpoint_state(False, state.spent + time.perf_counter() - started,
                                                             order_rng))
             last_saved = time.perf_counter()
@@ -484,49 +493,3 @@ def _step_units(active: list[_RunState], stack: bool) -> list[tuple[list[_RunSta
             state.stacked |= stacked
         units.append((members, ParameterStack([s.run.model for s in members]) if stacked else None))
     return units
-
-
-def _save_atomically(path: str | Path, state: dict) -> None:
-    """``torch.save`` into a temporary beside ``path``, flushed and renamed when complete: a
-    kill mid-write leaves the previous checkpoint whole. (The core keeps its own writer rather
-    than ``utils.io``'s: it imports nothing outside the core; the harness reaps temporaries.)"""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(path.parent, pattern=f".{glob.escape(path.name)}.*.tmp")  # what a killed writer left
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{owner_tag()}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())  # the user's normal permissions, not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _load_checkpoint(path: str | Path | None, identity: dict) -> dict | None:
-    """The training state kept at ``path`` by ``fit``, if there is a readable one of this
-    configuration, data and device type (an unreadable one is trained over, with a warning)."""
-    if path is None or not Path(path).exists():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - torch raises many kinds for a damaged file
-        warnings.warn(f"The training checkpoint {path} cannot be read ({err}); training from the start.")
-        return None
-    return state if all(state.get(k) == v for k, v in identity.items()) else None
-
-
-def reachable_plugin_log_probs(base_log_probs: torch.Tensor, small_logits: torch.Tensor) -> torch.Tensor:
-    """The Plugin's training log-probabilities on a view that rules tokens out (-inf).
-
-    A target the base rules out cannot be produced by any reweighting, so it is left out of the
-    loss: its log-probability reads 0 (no loss, no gradient) instead of -inf. Pass it as
-    ``TokenObjective(log_probs=...)``. The objective still divides by every target token, so a
-    left-out token counts as a zero in the mean loss: a batch's gradient shrinks by its share of
-    reachable targets, which Adam's normalisation largely absorbs. On a view without -inf
-    (residual, full vocabulary) it equals ``plugin_log_probs``.
-    """
-    return plugin_log_probs(base_log_probs, small_logits).masked_fill(torch.isneginf(base_log_probs), 0.0)
