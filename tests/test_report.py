@@ -39,6 +39,25 @@ def test_claims_and_sections_end_up_in_the_report(tmp_path, monkeypatch):
     assert claim_tables.VERDICT_LEGEND in text
 
 
+def test_a_grid_waves_report_names_its_inputs_per_dataset_and_its_notebooks_in_one_line(tmp_path, monkeypatch):
+    """Wave 4's frozen inputs differ by dataset (54 left on Adidas); its notebooks never run, so
+    they get one line instead of a "no results yet" section each, and TIMES.md says where its
+    compute is."""
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    text = document.write_report("wave4").read_text()
+    assert "fresh test inputs (54 on adidas, 200 on commongen, 200 on e2e, 200 on webnlg, never decoded" in text
+    assert "None of the notebooks ran in this profile. Wave 4 computes only the units its claims read" in text
+    assert "No results yet" not in text and "## Main results" not in text
+    times = (tmp_path / "wave4" / "TIMES.md").read_text()
+    assert "No notebook has run in this profile." in times and "grid plan --profile wave4 --wave 4" in times
+    # One run notebook gets its section back; the others stay in the line.
+    (tmp_path / "wave4" / "tables").mkdir()
+    (tmp_path / "wave4" / "tables" / "main_e2e.md").write_text("| a |\n| - |\n| 1 |\n")
+    text = document.write_report("wave4").read_text()
+    assert "## Main results, E2E NLG (Table 1)" in text and "Notebooks 00, 02, 03," in text
+    assert "fresh test inputs (200 per dataset," in document.write_report("wave3").read_text()
+
+
 def test_record_claim_checks_verdict_scope_rule_and_statistic(tmp_path, monkeypatch):
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     with pytest.raises(ValueError, match="verdict"):

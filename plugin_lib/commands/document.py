@@ -13,11 +13,13 @@ import itertools
 import json
 from pathlib import Path
 
+from ..experiments import confirmation
 from ..harness import models
 from ..harness import profile as config
 from ..harness.profile import Profile
 from ..report import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2, wave3_rows, wave4_rows
 from ..report import preregistered_wave3 as wave3
+from ..report import preregistered_wave4 as wave4
 from ..report.claim_tables import (PREREGISTERED_LEGEND, SCOPE_TITLES, VERDICT_LEGEND, claims_table, margin_section,
                                    scope_of, shown_verdict, statistic_summary, tally)
 from ..report.claims import SCOPES, load_claims, n_seeds
@@ -70,6 +72,9 @@ def _skips(root: Path, stems: list[str]) -> list[str]:
             for r in map(read_json, records)]
 
 
+NOT_RUN = "No results yet: the notebook has not run in this profile."
+
+
 def _section(root: Path, study: studies.Study) -> list[str]:
     stems = list(study.results)
     lines = [f"## {study.title}", "", f"Notebook `notebooks/{study.prefix}_*.ipynb` (its wall time: [TIMES.md](TIMES.md)).",
@@ -79,7 +84,7 @@ def _section(root: Path, study: studies.Study) -> list[str]:
     skips = _skips(root, stems)
     lines += [line for skip in skips for line in (skip, "")]
     if not tables and not figures:
-        return lines + ([] if skips else ["No results yet: the notebook has not run in this profile.", ""])
+        return lines + ([] if skips else [NOT_RUN, ""])
     for table in tables:
         lines += [f"**{table.stem}**", "", *_table(table), ""]
     for figure in figures:
@@ -119,12 +124,28 @@ FREEZES = {freeze.FROZEN_PROFILE: ("preregistered.py", freeze.FROZEN_AT, "test_p
            freeze.WAVE4_PROFILE: ("preregistered_wave4.py", freeze.WAVE4_FROZEN_AT, "test_preregistration_wave4.py")}
 
 
+# The waves whose runs only the grid computes, the units their claims read (no notebook runs there).
+GRID_WAVES = {wave3.PROFILE: wave3.WAVE, wave4.PROFILE: wave4.WAVE}
+
+
+def fresh_inputs(prof: Profile) -> str:
+    """How many frozen test inputs a preregistered profile has: "200 per dataset", or per dataset
+    where they differ (wave 4's Adidas had 54 left that no earlier profile decoded)."""
+    try:
+        counts = {d: v["n"] for d, v in confirmation.frozen_inputs(prof.name).items()}
+    except ValueError:  # a profile with fresh inputs but no frozen file yet
+        return f"{prof.rows.test} per dataset"
+    if len(set(counts.values())) == 1:
+        return f"{next(iter(counts.values()))} per dataset"
+    return ", ".join(f"{n} on {d}" for d, n in counts.items())
+
+
 def preregistered_note(prof: Profile) -> str:
     """What makes a preregistered profile's verdicts confirmatory, with the freezing commit."""
     rules, commit, test = FREEZES.get(prof.name, FREEZES[freeze.FROZEN_PROFILE])
     seen = [c.claim for c in wave3.CLAIMS if c.key in wave3.SEEN_BEFORE_FREEZE] if prof.name == wave3.PROFILE else []
     return (f"**Preregistered.** Every verdict below follows a rule of `plugin_lib/report/{rules}`, frozen in "
-            f"git with this profile's settings and its fresh test inputs ({prof.rows.test} per dataset, never decoded "
+            f"git with this profile's settings and its fresh test inputs ({fresh_inputs(prof)}, never decoded "
             f"by an earlier profile) in commit `{(commit or 'not yet frozen')[:10]}`, before any of these "
             f"numbers existed; `tests/{test}` checks that history "
             "([docs/preregistration.md](../../docs/preregistration.md))."
@@ -182,9 +203,13 @@ def write_report(profile: Profile | str) -> Path:
     """REPORT.md and TIMES.md of the profile, from its results as they stand."""
     prof = config.load_profile(profile)
     root = config.results_dir(prof)
+    table = times_table(root)
     times = [f"# Wall times: profile `{prof.name}`", "", "Measured by run_all.sh on the machine that ran each "
              "notebook; kept apart from REPORT.md, whose results do not change when a notebook is re-executed.",
-             "", *times_table(root)]
+             "", *(table if len(table) > 2 else ["No notebook has run in this profile."])]
+    if prof.name in GRID_WAVES:  # its compute is in its run records instead
+        times += ["", f"Wave {GRID_WAVES[prof.name]}'s units store their own process-hours: `plugin-repro grid plan "
+                  f"--profile {prof.name} --wave {GRID_WAVES[prof.name]} --summary` sums them."]
     atomic_write_text(root / "TIMES.md", "\n".join(times) + "\n")
     return atomic_write_text(root / "REPORT.md", report_text(prof))
 
@@ -195,7 +220,7 @@ def report_text(prof: Profile) -> str:
     lines = [
         f"# Reproduction report: profile `{prof.name}`",
         "",
-        "Every number below was produced by the notebooks of this repository in this profile "
+        f"Every number below was produced by {_producer(prof)} in this profile "
         f"(base models: {', '.join(prof.base_models)}; seeds: {list(prof.seeds)}; rows per split: "
         f"{json.dumps(prof.section('rows'))}). The paper's numbers are quoted beside ours where a notebook "
         "compares them.",
@@ -213,11 +238,24 @@ def report_text(prof: Profile) -> str:
         *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
         *wave2_section(load_claims(prof), root),
     ]
-    for study in studies.STUDIES:
-        lines += _section(root, study)
+    sections = [_section(root, study) for study in studies.STUDIES]
+    if prof.name in GRID_WAVES:  # a notebook that did not run here gets one line, not a section
+        idle = [study.prefix for study, section in zip(studies.STUDIES, sections) if section[-2] == NOT_RUN]
+        sections = [section for section in sections if section[-2] != NOT_RUN]
+        which = "None of the notebooks" if len(idle) == len(studies.STUDIES) else f"Notebooks {', '.join(idle)}"
+        lines += ["## The notebooks", "", f"{which} ran in this profile. Wave {GRID_WAVES[prof.name]} "
+                  "computes only the units its claims read (`plugin-repro grid run --profile "
+                  f"{prof.name} --wave {GRID_WAVES[prof.name]}`), whose records the verdicts above are judged from.", ""]
+    lines += [line for section in sections for line in section]
     lines += _controls_section(root)
     lines += code_versions_section(root)
     return "\n".join(lines) + "\n"
+
+
+def _producer(prof: Profile) -> str:
+    if prof.name in GRID_WAVES:
+        return f"this repository's code (the notebooks' units that wave {GRID_WAVES[prof.name]}'s claims read)"
+    return "the notebooks of this repository"
 
 
 def _scale(prof: Profile) -> str:

@@ -59,8 +59,8 @@ def rivals_left_out(found: dict[str, dict]) -> str:
         for rival, why in rivals.get("left out", {}).items():
             reason = next((short for start, short in why_short.items() if why.startswith(start)), why)
             by_reason.setdefault((rival, reason), []).append(dataset[key])
-    return "; ".join(f"{rival} left out on {', '.join(names)} ({reason}"
-                     + (f" as {wave4.SAME_OUTPUTS_AS[rival]}: one comparison)" if reason == "the same outputs" else ")")
+    return "; ".join(f"{rival} counted as {wave4.SAME_OUTPUTS_AS[rival]} on {', '.join(names)} (the same outputs)"
+                     if reason == "the same outputs" else f"{rival} left out on {', '.join(names)} ({reason})"
                      for rival in wave4.PROXY_RIVALS for (r, reason), names in by_reason.items() if r == rival)
 
 
