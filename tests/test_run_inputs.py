@@ -18,7 +18,6 @@ import torch
 from conftest import count_trainings
 
 from plugin_lib import data
-from plugin_lib.core import train
 from plugin_lib.core.cache import BaseOutputCache
 from plugin_lib.core.pairs import encode_pairs
 from plugin_lib.experiments import table5, table8
@@ -315,7 +314,7 @@ def test_base_cache_builds_into_a_unique_file_and_leaves_nothing_on_failure(tiny
     built = BaseOutputCache.build(tiny_base, pairs, directory=tmp_path, progress=False)
     np.testing.assert_array_equal(np.asarray(built.rows), np.asarray(reference.rows))
     assert sorted(p.name for p in tmp_path.glob(".base-*")) == [live.name]
-    assert (tmp_path / final.name).stat().st_mode & 0o777 == 0o666 & ~train.current_umask()
+    assert (tmp_path / final.name).stat().st_mode & 0o777 == 0o666 & ~current_umask()
 
 
 # --- the stamp script for records made before ``inputs`` -------------------------------------
