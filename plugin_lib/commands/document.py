@@ -239,8 +239,8 @@ def report_text(prof: Profile) -> str:
         *wave2_section(load_claims(prof), root),
     ]
     sections = [_section(root, study) for study in studies.STUDIES]
-    if prof.name in GRID_WAVES:  # a notebook that did not run here gets one line, not a section
-        idle = [study.prefix for study, section in zip(studies.STUDIES, sections) if section[-2] == NOT_RUN]
+    idle = [study.prefix for study, section in zip(studies.STUDIES, sections) if section[-2] == NOT_RUN]
+    if prof.name in GRID_WAVES and idle:  # a notebook that did not run here gets one line, not a section
         sections = [section for section in sections if section[-2] != NOT_RUN]
         which = "None of the notebooks" if len(idle) == len(studies.STUDIES) else f"Notebooks {', '.join(idle)}"
         lines += ["## The notebooks", "", f"{which} ran in this profile. Wave {GRID_WAVES[prof.name]} "
