@@ -215,9 +215,8 @@ def test_wave4_waits_for_its_runs_then_judges_every_claim_under_the_frozen_rules
     assert again["verdict"] == pre.NOT_MEASURABLE and again["statistic"]["summary"].startswith("no rival left")
     # The group's rows name the rivals left out, where and why.
     statistic = wave4_rows.row("proxy_one_layer")[1]
-    assert statistic.endswith("; ProxyTuning-pretrained left out on e2e (its expert did not help the base); "
-                              "DExperts-pretrained left out on e2e (its expert did not help the base); "
-                              "DExperts-pretrained counted as ProxyTuning-pretrained on webnlg, commongen, adidas "
+    assert statistic.endswith("; proxy-tuning left out on e2e (its expert did not help); DExperts left out on e2e "
+                              "(its expert did not help); DExperts = proxy-tuning on webnlg, commongen, adidas "
                               "(the same outputs)"), statistic
     assert "e2e, webnlg, commongen, adidas (the same outputs)" in wave4_rows.row("proxy_same_model")[1]
     # Fine-tuning that did not improve the base alone: Figure 2's trend is not measurable.

@@ -1,6 +1,7 @@
 """The README's example is executed, so it cannot go stale (x-transformers' habit)."""
 import re
 
+from plugin_lib.commands.document import README_END, README_START
 from plugin_lib.harness.profile import REPO_ROOT
 
 import real_data
@@ -23,8 +24,12 @@ def test_readme_states_the_two_setup_commands():
 
 
 def test_readme_is_a_short_front_door():
-    """Detail lives in docs/ and REPORT.md; the README links to them."""
+    """Detail lives in docs/ and REPORT.md; the README links to them. The prose is held short on
+    its own; the generated verdict table has a row per claim group and grows with the waves (wave
+    4's rows took the whole past the 16,000 bytes once held for everything), so it has its own room."""
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    assert len(readme.encode()) < 16_000
+    start, end = readme.index(README_START), readme.index(README_END)
+    assert len((readme[:start] + readme[end:]).encode()) < 8_500  # the prose: 7,989 bytes on 2026-12-06
+    assert len(readme[start:end].encode()) < 9_500  # the verdicts: 7,960 bytes, 5 of wave 4's rows still open
     for target in ("docs/architecture.md", "docs/data.md", "results/local/REPORT.md"):
         assert target in readme and (REPO_ROOT / target).exists(), target

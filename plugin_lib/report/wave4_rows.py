@@ -48,19 +48,24 @@ def row(group: str, folder: Path | None = None) -> tuple[str, str]:
     return (wave4.row_verdict(verdicts) if len(found) == len(keys) else ""), statistic
 
 
+# The rivals as the rows name them ("beats proxy-tuning and DExperts as published").
+RIVAL_NAMES = {"ProxyTuning-pretrained": "proxy-tuning", "DExperts-pretrained": "DExperts"}
+
+
 def rivals_left_out(found: dict[str, dict]) -> str:
     """Where a group's judged claims compared fewer rivals than both, by rival and dataset: a row
     that says "beats proxy-tuning and DExperts" must say where one was left out, and why."""
     dataset = {c.key: c.dataset for c in wave4.CLAIMS}
-    why_short = {"premise failed": "its expert did not help the base", "the same outputs": "the same outputs"}
+    why_short = {"premise failed": "its expert did not help", "the same outputs": "the same outputs"}
     by_reason: dict[tuple[str, str], list[str]] = {}
     for key, record in found.items():
         rivals = record["statistic"].get("result", {}).get("rivals", {})
         for rival, why in rivals.get("left out", {}).items():
             reason = next((short for start, short in why_short.items() if why.startswith(start)), why)
             by_reason.setdefault((rival, reason), []).append(dataset[key])
-    return "; ".join(f"{rival} counted as {wave4.SAME_OUTPUTS_AS[rival]} on {', '.join(names)} (the same outputs)"
-                     if reason == "the same outputs" else f"{rival} left out on {', '.join(names)} ({reason})"
+    return "; ".join(f"{RIVAL_NAMES[rival]} = {RIVAL_NAMES[wave4.SAME_OUTPUTS_AS[rival]]} on {', '.join(names)} "
+                     "(the same outputs)" if reason == "the same outputs"
+                     else f"{RIVAL_NAMES[rival]} left out on {', '.join(names)} ({reason})"
                      for rival in wave4.PROXY_RIVALS for (r, reason), names in by_reason.items() if r == rival)
 
 
