@@ -26,7 +26,7 @@ from plugin_lib.harness.planning import costs
 from plugin_lib.harness import grid
 from plugin_lib.harness.running import run_keys, runner, search
 from plugin_lib.harness.planning.preflight_counts import TaskCounts
-from plugin_lib.harness.grid import executors, plan as planning
+from plugin_lib.harness.grid import claims, executors, plan as planning
 from plugin_lib.commands import studies
 from plugin_lib.commands.grid import print_plan
 from plugin_lib.harness.profile import load_profile
@@ -340,6 +340,28 @@ def test_the_local_progress_bar_names_the_unit_it_is_computing(capsys):
     grid.run_local(_failing_plan())
     err = capsys.readouterr().err
     assert "grid (local)" in err and "alone" in err  # the last unit's key, beside the count
+
+
+@pytest.mark.parametrize("trainings", [1, 2])
+def test_a_unit_another_grid_process_computes_is_passed_over_until_it_is_done(trainings, tmp_path, monkeypatch):
+    """Two `grid run` processes on one store: the one that meets a unit the other has claimed
+    computes the units that do not need it first, then takes it once the other is done."""
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    units = [_called("theirs", functools.partial(int, "1")),
+             _called("needs-theirs", functools.partial(int, "2"), ("theirs",)),
+             _called("ours", functools.partial(int, "3"))]
+    claim = claims.claim_lock(units[0]).path
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from plugin_lib.utils.locks import StoreLock; "
+         "lock = StoreLock(sys.argv[1]); lock.acquire(); print('held', flush=True); time.sleep(4); lock.release()",
+         str(claim)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert holder.stdout.readline().strip() == "held"
+    plan = grid.Plan(units, state={u.key: "ready" for u in units})
+    results = grid.run_local(plan, trainings=trainings, progress=False, poll_s=0.2)
+    assert holder.wait(timeout=60) == 0
+    # "theirs" came last but one: passed over while held, taken once the other process let go of it
+    assert [r["key"] for r in results] == ["ours", "theirs", "needs-theirs"]
+    assert not grid.failures(results) and not claim.exists()  # and this process let go of its claims
 
 
 def test_a_failed_unit_on_ray_stops_only_the_units_that_need_it():

@@ -3,7 +3,8 @@
 All three call ``units.execute`` on each pending unit after the units it needs, and every unit
 is a record in the run store, written atomically under its lock (``harness.running.runner``,
 ``utils.locks``): a unit that two executors reach at once is computed by one of them, and a
-unit interrupted midway is redone by the next run. Locally and on Ray a unit that fails does not
+unit interrupted midway is redone by the next run. Local executors on one store pass over a unit
+another is computing (``claims``) rather than wait on its lock. Locally and on Ray a unit that fails does not
 stop the others: it and the units that need it come back with an ``error`` (:func:`failures`).
 
 Several trainings share a GPU (``trainings`` above 1, ``harness.planning.concurrency``): the units that
@@ -33,6 +34,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ...utils import malloc
+from .claims import Claims
 from .plan import Plan, gpu_share
 from .units import Unit, execute, trains_from_cache
 
@@ -114,30 +116,62 @@ def failures(results: Sequence[dict]) -> list[dict]:
     return [r for r in results if "error" in r]
 
 
-def run_local(plan: Plan, *, trainings: int = 1, progress: bool = True) -> list[dict]:
+def run_local(plan: Plan, *, trainings: int = 1, progress: bool = True, poll_s: float = 5.0) -> list[dict]:
     """Every pending unit in dependency order: in this process, one at a time, or with
     ``trainings`` above 1, that many units that train from the caches at once beside the others
     (:func:`_run_shared`). A unit that fails prints its traceback and the others go on, except
-    those that need it."""
+    those that need it. A unit that another ``grid run`` on this store is computing (its claim,
+    ``grid.claims``) is passed over until that one is done; with nothing else to do, this one
+    looks again every ``poll_s``."""
     if trainings > 1:
-        return _run_shared(plan, trainings, progress)
+        return _run_shared(plan, trainings, progress, poll_s)
+    pending = plan.pending()
+    keys = {u.key for u in pending}
+    waiting, done, failed, claims = list(pending), set(), set(), Claims()
     results: list[dict] = []
-    failed: set[str] = set()
-    units = tqdm(plan.pending(), desc="grid (local)", disable=not progress)
-    for unit in units:
-        units.set_postfix_str(unit.key)  # a log shows which unit the hours go to, not just how many are done
+    bar = tqdm(total=len(pending), desc="grid (local)", disable=not progress)
+    try:
+        while waiting:
+            unit = _next_unit(waiting, keys, done, failed, claims, results)
+            if unit is None:
+                if waiting and claims.elsewhere:
+                    bar.set_postfix_str(claims.waiting_note())
+                    time.sleep(poll_s)
+                    continue
+                results.extend(_failed(u.key, "not run: its needs never finished") for u in waiting)
+                break
+            bar.set_postfix_str(unit.key)  # a log shows which unit the hours go to, not just how many are done
+            try:
+                results.append(execute(unit))
+                done.add(unit.key)
+            except Exception as err:  # noqa: BLE001 - reported with the unit's key; the rest go on
+                traceback.print_exc()
+                failed.add(unit.key)
+                results.append(_failed(unit.key, err))
+            finally:
+                claims.release(unit)
+            bar.update(len(results) - bar.n)  # units not run for a failed need count as well
+    finally:
+        bar.close()
+        claims.release_all()
+    return results
+
+
+def _next_unit(waiting: list[Unit], keys: set[str], done: set[str], failed: set[str], claims: Claims,
+               results: list[dict]) -> Unit | None:
+    """The first waiting unit whose needs are done and that this process could claim, taken off
+    ``waiting``; those whose needs failed are reported as not run on the way. None: none can start."""
+    claims.elsewhere.clear()
+    for unit in list(waiting):
         lost = [k for k in unit.needs if k in failed]
         if lost:
+            waiting.remove(unit)
             failed.add(unit.key)
             results.append(_failed(unit.key, _not_run(lost[0])))
-            continue
-        try:
-            results.append(execute(unit))
-        except Exception as err:  # noqa: BLE001 - reported with the unit's key; the rest go on
-            traceback.print_exc()
-            failed.add(unit.key)
-            results.append(_failed(unit.key, err))
-    return results
+        elif all(k in done for k in unit.needs if k in keys) and claims.take(unit):
+            waiting.remove(unit)
+            return unit
+    return None
 
 
 def _start_worker(threads: int) -> None:
@@ -164,13 +198,14 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             process.terminate()
 
 
-def _run_shared(plan: Plan, trainings: int, progress: bool) -> list[dict]:
+def _run_shared(plan: Plan, trainings: int, progress: bool, poll_s: float) -> list[dict]:
     """``trainings`` units that train from the caches at once, each in a worker process holding
     the base's output layer alone (``units.execute(head_only=True)``), beside one worker that
-    computes the others one at a time with the whole base (caches, runs, LoRA, fine-tuning, BDPL)."""
+    computes the others one at a time with the whole base (caches, runs, LoRA, fine-tuning, BDPL).
+    This process holds the claims of the units its workers compute."""
     pending = plan.pending()
     keys = {u.key for u in pending}
-    waiting, running = list(pending), {}
+    waiting, running, claims = list(pending), {}, Claims()
     done: set[str] = set()
     failed: set[str] = set()
     results: list[dict] = []
@@ -179,12 +214,14 @@ def _run_shared(plan: Plan, trainings: int, progress: bool) -> list[dict]:
     bar = tqdm(total=len(pending), desc=f"grid (local, {trainings} trainings at once)", disable=not progress)
 
     def finish(unit: Unit, result: dict) -> None:
+        claims.release(unit)
         (failed if "error" in result else done).add(unit.key)
         results.append(result)
         bar.update(1)
 
     try:
         while waiting or running:
+            claims.elsewhere.clear()
             for unit in list(waiting):
                 needs = [k for k in unit.needs if k in keys]
                 lost = [k for k in needs if k in failed]
@@ -194,13 +231,17 @@ def _run_shared(plan: Plan, trainings: int, progress: bool) -> list[dict]:
                     continue
                 light = trains_from_cache(unit)
                 busy = sum(trains_from_cache(u) == light for u in running.values())
-                if busy >= slots[light] or not all(k in done for k in needs):
+                if busy >= slots[light] or not all(k in done for k in needs) or not claims.take(unit):
                     continue
                 waiting.remove(unit)
                 try:
                     running[lanes[light].submit(execute, unit, head_only=light)] = unit
                 except Exception as err:  # noqa: BLE001 - a broken pool (a worker killed): the unit is reported
                     finish(unit, _failed(unit.key, err))
+            if not running and waiting and claims.elsewhere:  # the rest are another process's, for now
+                bar.set_postfix_str(claims.waiting_note())
+                time.sleep(poll_s)
+                continue
             if not running:  # nothing can start (a need outside the plan's order): say so, do not spin
                 for unit in waiting:
                     finish(unit, _failed(unit.key, "not run: its needs never finished"))
@@ -220,6 +261,7 @@ def _run_shared(plan: Plan, trainings: int, progress: bool) -> list[dict]:
         bar.close()
         for lane in lanes.values():
             _stop(lane) if waiting or running else lane.shutdown(wait=True)
+        claims.release_all()
     return results
 
 
