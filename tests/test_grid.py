@@ -331,12 +331,14 @@ def _check_failures(results):
     assert [r["key"] for r in results if "error" not in r] == ["alone"]  # the others went on
 
 
-def test_a_failed_unit_stops_only_the_units_that_need_it(capsys):
+def test_a_failed_unit_stops_only_the_units_that_need_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))  # where the executor's claims go
     _check_failures(grid.run_local(_failing_plan(), progress=False))
     assert "ZeroDivisionError" in capsys.readouterr().err  # its traceback, for the log
 
 
-def test_the_local_progress_bar_names_the_unit_it_is_computing(capsys):
+def test_the_local_progress_bar_names_the_unit_it_is_computing(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     grid.run_local(_failing_plan())
     err = capsys.readouterr().err
     assert "grid (local)" in err and "alone" in err  # the last unit's key, beside the count
