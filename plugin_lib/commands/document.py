@@ -35,13 +35,13 @@ def times_table(root: Path) -> list[str]:
     """Wall time per notebook (run_all.sh writes one line per execution to
     ``executed/<name>.seconds``; a later execution reuses the stored runs, so the first one
     usually dominates). Kept apart from the report, in TIMES.md: re-executing changes the times,
-    never the results."""
-    lines = ["| notebook | executions | total (min) | last (s) |", "| --- | ---: | ---: | ---: |"]
+    never the results. Empty where no notebook has run."""
+    rows = []
     for path in sorted((root / "executed").glob("*.seconds")):
         times = [float(line) for line in path.read_text().split()]
         if times:
-            lines.append(f"| {path.stem} | {len(times)} | {sum(times) / 60:.1f} | {times[-1]:.0f} |")
-    return lines
+            rows.append(f"| {path.stem} | {len(times)} | {sum(times) / 60:.1f} | {times[-1]:.0f} |")
+    return ["| notebook | executions | total (min) | last (s) |", "| --- | ---: | ---: | ---: |", *rows] if rows else []
 
 
 def _figures(root: Path, stems: list[str]) -> list[Path]:
@@ -72,19 +72,24 @@ def _skips(root: Path, stems: list[str]) -> list[str]:
             for r in map(read_json, records)]
 
 
-NOT_RUN = "No results yet: the notebook has not run in this profile."
+def _tables(root: Path, stems: list[str]) -> list[Path]:
+    return sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
+
+
+def _ran(root: Path, study: studies.Study) -> bool:
+    """Whether the notebook left anything here: a table, a figure, or a record of what it skipped."""
+    stems = list(study.results)
+    return bool(_tables(root, stems) or _figures(root, stems) or _skips(root, stems))
 
 
 def _section(root: Path, study: studies.Study) -> list[str]:
     stems = list(study.results)
     lines = [f"## {study.title}", "", f"Notebook `notebooks/{study.prefix}_*.ipynb` (its wall time: [TIMES.md](TIMES.md)).",
              ""]
-    tables = sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
-    figures = _figures(root, stems)
-    skips = _skips(root, stems)
+    tables, figures, skips = _tables(root, stems), _figures(root, stems), _skips(root, stems)
     lines += [line for skip in skips for line in (skip, "")]
     if not tables and not figures:
-        return lines + ([] if skips else [NOT_RUN, ""])
+        return lines + ([] if skips else ["No results yet: the notebook has not run in this profile.", ""])
     for table in tables:
         lines += [f"**{table.stem}**", "", *_table(table), ""]
     for figure in figures:
@@ -206,7 +211,7 @@ def write_report(profile: Profile | str) -> Path:
     table = times_table(root)
     times = [f"# Wall times: profile `{prof.name}`", "", "Measured by run_all.sh on the machine that ran each "
              "notebook; kept apart from REPORT.md, whose results do not change when a notebook is re-executed.",
-             "", *(table if len(table) > 2 else ["No notebook has run in this profile."])]
+             "", *(table or ["No notebook has run in this profile."])]
     if prof.name in GRID_WAVES:  # its compute is in its run records instead
         times += ["", f"Wave {GRID_WAVES[prof.name]}'s units store their own process-hours: `plugin-repro grid plan "
                   f"--profile {prof.name} --wave {GRID_WAVES[prof.name]} --summary` sums them."]
@@ -238,15 +243,15 @@ def report_text(prof: Profile) -> str:
         *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
         *wave2_section(load_claims(prof), root),
     ]
-    sections = [_section(root, study) for study in studies.STUDIES]
-    idle = [study.prefix for study, section in zip(studies.STUDIES, sections) if section[-2] == NOT_RUN]
+    shown = list(studies.STUDIES)
+    idle = [study.prefix for study in shown if not _ran(root, study)]
     if prof.name in GRID_WAVES and idle:  # a notebook that did not run here gets one line, not a section
-        sections = [section for section in sections if section[-2] != NOT_RUN]
+        shown = [study for study in shown if study.prefix not in idle]
         which = "None of the notebooks" if len(idle) == len(studies.STUDIES) else f"Notebooks {', '.join(idle)}"
         lines += ["## The notebooks", "", f"{which} ran in this profile. Wave {GRID_WAVES[prof.name]} "
                   "computes only the units its claims read (`plugin-repro grid run --profile "
                   f"{prof.name} --wave {GRID_WAVES[prof.name]}`), whose records the verdicts above are judged from.", ""]
-    lines += [line for section in sections for line in section]
+    lines += [line for study in shown for line in _section(root, study)]
     lines += _controls_section(root)
     lines += code_versions_section(root)
     return "\n".join(lines) + "\n"
