@@ -4,8 +4,9 @@ All three call ``units.execute`` on each pending unit after the units it needs, 
 is a record in the run store, written atomically under its lock (``harness.running.runner``,
 ``utils.locks``): a unit that two executors reach at once is computed by one of them, and a
 unit interrupted midway is redone by the next run. Local executors on one store pass over a unit
-another is computing (``claims``) rather than wait on its lock. Locally and on Ray a unit that fails does not
-stop the others: it and the units that need it come back with an ``error`` (:func:`failures`).
+another is computing (``claims``) rather than wait on its lock. Locally and on Ray a unit that
+fails does not stop the others: it and the units that need it come back with an ``error``
+(:func:`failures`).
 
 Several trainings share a GPU (``trainings`` above 1, ``harness.planning.concurrency``): the units that
 only train from the stored caches (``units.trains_from_cache``) run that many at once, each in a
