@@ -72,21 +72,16 @@ def _skips(root: Path, stems: list[str]) -> list[str]:
             for r in map(read_json, records)]
 
 
-def _tables(root: Path, stems: list[str]) -> list[Path]:
-    return sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md"))
-
-
-def _ran(root: Path, study: studies.Study) -> bool:
-    """Whether the notebook left anything here: a table, a figure, or a record of what it skipped."""
+def _outputs(root: Path, study: studies.Study) -> tuple[list[Path], list[Path], list[str]]:
+    """What the notebook left here: its tables, its figures, and what it skipped (all empty: it has not run)."""
     stems = list(study.results)
-    return bool(_tables(root, stems) or _figures(root, stems) or _skips(root, stems))
+    return (sorted(p for stem in stems for p in (root / "tables").glob(f"{stem}*.md")), _figures(root, stems),
+            _skips(root, stems))
 
 
-def _section(root: Path, study: studies.Study) -> list[str]:
-    stems = list(study.results)
+def _section(study: studies.Study, tables: list[Path], figures: list[Path], skips: list[str]) -> list[str]:
     lines = [f"## {study.title}", "", f"Notebook `notebooks/{study.prefix}_*.ipynb` (its wall time: [TIMES.md](TIMES.md)).",
              ""]
-    tables, figures, skips = _tables(root, stems), _figures(root, stems), _skips(root, stems)
     lines += [line for skip in skips for line in (skip, "")]
     if not tables and not figures:
         return lines + ([] if skips else ["No results yet: the notebook has not run in this profile.", ""])
@@ -243,15 +238,15 @@ def report_text(prof: Profile) -> str:
         *(paper_rows.report_section(root) if prof.name == freeze.FROZEN_PROFILE else []),
         *wave2_section(load_claims(prof), root),
     ]
-    shown = list(studies.STUDIES)
-    idle = [study.prefix for study in shown if not _ran(root, study)]
+    shown = {study: _outputs(root, study) for study in studies.STUDIES}
+    idle = [study.prefix for study, outputs in shown.items() if not any(outputs)]
     if prof.name in GRID_WAVES and idle:  # a notebook that did not run here gets one line, not a section
-        shown = [study for study in shown if study.prefix not in idle]
+        shown = {study: outputs for study, outputs in shown.items() if any(outputs)}
         which = "None of the notebooks" if len(idle) == len(studies.STUDIES) else f"Notebooks {', '.join(idle)}"
         lines += ["## The notebooks", "", f"{which} ran in this profile. Wave {GRID_WAVES[prof.name]} "
                   "computes only the units its claims read (`plugin-repro grid run --profile "
                   f"{prof.name} --wave {GRID_WAVES[prof.name]}`), whose records the verdicts above are judged from.", ""]
-    lines += [line for study in shown for line in _section(root, study)]
+    lines += [line for study, outputs in shown.items() for line in _section(study, *outputs)]
     lines += _controls_section(root)
     lines += code_versions_section(root)
     return "\n".join(lines) + "\n"
