@@ -87,3 +87,13 @@ def test_a_failed_notebook_is_named_by_its_last_error(tmp_path):
     log.write_text("Executing cell 3\nTraceback (most recent call last):\n  File x\n"
                    "RuntimeError: No working Java: no java on PATH\nEnding Cell 3\n")
     assert gpu_check._last_error(log) == "RuntimeError: No working Java: no java on PATH"
+
+
+@pytest.mark.parametrize("name, label", [
+    ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 PCIe", "h100"), ("NVIDIA H200", "h200"),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("Tesla T4", "t4"), ("NVIDIA L4", "l4"),
+    ("NVIDIA GeForce RTX 4090", "rtx4090"),
+])
+def test_a_gpu_folder_is_named_by_the_model_not_its_memory(name, label):
+    # results/gpu/<label>_<date>/: an H100's name ends in its memory's kind (HBM3), which named the folder
+    assert gpu_check.gpu_label(name) == label

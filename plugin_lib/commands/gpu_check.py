@@ -34,6 +34,7 @@ import io
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -63,12 +64,21 @@ class StepResult:
 
 
 def device_label() -> str:
-    """'h200', 'a100', 't4' ... from the first CUDA GPU's name, or 'cpu'."""
+    """'h200', 'h100', 'a100', 't4' ... from the first CUDA GPU's name, or 'cpu'."""
     import torch
 
-    if not torch.cuda.is_available():
-        return "cpu"
-    return torch.cuda.get_device_name(0).split()[-1].lower().replace("-", "")
+    return gpu_label(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu"
+
+
+def gpu_label(name: str) -> str:
+    """The model in a CUDA device name: its first word with a digit ('NVIDIA H100 80GB HBM3' and
+    'NVIDIA A100-SXM4-80GB' give 'h100' and 'a100', not their memory's words), joined to the word
+    before it when it has no letter ('NVIDIA GeForce RTX 4090' gives 'rtx4090')."""
+    words = re.findall(r"[A-Za-z0-9]+", name)
+    for before, word in zip([""] + words, words):
+        if any(c.isdigit() for c in word):
+            return (word if any(c.isalpha() for c in word) else before + word).lower()
+    return "".join(words).lower() or "gpu"
 
 
 def environment(found: Path | None, source: str) -> dict:
