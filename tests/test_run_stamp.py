@@ -5,7 +5,11 @@ failed notebook's error (commands/notebook_files.py: the line it is reported by)
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from test_run_all import ROOT, notebook, run_stamp
 
 
@@ -118,3 +122,20 @@ def test_a_damaged_stored_record_stops_the_stamps_naming_it_and_the_cheapest_men
     assert "Plugin-seed1.json" in err and "delete" in err and "recomputes" in err
     committed = ROOT / "results" / "local" / "runs" / "e2e" / "smollm2-135m-instruct" / "BDPL+Plugin-seed0.json"
     assert rs.mend_advice([committed]).startswith("restore the committed record(s) with `git checkout -- results/local/")
+
+
+def test_a_notebook_is_named_by_its_file_name_or_prefix_and_an_unknown_one_is_refused_at_once(tmp_path):
+    rs = run_stamp()
+    own = tmp_path / "mine.ipynb"
+    own.write_text(notebook("print(1)"))
+    files = rs.notebook_files(["15", "13_theorem1_convergence", str(own)])
+    assert [Path(f).name for f in files] == ["15_proxy_tuning.ipynb", "13_theorem1_convergence.ipynb", "mine.ipynb"]
+    assert all(Path(f).is_file() for f in files)
+    assert len(rs.notebook_files([])) == 16  # --check without names: every notebook
+    with pytest.raises(ValueError, match="99 is neither a notebook file nor the start of a notebook's name; the "
+                                         "notebooks: 00_dataset_statistics"):
+        rs.notebook_files(["99"])
+    refused = subprocess.run([sys.executable, "-m", "plugin_lib.commands.stamp", "--profile", "local", "--check", "99"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert refused.returncode == 2 and "99 is neither a notebook file" in refused.stderr
+    assert "Traceback" not in refused.stderr  # it was a FileNotFoundError, after a minute of checking records

@@ -1,7 +1,8 @@
 """The stamp of an executed notebook: ``plugin-repro run`` skips a notebook whose stored stamp matches.
 
 ``plugin-repro stamp --profile NAME [-p KEY VALUE]... NOTEBOOK...`` prints one line per
-notebook, ``<sha256>  <notebook>``; ``--check`` instead compares each with the stored stamp under
+notebook (a file, a name or its start: ``15``), ``<sha256>  <notebook>``; ``--check`` instead
+compares each (every notebook when none is named) with the stored stamp under
 results/NAME/executed/ and exits 1, naming them, when any is missing or stale. The stamp hashes
 what determines the notebook's results, and nothing else:
 
@@ -230,6 +231,33 @@ def check_records(profile: str, adopting: bool = False) -> int:
     return min((status for status, _ in faults), default=0)
 
 
+def _registry_file(notebook: str) -> str:
+    """notebooks/<notebook>.ipynb, relative where this is the checkout's root (as printed)."""
+    path = REPO_ROOT / "notebooks" / f"{notebook}.ipynb"
+    return str(path.relative_to(REPO_ROOT)) if Path.cwd() == REPO_ROOT else str(path)
+
+
+def notebook_files(names: list[str]) -> list[str]:
+    """Each of ``names`` as a notebook file: a file as it is, else the registry's notebooks whose
+    names start with it (``studies.chosen``); every notebook where ``names`` is empty."""
+    from . import studies
+
+    if not names:
+        return [_registry_file(notebook) for notebook in studies.NOTEBOOKS]
+    files = []
+    for name in names:
+        if Path(name).is_file():
+            files.append(name)
+            continue
+        try:
+            found = studies.chosen([Path(name).stem])
+        except ValueError:
+            raise ValueError(f"{name} is neither a notebook file nor the start of a notebook's name; the "
+                             f"notebooks: {', '.join(studies.NOTEBOOKS)}.") from None
+        files += [_registry_file(study.notebook) for study in found]
+    return files
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="plugin-repro stamp", description=__doc__.split("\n")[0],
                                      epilog="Exit status: 0 fine, 1 stale (--check), 2 bad arguments, 4 a damaged "
@@ -243,10 +271,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--write-manifest", action="store_true",
                         help=f"list the stored records its {record_manifest.MANIFEST} lacks (after checking the "
                              "listed ones) and drop the entries of absent ones")
-    parser.add_argument("notebooks", nargs="*")
+    parser.add_argument("notebooks", nargs="*", metavar="NOTEBOOK",
+                        help="a notebook's file, name or prefix (15, 15_proxy_tuning); with --check, all by default")
     args = parser.parse_args(argv)
-    if not args.notebooks and not args.write_manifest:
-        parser.error("name at least one notebook (or --write-manifest)")
+    if not args.notebooks and args.check:
+        args.notebooks = notebook_files([])
+    elif not args.notebooks and not args.write_manifest:
+        parser.error("name at least one notebook (or --check, or --write-manifest)")
+    else:
+        try:  # before the records' check, which takes a minute
+            args.notebooks = notebook_files(args.notebooks)
+        except ValueError as err:
+            parser.error(str(err))
     status = check_records(args.profile, adopting=args.write_manifest)
     if status:
         return status
