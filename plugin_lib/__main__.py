@@ -10,7 +10,7 @@ that does the job, so ``plugin-repro preflight --help`` is the preflight's own h
     plugin-repro grid plan|run ...              plugin_lib.commands.grid
     plugin-repro report --profile local ...     plugin_lib.commands.report (REPORT.md, the README block)
     plugin-repro confirmation [wave2|3|4] status|judge       plugin_lib.commands.confirmation, then commands.confirmation_wave2, _wave3, _wave4
-    plugin-repro stamp --profile local --check NOTEBOOK...   plugin_lib.commands.stamp
+    plugin-repro stamp --profile local --check [NB...]       plugin_lib.commands.stamp
     plugin-repro gpu-check [--only NB] [--deadline-s S]    plugin_lib.commands.gpu_check (a checkout)
     plugin-repro train|generate|evaluate|serve  plugin_lib.serving.cli (a Plugin on your own data)
 
