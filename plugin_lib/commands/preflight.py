@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -67,8 +68,9 @@ def run(profile_name: str, *, gpu_name: str | None = None, **options) -> int:
     """The preflight of ``profile_name`` (``harness.planning.preflight.run``'s options)."""
     from ..harness.planning import preflight
 
+    started = time.perf_counter()  # the time it prints counts the plans too (the data's token counts)
     profile = config.load_profile(profile_name)
-    return preflight.run(profile, plans(profile, gpu_name=gpu_name), gpu_name=gpu_name, **options)
+    return preflight.run(profile, plans(profile, gpu_name=gpu_name), gpu_name=gpu_name, started=started, **options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

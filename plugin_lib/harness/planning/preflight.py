@@ -211,16 +211,18 @@ def planning_gpu(profile: config.Profile, gpu_name: str | None = None):
 
 def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float | None = None,
         disk_free_gb: float | None = None, measure: bool = True, plan_only: bool = False, gpu_name: str | None = None,
-        only: str = "", rates_file: str | None = None, save_rates_file: str | None = None, out=sys.stdout) -> int:
+        only: str = "", rates_file: str | None = None, save_rates_file: str | None = None, started: float | None = None,
+        out=sys.stdout) -> int:
     """Print the plan of ``profile`` (``plans``: ``preflight_plan.plan_notebooks`` at
     ``planning_gpu``'s dtypes); the exit status (0 fine, 1 will not fit on this machine).
     ``plan_only``: the plan, with what would stop a run as warnings. ``gpu_name``: plan for that
     GPU class (``gpus.GPUS``): its memory, dtypes and hours estimated from its throughput.
     ``only``: check the GPU memory of the notebooks whose names start with it (run_all.sh --only).
-    ``rates_file``: hours from rates another machine measured and saved (``save_rates_file``)."""
+    ``rates_file``: hours from rates another machine measured and saved (``save_rates_file``).
+    ``started``: the ``time.perf_counter()`` the time printed at the end counts from (before the plans)."""
     card, gpu = planning_gpu(profile, gpu_name)
     has_gpu, gpu_profile = torch.cuda.is_available(), profile.name in config.GPU_PROFILES
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
     layouts = _describe(profile, card, plans, gpu, out)
     rates = base_rates(profile, list(layouts), card=card, measure=measure and (has_gpu or not gpu_profile),
                        rates_file=rates_file, shared=bool(save_rates_file), out=out)
