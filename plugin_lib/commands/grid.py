@@ -101,8 +101,10 @@ def print_plan(plan: planning.Plan, profile: Profile, only: Sequence[str], *, sh
     if any(plan.seconds.values()):
         total = sum(plan.seconds.get(u.key, 0.0) for u in plan.pending())
         critical, chain = plan.critical_path()
-        print(f"\nAll: {len(plan.units)} units, {_hours(sum(plan.seconds.values()))} device-hours at most (the "
-              "preflight's total at the same rates).", file=out)
+        same = ("decoding left out; `preflight --gpu h100` prices it too" if plan.probed
+                else "the preflight's total at the same rates")
+        print(f"\nAll: {len(plan.units)} units, {_hours(sum(plan.seconds.values()))} device-hours at most "
+              f"({same}).", file=out)
         print(f"Pending: {len(plan.pending())} units, {_hours(total)} device-hours at most; critical path "
               f"{_hours(critical)} h over {len(chain)} units.", file=out)
         print(f"Wall time, one unit per GPU at a time: {walls()}.", file=out)

@@ -47,6 +47,7 @@ class Plan:
     seconds: dict[str, float] = field(default_factory=dict)
     gpu_bytes: dict[str, int] = field(default_factory=dict)
     timed: str = ""
+    probed: bool = False  # timed at the H100 probe's rates (no GPU here): decoding not priced
     likely: dict[str, float] = field(default_factory=dict)
     calibrated: str = ""
     stored: dict[str, float] = field(default_factory=dict)
@@ -307,6 +308,7 @@ def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
     elif rates_file:
         plan.timed = f"{names}: rates read from {rates_file}"
     elif probed:
+        plan.probed = True
         plan.timed = (f"{names}: cache building and training at H100 rates of an earlier probe of the paper's shapes "
                       "(no GPU here); decoding not timed")
     else:
