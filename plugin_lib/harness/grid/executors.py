@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
@@ -131,9 +131,14 @@ def run_local(plan: Plan, *, trainings: int = 1, progress: bool = True, poll_s: 
     waiting, done, failed, claims = list(pending), set(), set(), Claims()
     results: list[dict] = []
     bar = tqdm(total=len(pending), desc="grid (local)", disable=not progress)
+
+    def lost(unit: Unit, result: dict) -> None:
+        failed.add(unit.key)
+        results.append(result)
+
     try:
         while waiting:
-            unit = _next_unit(waiting, keys, done, failed, claims, results)
+            unit = next(_startable(waiting, keys, done, failed, claims, lost), None)
             if unit is None:
                 if waiting and claims.elsewhere:
                     bar.set_postfix_str(claims.waiting_note())
@@ -158,21 +163,20 @@ def run_local(plan: Plan, *, trainings: int = 1, progress: bool = True, poll_s: 
     return results
 
 
-def _next_unit(waiting: list[Unit], keys: set[str], done: set[str], failed: set[str], claims: Claims,
-               results: list[dict]) -> Unit | None:
-    """The first waiting unit whose needs are done and that this process could claim, taken off
-    ``waiting``; those whose needs failed are reported as not run on the way. None: none can start."""
+def _startable(waiting: list[Unit], keys: set[str], done: set[str], failed: set[str], claims: Claims,
+               lost: Callable[[Unit, dict], None], fits: Callable[[Unit], bool] = lambda unit: True):
+    """The waiting units that can start now, each taken off ``waiting`` as it is yielded: their
+    needs are done, ``fits`` lets them (a free slot) and this process could claim them. A unit
+    whose need failed is taken off too and handed to ``lost`` with its not-run result."""
     claims.elsewhere.clear()
     for unit in list(waiting):
-        lost = [k for k in unit.needs if k in failed]
-        if lost:
+        failed_needs = [k for k in unit.needs if k in failed]
+        if failed_needs:
             waiting.remove(unit)
-            failed.add(unit.key)
-            results.append(_failed(unit.key, _not_run(lost[0])))
-        elif all(k in done for k in unit.needs if k in keys) and claims.take(unit):
+            lost(unit, _failed(unit.key, _not_run(failed_needs[0])))
+        elif fits(unit) and all(k in done for k in unit.needs if k in keys) and claims.take(unit):
             waiting.remove(unit)
-            return unit
-    return None
+            yield unit
 
 
 def _start_worker(threads: int) -> None:
@@ -220,21 +224,14 @@ def _run_shared(plan: Plan, trainings: int, progress: bool, poll_s: float) -> li
         results.append(result)
         bar.update(1)
 
+    def free_slot(unit: Unit) -> bool:  # a slot of its lane: trainings from the caches, or the whole base's one
+        light = trains_from_cache(unit)
+        return sum(trains_from_cache(u) == light for u in running.values()) < slots[light]
+
     try:
         while waiting or running:
-            claims.elsewhere.clear()
-            for unit in list(waiting):
-                needs = [k for k in unit.needs if k in keys]
-                lost = [k for k in needs if k in failed]
-                if lost:
-                    waiting.remove(unit)
-                    finish(unit, _failed(unit.key, _not_run(lost[0])))
-                    continue
+            for unit in _startable(waiting, keys, done, failed, claims, finish, fits=free_slot):
                 light = trains_from_cache(unit)
-                busy = sum(trains_from_cache(u) == light for u in running.values())
-                if busy >= slots[light] or not all(k in done for k in needs) or not claims.take(unit):
-                    continue
-                waiting.remove(unit)
                 try:
                     running[lanes[light].submit(execute, unit, head_only=light)] = unit
                 except Exception as err:  # noqa: BLE001 - a broken pool (a worker killed): the unit is reported
