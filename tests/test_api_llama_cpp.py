@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 
 import pytest
 import torch
@@ -178,6 +180,26 @@ def test_a_stopped_server_is_a_clear_error(local_tokenizer):
         box = ApiBlackBox(api_client(server.base_url, max_retries=1, timeout_s=60), local_tokenizer, 5)
     with pytest.raises(ApiUnavailable, match="Is the server running"):
         box.next_token_log_probs(local_tokenizer("Hello")["input_ids"])
+
+
+@needs_llama_cpp
+def test_a_server_that_dies_on_its_first_decode_is_refused_at_start_with_the_portable_build(tmp_path):
+    """llama.cpp built for this machine's CPU (its default) loaded the model and then crashed with
+    a segmentation fault on the first token (2026-12-06). Here the real server is killed with
+    that signal once it has answered, as the crash left it: start says so, with the rebuild."""
+
+    class CrashingAfterLoading(LlamaCppServer):
+        def answers(self) -> bool:
+            loaded = super().answers()
+            if loaded:
+                os.kill(self.process.pid, signal.SIGSEGV)
+            return loaded
+
+    server = CrashingAfterLoading(n_threads=1, log_path=tmp_path / "server.log")
+    with pytest.raises(RuntimeError, match=r"failed to decode one token .*killed by signal 11.*portable build, "
+                                           r"CMAKE_ARGS=.*-DGGML_NATIVE=OFF"):
+        server.start()
+    assert server.process.poll() is not None
 
 
 @needs_llama_cpp

@@ -26,7 +26,12 @@ from pathlib import Path
 
 from . import models
 
-INSTALL_HINT = 'pip install -e ".[api]"  (llama-cpp-python[server]; it builds from source, 10-25 min on 2 cores)'
+# llama.cpp's default build targets the building CPU (-march=native). On an Intel CPU with AMX
+# tiles in a virtual machine (this 2-core development machine, 2026-12-06) that build crashed with a
+# segmentation fault on its first decode, and the AVX2 build ran (x86-64 CPUs since 2013 have AVX2).
+PORTABLE_BUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"'
+INSTALL_HINT = (f'{PORTABLE_BUILD} pip install -e ".[api]"  (llama-cpp-python[server]; it builds from source, '
+                "4-25 min on 2 cores)")
 
 
 def llama_cpp_missing(python: str | None = None) -> str | None:
@@ -104,12 +109,41 @@ class LlamaCppServer:
                 raise RuntimeError(f"llama-cpp-python's server exited with status {self.process.returncode} while "
                                    f"starting. Its log ({self.log_path}) ends:\n{self._log_tail()}")
             if self.answers():
+                self._check_decoding()
                 self.started_in_s = time.perf_counter() - started
                 return self
             time.sleep(0.25)
         self.stop()
         raise RuntimeError(f"llama-cpp-python's server did not answer within {self.startup_timeout_s} s. Its log "
                            f"({self.log_path}) ends:\n{self._log_tail()}")
+
+    def _check_decoding(self) -> None:
+        """One token, so that a server that loads the model but dies on its first decode says so
+        here, with its exit status, rather than as refused connections in the middle of a run."""
+        headers = {"Content-Type": "application/json",
+                   **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})}
+        body = json.dumps({"prompt": "Hello", "max_tokens": 1, "temperature": 0}).encode()
+        try:
+            request = urllib.request.Request(self.base_url + "/v1/completions", data=body, headers=headers)
+            with urllib.request.urlopen(request, timeout=self.startup_timeout_s) as response:
+                response.read()
+            return
+        except (urllib.error.URLError, OSError) as err:
+            failure = err
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        status = self.process.poll()
+        self.stop()
+        crashed = status is not None and status < 0
+        raise RuntimeError(
+            f"llama-cpp-python's server loaded {self.model_path.name} but failed to decode one token ({failure}; "
+            f"{'killed by signal ' + str(-status) if crashed else 'exit status ' + str(status)})."
+            + (" A build for this CPU (llama.cpp's default) can crash so: reinstall the portable build, "
+               f"{PORTABLE_BUILD} pip install --force-reinstall --no-cache-dir --no-deps llama-cpp-python"
+               if crashed else "")
+            + f" Its log ({self.log_path}) ends:\n{self._log_tail()}")
 
     def answers(self) -> bool:
         try:
