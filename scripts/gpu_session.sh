@@ -17,7 +17,8 @@ stash="${1:?the stash folder, or none}" deadline="${2:-420}"
 py="${PLUGIN_PYTHON:-python3}"
 cd "$root"
 if [ "$stash" != none ]; then
-  eval "$("$py" scripts/offline_bundle.py install "$stash" /tmp/offline)"
+  exports="$("$py" scripts/offline_bundle.py install "$stash" /tmp/offline)"  # stops here if a part is missing
+  eval "$exports"
 fi
 export PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 label="$("$py" -c 'from plugin_lib.commands.gpu_check import device_label; print(device_label())')"
