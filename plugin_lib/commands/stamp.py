@@ -231,16 +231,14 @@ def check_records(profile: str, adopting: bool = False) -> int:
     return min((status for status, _ in faults), default=0)
 
 
-def _registry_file(notebook: str) -> str:
-    """notebooks/<notebook>.ipynb, relative where this is the checkout's root (as printed)."""
-    path = REPO_ROOT / "notebooks" / f"{notebook}.ipynb"
-    return str(path.relative_to(REPO_ROOT)) if Path.cwd() == REPO_ROOT else str(path)
-
-
 def notebook_files(names: list[str]) -> list[str]:
     """Each of ``names`` as a notebook file: a file as it is, else the registry's notebooks whose
     names start with it (``studies.chosen``); every notebook where ``names`` is empty."""
     from . import studies
+
+    def _registry_file(notebook: str) -> str:  # relative where this is the checkout's root (as printed)
+        path = studies.NOTEBOOKS_DIR / f"{notebook}.ipynb"
+        return str(path.relative_to(REPO_ROOT)) if Path.cwd() == REPO_ROOT else str(path)
 
     if not names:
         return [_registry_file(notebook) for notebook in studies.NOTEBOOKS]

@@ -117,11 +117,13 @@ class LlamaCppServer:
         raise RuntimeError(f"llama-cpp-python's server did not answer within {self.startup_timeout_s} s. Its log "
                            f"({self.log_path}) ends:\n{self._log_tail()}")
 
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def _check_decoding(self) -> None:
         """One token, so that a server that loads the model but dies on its first decode says so
         here, with its exit status, rather than as refused connections in the middle of a run."""
-        headers = {"Content-Type": "application/json",
-                   **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {})}
+        headers = {"Content-Type": "application/json", **self._auth()}
         body = json.dumps({"prompt": "Hello", "max_tokens": 1, "temperature": 0}).encode()
         try:
             request = urllib.request.Request(self.base_url + "/v1/completions", data=body, headers=headers)
@@ -147,8 +149,7 @@ class LlamaCppServer:
 
     def answers(self) -> bool:
         try:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            request = urllib.request.Request(self.base_url + "/v1/models", headers=headers)
+            request = urllib.request.Request(self.base_url + "/v1/models", headers=self._auth())
             with urllib.request.urlopen(request, timeout=2) as response:
                 return response.status == 200 and "data" in json.loads(response.read())
         except (urllib.error.URLError, OSError, ValueError):
