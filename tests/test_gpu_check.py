@@ -48,7 +48,7 @@ def test_the_gpu_profile_is_paper_twin_on_the_full_size_twins():
 @pytest.mark.slow
 def test_on_a_cpu_it_runs_the_notebooks_on_the_small_twins_and_writes_the_record(tmp_path):
     real_data.require()  # the data check of the profile reads every dataset
-    done, out = run_check(tmp_path, "--only", "13", "--skip", "tests", "bench", "rates")
+    done, out = run_check(tmp_path, "--only", "13", "--skip", "tests", "bench", "rates", "mps")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "profile paper-twin, 1 notebooks" in done.stdout
     table = steps(out)
@@ -97,3 +97,29 @@ def test_a_failed_notebook_is_named_by_its_last_error(tmp_path):
 def test_a_gpu_folder_is_named_by_the_model_not_its_memory(name, label):
     # results/gpu/<label>_<date>/: an H100's name ends in its memory's kind (HBM3), which named the folder
     assert gpu_check.gpu_label(name) == label
+
+
+def test_a_step_stopped_at_its_deadline_takes_the_processes_it_started_with_it(tmp_path):
+    """bench_mps.py and the preflight start processes of their own: at the deadline they stop too,
+    not only the step (they would hold the GPU through the steps after)."""
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time; "
+              f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(120)")
+    check = gpu_check.Checklist(tmp_path, "paper-twin", False, 1, time.monotonic() + 3)
+    result = check.command("sleeper", [sys.executable, "-c", script], "sleeper.log")
+    assert (result.status, result.note) == ("failed", "stopped at the deadline")
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # an orphan is reaped by init: gone, or a zombie meanwhile
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the step's child {child} still runs after the deadline")

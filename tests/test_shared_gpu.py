@@ -129,3 +129,32 @@ def test_the_concurrency_curve_requires_every_processs_weights_to_equal_the_lone
     assert curve.digests_equal
     assert set(curve.pairs_per_s) == {"1", "2"} and all(rate > 0 for rate in curve.pairs_per_s.values())
     assert curve.host_ms > 0 and curve.device_ms is None and curve.peak_bytes is None  # a CPU has no device time
+
+
+def test_processes_given_an_mps_environment_train_the_same_weights_and_leave_the_parents_as_it_was(tmp_path):
+    """benchmarks/bench_mps.py's clients: started with an MPS daemon's folders in their environment
+    (on this CPU they do not use it), they end with the lone process's weights, and the parent's
+    environment is as before."""
+    import os
+
+    from plugin_lib.harness.planning.shared_rates import Shape, at_once
+
+    shape = Shape(vocab=300, hidden=8, dtype="float32", arch=tuple(sorted(models.reweighter_spec("llama").items())),
+                  pairs=8, length=12, targets=4, batch_size=4, device="cpu")
+    alone = at_once(shape, 1, 2)
+    served = at_once(shape, 2, 2, env={"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "pipe")})
+    assert [r[0] for r in served] == [0, 1]
+    assert {r[3] for r in served} == {alone[0][3]}
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in os.environ
+
+
+def test_an_mps_daemon_that_does_not_start_is_refused_with_its_exit_status():
+    """Where the control program fails (a container that forbids MPS, a driver without it), the
+    benchmark is told why and measures the plain curve alone."""
+    import shutil
+
+    from plugin_lib.harness.planning.shared_rates import mps_server
+
+    with pytest.raises(RuntimeError, match=r"the MPS daemon did not start \(exit 1\)"):
+        with mps_server(shutil.which("false")):
+            pass

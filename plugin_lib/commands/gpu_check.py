@@ -13,7 +13,9 @@ GPU's ``--deadline-s`` cuts the rest):
 3. every notebook top to bottom with papermill in the ``paper-twin-gpu`` profile: the paper
    profile's code path on the *full-size* shape twins of its three bases, at smoke-sized rows,
    several notebooks at a time;
-4. ``pytest -m gpu`` (tests/test_gpu.py, the full-size twins).
+4. ``benchmarks/bench_mps.py``: the concurrency curve with and without CUDA MPS, where the
+   machine lets a private MPS daemon start (its weights compared as the curve's are);
+5. ``pytest -m gpu`` (tests/test_gpu.py, the full-size twins).
 
 Everything goes to ``results/gpu/<gpu>_<date>/`` (``--out``): the executed notebooks (stripped
 as run_all.sh strips them), each step's log, ``steps.csv`` (status and seconds of every step and
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import csv
 import datetime as dt
 import io
@@ -35,6 +38,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -45,7 +49,7 @@ from pathlib import Path
 from ..harness.profile import REPO_ROOT, results_root
 from ..utils.io import atomic_write_json, atomic_write_text
 
-STEPS = ("tests", "notebooks", "bench", "rates")
+STEPS = ("tests", "notebooks", "bench", "rates", "mps")
 GPU_PROFILE, CPU_PROFILE = "paper-twin-gpu", "paper-twin"
 DEFAULT_JOBS = {"cuda": 4, "cpu": 1}  # notebooks at a time: a GPU's 16 cores and 80+ GB; 2 CPU cores
 TWIN_NOTE = "twin: says nothing about the paper's numbers"
@@ -146,11 +150,15 @@ class Checklist:
         log = self.out / log_name
         start = time.monotonic()
         with open(log, "w", encoding="utf-8") as stream:
+            # a session of its own: at the deadline the step's own processes stop with it (SIGTERM,
+            # for their cleanup, then SIGKILL), not the step alone
+            process = subprocess.Popen(list(cmd), cwd=REPO_ROOT, stdout=stream, stderr=subprocess.STDOUT,
+                                       env={**self.env, **(extra_env or {})}, start_new_session=True)
             try:
-                done = subprocess.run(list(cmd), cwd=REPO_ROOT, stdout=stream, stderr=subprocess.STDOUT,
-                                      env={**self.env, **(extra_env or {})}, timeout=left)
-                status, note = ("passed" if done.returncode == 0 else "failed"), f"exit {done.returncode}"
+                code = process.wait(timeout=left)
+                status, note = ("passed" if code == 0 else "failed"), f"exit {code}"
             except subprocess.TimeoutExpired:
+                _stop_group(process)
                 status, note = "failed", "stopped at the deadline"
         return self._record(StepResult(step, status, time.monotonic() - start, log_name, note))
 
@@ -202,6 +210,18 @@ class Checklist:
         writer.writerows(asdict(r) for r in self.results)
         atomic_write_text(self.out / "steps.csv", buffer.getvalue())
         atomic_write_text(self.out / "SUMMARY.md", summary(self.results, self.profile, self.out))
+
+
+def _stop_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """Stop ``process`` and every process of its session: SIGTERM, then SIGKILL after ``grace_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _last_error(log: Path) -> str:
@@ -293,6 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       [py, "benchmarks/bench_gpu.py", *static, *([] if gpu else ["--cpu"])], "bench_gpu.log")
     if names:
         check.notebooks(names)
+    if "mps" not in args.skip:  # what issue 72 asks to consider: worth its seconds only after the rest
+        check.command("bench_mps.py", [py, "benchmarks/bench_mps.py", "--out", str(out / "mps.json"),
+                                       *([] if gpu else ["--cpu"])], "bench_mps.log")
     if "tests" not in args.skip:
         check.command("pytest -m gpu", [py, "-m", "pytest", "-m", "gpu", "tests/test_gpu.py", "-q", "-p",
                                         "no:cacheprovider", "--durations=5"], "pytest_gpu.log",

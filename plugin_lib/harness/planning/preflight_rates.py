@@ -186,7 +186,7 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
         if grid_pays(base.device, objective.cache) else None
     stacked = _grid_step_s(objective, models.arch_for(model), base.vocab_size, base.device, train_batch,
                            stacked=True) if gpu else None
-    shape = _shared_shape(base, model, counts, train_batch, device) if shared_counts else None
+    shape = shared_shape(model, profile, counts, device) if shared_counts else None
     lora = _lora_rates(base, pairs, train_batch, runner_model)  # the last: it puts adapters into the base's weights
     measured = dict(measured_with=runner_model, forward_tokens_per_s=batch * length / forward,
                     train_pairs_per_s=train_batch / train, decode_step_s=alone / steps, plugin_step_s=plugin / steps,
@@ -204,13 +204,16 @@ def measure_rates(model: str, profile: Profile, counts: TaskCounts, device: torc
     return Rates(**measured)
 
 
-def _shared_shape(base, model: str, counts: TaskCounts, batch_size: int, device: torch.device) -> Shape:
-    """A training process of the concurrency curve as a unit of ``model`` trains: its output
-    layer's shape and dtype, the family's reweighting model, E2E's pair and target lengths."""
-    head = base.output_head()
+def shared_shape(model: str, profile: Profile, counts: TaskCounts, device: torch.device) -> Shape:
+    """A training process of the concurrency curve as a unit of ``model`` trains in ``profile``,
+    from the base's configuration (no weights): its output layer's shape in the dtype the run
+    loads the base in, the family's reweighting model, E2E's pair and target lengths."""
+    shape = base_shape(model)
     targets = max(2, int(round(counts.target_tokens / max(counts.pairs, 1))))
-    return Shape(vocab=base.vocab_size, hidden=head.width if head is not None else 64,
-                 dtype=str(base.dtype).removeprefix("torch."), arch=tuple(sorted(models.arch_for(model).items())),
+    batch_size = profile.training.batch_size
+    dtype = models.resolve_dtype(shape_model(model) if device.type == "cuda" else model, profile.dtype, device)
+    return Shape(vocab=shape["vocab"], hidden=shape["hidden"], dtype=str(dtype).removeprefix("torch."),
+                 arch=tuple(sorted(models.arch_for(model).items())),
                  pairs=(8 if device.type == "cuda" else 2) * batch_size,
                  length=max(int(round(counts.pair_tokens)), targets + 2), targets=targets,
                  batch_size=batch_size, device=str(device))

@@ -11,13 +11,25 @@ the process that trained alone: the digests are compared, and a curve whose dige
 not returned. The lone process also reports a step's host time (the Python side, without
 waiting for the device) and, on a GPU, its device time (the kernels' time, from the profiler),
 and every process its peak device memory.
+
+``mps_server`` runs the same processes as clients of a private CUDA MPS daemon (its own pipe and
+log folders, quit at the end), where the machine has ``nvidia-cuda-mps-control``: MPS runs the
+clients' kernels side by side instead of in turns. ``benchmarks/bench_mps.py`` compares the two.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -134,15 +146,33 @@ def _train(shape: Shape, steps: int, barrier, results, index: int) -> None:
     results.put((index, started, ended, digest.hexdigest(), host_ms, device_ms, peak))
 
 
-def _at_once(shape: Shape, count: int, steps: int, context) -> list[tuple]:
+def at_once(shape: Shape, count: int, steps: int, *, env: Mapping[str, str] | None = None,
+            timeout_s: float = 600.0) -> list[tuple]:
+    """``count`` processes that train ``shape`` at once (module docstring), started with ``env``
+    added to their environment (an MPS daemon's folders: ``mps_server``); a list of (index,
+    start, end, digest, host ms, device ms, peak bytes), by index. A process that fails, or
+    gives no result within ``timeout_s``, raises RuntimeError."""
+    context = multiprocessing.get_context("spawn")
     results = context.Queue()
     barrier = context.Barrier(count) if count > 1 else None
     processes = [context.Process(target=_train, args=(shape, steps, barrier, results, i), daemon=True)
                  for i in range(count)]
-    for process in processes:
-        process.start()
+    saved = {name: os.environ.get(name) for name in env or {}}
+    os.environ.update(env or {})  # a spawned process takes the parent's environment as it starts
     try:
-        found = [results.get(timeout=600) for _ in processes]
+        for process in processes:
+            process.start()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+    try:
+        found = [results.get(timeout=timeout_s) for _ in processes]
+    except queue.Empty:
+        raise RuntimeError(f"{count} training processes at once gave no result within {timeout_s:.0f} s "
+                           f"(exit codes {[p.exitcode for p in processes]})") from None
     finally:
         for process in processes:
             process.join(timeout=30)
@@ -154,14 +184,47 @@ def _at_once(shape: Shape, count: int, steps: int, context) -> list[tuple]:
     return sorted(found)
 
 
+def mps_control() -> str | None:
+    """The MPS control program where this machine has one (on PATH, or in the driver's folder of
+    a container), else None."""
+    found = shutil.which("nvidia-cuda-mps-control")
+    fallback = Path("/usr/local/nvidia/bin/nvidia-cuda-mps-control")
+    return found or (str(fallback) if os.access(fallback, os.X_OK) else None)
+
+
+@contextlib.contextmanager
+def mps_server(control: str) -> Iterator[dict[str, str]]:
+    """A CUDA MPS control daemon of this process's own, in private pipe and log folders, so that
+    only the processes given the environment it yields become its clients and nothing else on
+    the machine changes; it is told to quit on the way out. Raises RuntimeError where it does
+    not start."""
+    with tempfile.TemporaryDirectory(prefix="plugin-mps-") as folder:
+        env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(folder, "pipe"),
+               "CUDA_MPS_LOG_DIRECTORY": os.path.join(folder, "log")}
+        for path in env.values():
+            os.makedirs(path)
+        run_env = {**os.environ, **env}
+        try:
+            started = subprocess.run([control, "-d"], env=run_env, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise RuntimeError(f"the MPS daemon did not start: {err}") from None
+        if started.returncode != 0:
+            raise RuntimeError(f"the MPS daemon did not start (exit {started.returncode}): "
+                               f"{(started.stderr or started.stdout).strip()[:300]}")
+        try:
+            yield env
+        finally:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run([control], input="quit\n", env=run_env, capture_output=True, text=True, timeout=60)
+
+
 def measure_shared(shape: Shape, counts=GPU_COUNTS, steps: int = 100) -> Curve:
     """The curve at ``counts`` processes at once (module docstring)."""
-    context = multiprocessing.get_context("spawn")
-    alone = _at_once(shape, 1, steps, context)[0]
+    alone = at_once(shape, 1, steps)[0]
     reference, host_ms, device_ms = alone[3], alone[4], alone[5]
     rates, peaks, equal = {}, [alone[6]], True
     for count in counts:
-        found = [alone] if count == 1 else _at_once(shape, count, steps, context)
+        found = [alone] if count == 1 else at_once(shape, count, steps)
         start, end = min(r[1] for r in found), max(r[2] for r in found)
         rates[str(count)] = count * steps * shape.batch_size / (end - start)
         equal &= all(r[3] == reference for r in found)
