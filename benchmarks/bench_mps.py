@@ -28,30 +28,25 @@ from plugin_lib.harness import profile as config
 from plugin_lib.harness.planning import concurrency
 from plugin_lib.harness.planning.preflight_counts import count_task
 from plugin_lib.harness.planning.preflight_rates import shared_shape
-from plugin_lib.harness.planning.shared_rates import at_once, mps_control, mps_server
+from plugin_lib.harness.planning.shared_rates import aggregate_rate, at_once, mps_control, mps_server
 from plugin_lib.utils.io import atomic_write_json
-
-
-def rate(found: list[tuple], steps: int, batch_size: int) -> float:
-    """Aggregate pairs/s of processes that started together: all their pairs over the time from
-    the first one's start to the last one's end."""
-    return len(found) * steps * batch_size / (max(r[2] for r in found) - min(r[1] for r in found))
 
 
 def measure(model: str, profile: config.Profile, device: torch.device, counts: list[int], steps: int,
             control: str | None, record: dict, out: Path | None) -> None:
+    """``model``'s rows of ``record`` (module docstring), each printed and written as it is measured."""
     shape = shared_shape(model, profile, count_task("e2e", model, profile), device)
     alone = at_once(shape, 1, steps)[0]
     rows = record["models"].setdefault(model, {"shape": dataclasses.asdict(shape), "counts": {}})["counts"]
     for k in counts:
         plain = [alone] if k == 1 else at_once(shape, k, steps)
-        row = {"plain_pairs_per_s": rate(plain, steps, shape.batch_size), "mps_pairs_per_s": None,
+        row = {"plain_pairs_per_s": aggregate_rate(plain, steps, shape.batch_size), "mps_pairs_per_s": None,
                "digests_equal": all(r[3] == alone[3] for r in plain)}
         if control and not record["mps_unavailable"]:
             try:
                 with mps_server(control) as env:
-                    served = at_once(shape, k, steps, env=env, timeout_s=180)
-                row["mps_pairs_per_s"] = rate(served, steps, shape.batch_size)
+                    served = at_once(shape, k, steps, env=env, timeout_s=90)
+                row["mps_pairs_per_s"] = aggregate_rate(served, steps, shape.batch_size)
                 row["digests_equal"] &= all(r[3] == alone[3] for r in served)
             except RuntimeError as err:  # MPS refused here (a container, a driver): the plain curve goes on
                 record["mps_unavailable"] = f"{type(err).__name__}: {err}"

@@ -3,8 +3,10 @@
 # `plugin-repro gpu-check` with the paper preflight's rates first (the concurrency curve at 1, 4,
 # 8 and 12 trainings at once with their weights compared, a step's host and device milliseconds,
 # LoRA with and without recomputed activations), then bench_gpu.py's static-cache section, then
-# notebook 15 with papermill; the deadline cuts what is left. Everything goes to
-# results/gpu/<gpu>_<date>/, and, where the device tool's $OUT is set, into $OUT/gpu_check.tgz.
+# notebook 15 with papermill, then bench_mps.py (the curve with and without CUDA MPS, where a
+# private daemon starts); the deadline cuts what is left. Everything goes to
+# results/gpu/<gpu>_<date>/, or, where the device tool's $OUT is set, to $OUT/<gpu>_<date>/: each file
+# as its step ends, so that a call cut short by its timeout still brings back what finished.
 #
 #   bash scripts/gpu_session.sh STASH [DEADLINE_S]
 #
@@ -22,9 +24,5 @@ if [ "$stash" != none ]; then
 fi
 export PYTHONUNBUFFERED=1 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
 label="$("$py" -c 'from plugin_lib.commands.gpu_check import device_label; print(device_label())')"
-dir="results/gpu/${label}_$(date -u +%F)"
-status=0
-"$py" -m plugin_lib.commands.gpu_check --out "$dir" --deadline-s "$deadline" --only 15 --skip tests --bench static \
-  || status=$?
-if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu_check.tgz" "$dir"; fi
-exit "$status"
+dir="${OUT:-results/gpu}/${label}_$(date -u +%F)"
+exec "$py" -m plugin_lib.commands.gpu_check --out "$dir" --deadline-s "$deadline" --only 15 --skip tests --bench static

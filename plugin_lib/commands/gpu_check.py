@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -150,15 +149,13 @@ class Checklist:
         log = self.out / log_name
         start = time.monotonic()
         with open(log, "w", encoding="utf-8") as stream:
-            # a session of its own: at the deadline the step's own processes stop with it (SIGTERM,
-            # for their cleanup, then SIGKILL), not the step alone
             process = subprocess.Popen(list(cmd), cwd=REPO_ROOT, stdout=stream, stderr=subprocess.STDOUT,
-                                       env={**self.env, **(extra_env or {})}, start_new_session=True)
+                                       env={**self.env, **(extra_env or {})})
             try:
                 code = process.wait(timeout=left)
                 status, note = ("passed" if code == 0 else "failed"), f"exit {code}"
             except subprocess.TimeoutExpired:
-                _stop_group(process)
+                _stop_tree(process.pid)
                 status, note = "failed", "stopped at the deadline"
         return self._record(StepResult(step, status, time.monotonic() - start, log_name, note))
 
@@ -212,16 +209,26 @@ class Checklist:
         atomic_write_text(self.out / "SUMMARY.md", summary(self.results, self.profile, self.out))
 
 
-def _stop_group(process: subprocess.Popen, grace_s: float = 15.0) -> None:
-    """Stop ``process`` and every process of its session: SIGTERM, then SIGKILL after ``grace_s``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _stop_tree(pid: int, grace_s: float = 15.0) -> None:
+    """Stop a step at its deadline with every process it started (bench_mps.py's and the
+    preflight's trainings would hold the GPU through the steps after): SIGTERM, for their
+    cleanup, then SIGKILL to what is left after ``grace_s``. They stay in this process's group,
+    so that whatever stops the check stops them too."""
+    import psutil
+
+    try:
+        step = psutil.Process(pid)
+        tree = [step, *step.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 def _last_error(log: Path) -> str:

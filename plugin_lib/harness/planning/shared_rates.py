@@ -218,6 +218,12 @@ def mps_server(control: str) -> Iterator[dict[str, str]]:
                 subprocess.run([control], input="quit\n", env=run_env, capture_output=True, text=True, timeout=60)
 
 
+def aggregate_rate(found: list[tuple], steps: int, batch_size: int) -> float:
+    """Pairs/s of processes that started together (``at_once``'s results): all their pairs over
+    the time from the first one's start to the last one's end."""
+    return len(found) * steps * batch_size / (max(r[2] for r in found) - min(r[1] for r in found))
+
+
 def measure_shared(shape: Shape, counts=GPU_COUNTS, steps: int = 100) -> Curve:
     """The curve at ``counts`` processes at once (module docstring)."""
     alone = at_once(shape, 1, steps)[0]
@@ -225,8 +231,7 @@ def measure_shared(shape: Shape, counts=GPU_COUNTS, steps: int = 100) -> Curve:
     rates, peaks, equal = {}, [alone[6]], True
     for count in counts:
         found = [alone] if count == 1 else at_once(shape, count, steps)
-        start, end = min(r[1] for r in found), max(r[2] for r in found)
-        rates[str(count)] = count * steps * shape.batch_size / (end - start)
+        rates[str(count)] = aggregate_rate(found, steps, shape.batch_size)
         equal &= all(r[3] == reference for r in found)
         peaks += [r[6] for r in found]
     measured = [p for p in peaks if p is not None]
