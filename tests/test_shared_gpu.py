@@ -158,3 +158,25 @@ def test_an_mps_daemon_that_does_not_start_is_refused_with_its_exit_status():
     with pytest.raises(RuntimeError, match=r"the MPS daemon did not start \(exit 1\)"):
         with mps_server(shutil.which("false")):
             pass
+
+
+@pytest.mark.slow
+def test_the_mps_benchmark_on_a_cpu_measures_the_plain_curve_and_says_why_not_mps(tmp_path):
+    """benchmarks/bench_mps.py --cpu, as gpu-check runs it on a CPU: the preflight's shape of the
+    small LLaMA twin (its counts read E2E), 2 processes at once with the lone process's weights."""
+    import os
+    import subprocess
+
+    real_data.require()
+    out = tmp_path / "mps.json"
+    done = subprocess.run([sys.executable, "benchmarks/bench_mps.py", "--cpu", "--models", "llama-3.1-8b",
+                           "--out", str(out)], cwd=Path(__file__).resolve().parent.parent,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert (record["device"], record["mps_unavailable"]) == ("cpu", "a CPU")
+    model = record["models"]["llama-3.1-8b-twin-small"]
+    assert model["shape"]["vocab"] == 128256 and model["shape"]["dtype"] == "float32"
+    row = model["counts"]["2"]
+    assert row["digests_equal"] and row["plain_pairs_per_s"] > 0 and row["mps_pairs_per_s"] is None
+    assert "MPS not measured (a CPU)" in done.stdout
