@@ -79,12 +79,17 @@ def output_sent_to(log: Path) -> Iterator[None]:
             os.close(fd)
 
 
-def stop_children(grace_s: float = 10.0) -> int:
-    """End every process this one started, and theirs (a notebook's kernel, a grid's workers):
-    SIGTERM, then SIGKILL after ``grace_s``; how many there were."""
+def stop_children(grace_s: float = 10.0, parent: int | None = None) -> int:
+    """End every process this one started, and theirs (a notebook's kernel, a grid's workers), or
+    with ``parent`` that process and its own (a gpu-check step at its deadline): SIGTERM, then
+    SIGKILL after ``grace_s``; how many there were."""
     import psutil
 
-    children = psutil.Process().children(recursive=True)
+    try:
+        top = psutil.Process(parent)
+        children = top.children(recursive=True) + ([top] if parent is not None else [])
+    except psutil.NoSuchProcess:
+        return 0
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.terminate()

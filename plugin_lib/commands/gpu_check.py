@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import csv
 import datetime as dt
 import io
@@ -46,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..harness.profile import REPO_ROOT, results_root
+from .execution import stop_children
 from ..utils.io import atomic_write_json, atomic_write_text
 
 STEPS = ("tests", "notebooks", "bench", "rates", "mps")
@@ -154,8 +154,8 @@ class Checklist:
             try:
                 code = process.wait(timeout=left)
                 status, note = ("passed" if code == 0 else "failed"), f"exit {code}"
-            except subprocess.TimeoutExpired:
-                _stop_tree(process.pid)
+            except subprocess.TimeoutExpired:  # with what it started: bench_mps.py's and the
+                stop_children(15.0, parent=process.pid)  # preflight's trainings would hold the GPU
                 status, note = "failed", "stopped at the deadline"
         return self._record(StepResult(step, status, time.monotonic() - start, log_name, note))
 
@@ -207,28 +207,6 @@ class Checklist:
         writer.writerows(asdict(r) for r in self.results)
         atomic_write_text(self.out / "steps.csv", buffer.getvalue())
         atomic_write_text(self.out / "SUMMARY.md", summary(self.results, self.profile, self.out))
-
-
-def _stop_tree(pid: int, grace_s: float = 15.0) -> None:
-    """Stop a step at its deadline with every process it started (bench_mps.py's and the
-    preflight's trainings would hold the GPU through the steps after): SIGTERM, for their
-    cleanup, then SIGKILL to what is left after ``grace_s``. They stay in this process's group,
-    so that whatever stops the check stops them too."""
-    import psutil
-
-    try:
-        step = psutil.Process(pid)
-        tree = [step, *step.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for process in tree:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.terminate()
-    _, alive = psutil.wait_procs(tree, timeout=grace_s)
-    for process in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
 
 
 def _last_error(log: Path) -> str:

@@ -198,7 +198,8 @@ def mps_server(control: str) -> Iterator[dict[str, str]]:
     only the processes given the environment it yields become its clients and nothing else on
     the machine changes; it is told to quit on the way out. Raises RuntimeError where it does
     not start."""
-    with tempfile.TemporaryDirectory(prefix="plugin-mps-") as folder:
+    # ignore_cleanup_errors: the daemon may still be writing its log as it quits
+    with tempfile.TemporaryDirectory(prefix="plugin-mps-", ignore_cleanup_errors=True) as folder:
         env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(folder, "pipe"),
                "CUDA_MPS_LOG_DIRECTORY": os.path.join(folder, "log")}
         for path in env.values():
