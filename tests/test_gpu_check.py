@@ -106,7 +106,7 @@ def test_a_step_stopped_at_its_deadline_takes_the_processes_it_started_with_it(t
 
     pid_file = tmp_path / "child.pid"
     script = ("import subprocess, sys, time; "
-              f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
               f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(120)")
     check = gpu_check.Checklist(tmp_path, "paper-twin", False, 1, time.monotonic() + 3)
     result = check.command("sleeper", [sys.executable, "-c", script], "sleeper.log")
