@@ -14,9 +14,10 @@ import httpx
 import openai
 import pytest
 import torch
+from transformers import LogitsProcessorList
 
 from plugin_lib.core.combine import combine_log_probs
-from plugin_lib.core.decode import greedy_decode_uncached, repetition_penalty_processor
+from plugin_lib.core.decode import PluginLogitsProcessor, repetition_penalty_processor
 from plugin_lib.core.reweighter import make_reweighter, reweighter_logits
 from plugin_lib.harness.api_server import free_port
 from plugin_lib.serving import vllm_engine
@@ -57,11 +58,19 @@ def artifact(smollm2, tmp_path_factory):
 
 
 def _package_ids(plugin: PluginModel, ids: list[int], *, with_plugin: bool, penalty: float | None) -> list[int]:
-    """The package's greedy tokens for one prompt: both models over the whole sequence at every step."""
+    """The package's greedy tokens for one prompt, decoded as ``core.decode.generate`` decodes them:
+    KV caches and the Plugin's logits processor (whose tokens equal the uncached loop's:
+    tests/test_decode.py), one prompt at a time so that no padding enters."""
     prompt = torch.tensor([ids])
-    out = greedy_decode_uncached(plugin.base, prompt, torch.ones_like(prompt), plugin.reweighter if with_plugin else None,
-                                 max_new_tokens=NEW_TOKENS, repetition_penalty=penalty)[0, len(ids):].tolist()
+    mask = torch.ones_like(prompt)
+    if with_plugin:
+        processors = [PluginLogitsProcessor(plugin.reweighter, mask, repetition_penalty=penalty)]
+    else:
+        processors = [p for p in [repetition_penalty_processor(penalty, len(ids))] if p is not None]
     eos = plugin.base.eos_token_id
+    out = plugin.base.generate(prompt, mask, logits_processor=LogitsProcessorList(processors), do_sample=False,
+                               max_new_tokens=NEW_TOKENS, pad_token_id=plugin.tokenizer.pad_token_id,
+                               eos_token_id=eos)[0, len(ids):].tolist()
     return out[: out.index(eos) + 1] if eos in out else out
 
 
