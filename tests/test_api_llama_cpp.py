@@ -8,6 +8,7 @@ import json
 import math
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,6 +201,14 @@ def test_a_server_that_dies_on_its_first_decode_is_refused_at_start_with_the_por
                                            r"CMAKE_ARGS=.*-DGGML_NATIVE=OFF"):
         server.start()
     assert server.process.poll() is not None
+
+
+def test_ci_and_the_docs_build_the_server_with_the_packages_portable_flags():
+    """The portable build's flags are written in three places; a change to one is a change to all."""
+    flags = api_server.PORTABLE_BUILD.split('"')[1]
+    root = Path(__file__).resolve().parents[1]
+    for where in (".ci/run", "docs/api.md"):
+        assert flags in " ".join((root / where).read_text(encoding="utf-8").split()), where
 
 
 @needs_llama_cpp
