@@ -21,20 +21,6 @@ PROMPTS = [
 ]
 
 
-# The test files that take minutes, longest first (seconds on 2 cores, 2 workers: test_vllm 320,
-# test_shared_gpu 240, test_grid 210, test_run_all 190, test_fused_training 150, test_api_llama_cpp
-# 130; the next takes 95). pytest-xdist hands files to its workers in collection order
-# (run_tests.sh: --no-loadscope-reorder), so these start first and the workers end together: last,
-# test_vllm kept one worker busy for 220 s after the other had finished.
-LONGEST_FIRST = ("test_vllm.py", "test_shared_gpu.py", "test_grid.py", "test_run_all.py", "test_fused_training.py",
-                 "test_api_llama_cpp.py")
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
 @pytest.fixture(scope="session")
 def undeclared_data_folder(tmp_path_factory):
     return tmp_path_factory.mktemp("undeclared-data-call-real_data.require-first")
