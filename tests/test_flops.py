@@ -56,6 +56,45 @@ def test_gpt2_decoding_on_meta_matches_the_closed_form():
     assert model.config._attn_implementation == "sdpa"  # switched to eager only while counting
 
 
+def _step_by_step(model, prompt_length: int, new_tokens: int) -> dict[str, int]:
+    """Every step counted, as the counts were before the steps between were taken from a line."""
+    from plugin_lib.harness.flops import _eager_attention, _prefill, _step
+
+    with torch.no_grad(), _eager_attention(model), FlopCounterMode(display=False) as counter:
+        out, mask = _prefill(model, prompt_length, 1)
+        for _ in range(new_tokens - 1):
+            out, mask = _step(model, out, mask)
+    return {str(op): n for op, n in counter.get_flop_counts()["Global"].items() if n}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "llama-lora"])
+def test_sixty_four_steps_counted_from_a_line_are_every_steps_count(family):
+    with torch.device("meta"):
+        model = (GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100)) if family == "gpt2"
+                 else tiny_llama(100))
+    if family == "llama-lora":
+        model = add_lora(model, r=4)
+    assert decoding_flops_by_op(model, prompt_length=7, new_tokens=64) == _step_by_step(model, 7, 64)
+
+
+def test_steps_off_the_line_are_each_counted():
+    """A sliding window caps what a step attends to, so attention stops growing: the last step
+    is off the line through the first three, and every step is then counted."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    with torch.device("meta"):
+        model = MistralForCausalLM(MistralConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
+                                                 num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                                                 sliding_window=8))
+    every = _step_by_step(model, 3, 20)
+    assert decoding_flops_by_op(model, prompt_length=3, new_tokens=20) == every
+    with torch.device("meta"):
+        unwindowed = MistralForCausalLM(MistralConfig(vocab_size=100, hidden_size=32, intermediate_size=64,
+                                                      num_hidden_layers=2, num_attention_heads=2,
+                                                      num_key_value_heads=2, sliding_window=None))
+    assert every["aten.bmm"] < _step_by_step(unwindowed, 3, 20)["aten.bmm"]  # the window did cap attention
+
+
 @pytest.fixture
 def plugin_pair(tokenizer):
     base = tiny_llama(len(tokenizer))
