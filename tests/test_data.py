@@ -121,6 +121,29 @@ def test_rows_subset_is_seeded_and_keeps_order(data_dir):
     assert data.load_dataset("e2e", "validation", rows=10**6) == full
 
 
+def test_a_warning_that_is_not_the_loaders_stays_out_of_the_split_and_its_note(monkeypatch, toy_example):
+    """A ResourceWarning for another test's unclosed socket, raised as the collector ran during a
+    load, once ended up in the statistics table's note (CI, 2026-12-06). The loader's own
+    warning is noted and replayed with the split; any other is warned again, once, as it came."""
+    import warnings
+
+    from plugin_lib.experiments.dataset_statistics import statistics_row
+
+    def loader(split):
+        warnings.warn("an older release is used", UserWarning)
+        warnings.warn("unclosed <socket.socket fd=14>", ResourceWarning)
+        return [toy_example(i, split) for i in range(3)]
+
+    monkeypatch.setitem(data.LOADERS, "e2e", loader)
+    monkeypatch.setattr(data, "files_signature", lambda name: ("a test's files", id(loader)))
+    for load in ("built", "from the built split"):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            row = statistics_row("e2e", "validation", {"validation": 2})
+        assert row["note"] == "subset; an older release is used", load
+        assert [w.category for w in seen] == ([ResourceWarning] if load == "built" else []), load
+
+
 def test_statistics_table(data_dir):
     table = dataset_statistics()
     assert len(table) == len(data.DATASETS) * 3

@@ -12,11 +12,12 @@ from .files import DOWNLOADS, HUB, data_dir, describe_data_dir, use_local_nltk_d
 from .integrity import DataError, MissingDataError
 
 _FROM_DATASETS = ("ADIDAS_FIELDS", "ADIDAS_TEST_ROWS", "ALL_SPLITS", "DATASETS", "SPLIT_SEED", "SPLITS", "Example",
-                  "load_dataset", "split_hyper_validation", "subset", "training_pairs")
+                  "load_dataset", "loader_warnings", "split_hyper_validation", "subset", "training_pairs")
 
 __all__ = [
     "ADIDAS_FIELDS", "ADIDAS_TEST_ROWS", "ALL_SPLITS", "DATASETS", "DOWNLOADS", "HUB", "SPLIT_SEED", "SPLITS",
-    "DataError", "Example", "MissingDataError", "data_dir", "describe_data_dir", "load_dataset", "split_hyper_validation", "subset", "training_pairs",
+    "DataError", "Example", "MissingDataError", "data_dir", "describe_data_dir", "load_dataset", "loader_warnings",
+    "split_hyper_validation", "subset", "training_pairs",
     "use_local_nltk_data",
 ]
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -313,6 +314,27 @@ def load_dataset(name: str, split: str, *, rows: int | None = None,
     return subset(list(_split_examples(name, split)), rows, seed)
 
 
+@contextmanager
+def loader_warnings() -> Iterator[list[warnings.WarningMessage]]:
+    """The warnings of a load (UserWarning: the loaders' own, such as an older release used), in
+    the list it yields once the load ends. Any other warning raised meanwhile is not the data's
+    (a ResourceWarning for an unclosed socket that the collector found during a load once ended
+    up in a dataset's note): it is warned again as it came."""
+    kept: list[warnings.WarningMessage] = []
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield kept
+    finally:  # after the caller's filters are back, also where the load failed
+        for warning in caught:
+            if issubclass(warning.category, UserWarning):
+                kept.append(warning)
+            else:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno,
+                                       source=warning.source)
+
+
 _LOADED: dict[tuple, tuple[tuple[Example, ...], list]] = {}  # (name, split, files) -> (examples, warnings)
 _LOADED_MAX = 32
 _WARNED: dict = {}  # the warnings registry of the loads: a repeated warning shows once, as from its own line
@@ -327,8 +349,7 @@ def _split_examples(name: str, split: str) -> Sequence[Example]:
         return LOADERS[name](split)
     key = (name, split, signature)
     if key not in _LOADED:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with loader_warnings() as caught:
             examples = tuple(LOADERS[name](split))
         while len(_LOADED) >= _LOADED_MAX:
             del _LOADED[next(iter(_LOADED))]

@@ -1,14 +1,13 @@
 """Notebook 00: dataset statistics, ours beside the paper's Table 7."""
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from .. import paper as published
-from ..data import ALL_SPLITS, DATASETS, SPLITS, MissingDataError, load_dataset, training_pairs
+from ..data import ALL_SPLITS, DATASETS, SPLITS, MissingDataError, load_dataset, loader_warnings, training_pairs
 
 
 def rows_for(rows: int | Mapping[str, int | None] | None, split: str) -> int | None:
@@ -43,8 +42,7 @@ def statistics_row(name: str, split: str,
     if split not in SPLITS[name]:
         return {**row, "note": "no such split (the paper has none)"}
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with loader_warnings() as caught:
             examples = load_dataset(name, split, rows=rows_for(rows, split))
     except MissingDataError as err:
         if split != "train":
