@@ -123,7 +123,7 @@ def test_rows_subset_is_seeded_and_keeps_order(data_dir):
 
 def test_a_warning_that_is_not_the_loaders_stays_out_of_the_split_and_its_note(monkeypatch, toy_example):
     """A ResourceWarning for another test's unclosed socket, raised as the collector ran during a
-    load, once ended up in the statistics table's note (CI, 2026-12-06). The loader's own
+    load, once ended up in the statistics table's note (a CI rehearsal, 2026-12-06). The loader's own
     warning is noted and replayed with the split; any other is warned again, once, as it came."""
     import warnings
 
