@@ -6,8 +6,7 @@
 # worker, so its module fixtures (a live server, a Ray cluster) are built once. On 2 cores the suite
 # takes 20 minutes (1,178-1,265 s in five runs, 2026-12-06; starting the longest files first
 # balanced the workers but gained nothing beyond that spread); in .ci/run, beside smoke's last
-# minutes, 1,461 and 1,534 s. PLUGIN_TEST_WORKERS sets the
-# workers (0: one process, e.g. --pdb).
+# minutes, 1,461 and 1,534 s. PLUGIN_TEST_WORKERS sets the workers (0: one process, e.g. --pdb).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ "${PLUGIN_SKIP_BOOTSTRAP:-0}" != 1 ]; then bash "$root/scripts/bootstrap_env.sh"; fi
