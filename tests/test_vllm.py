@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -100,13 +101,18 @@ def test_greedy_tokens_inside_vllm_are_the_packages_and_requests_keep_their_own_
             "base, no penalty": {"plugin": "off", "plugin_repetition_penalty": 1},
             # one batch mixing Plugin requests and opted-out ones
             "mixed": [{} if i % 2 == 0 else {"plugin": 0} for i in range(len(PROMPTS))]}
-    # 4 slots for 8 prompts of different lengths that stop at different steps: requests join and leave mid-batch
-    found = vllm_engine.generate_ids(folder, ids, arms, max_new_tokens=NEW_TOKENS, max_concurrency=4)
+    checked = (("plugin", True, 1.1), ("base", False, 1.1), ("plugin, no penalty", True, None),
+               ("base, no penalty", False, None))
+    with ThreadPoolExecutor(1) as engine:  # vLLM decodes in its own process while the package decodes here
+        # 4 slots for 8 prompts of different lengths that stop at different steps: requests join and leave mid-batch
+        pending = engine.submit(vllm_engine.generate_ids, folder, ids, arms, max_new_tokens=NEW_TOKENS,
+                                max_concurrency=4)
+        wanted = {arm: [_package_ids(plugin, prompt, with_plugin=with_plugin, penalty=penalty) for prompt in ids]
+                  for arm, with_plugin, penalty in checked}
+        found = pending.result()
     close_calls, compared = [], 0
-    for arm, with_plugin, penalty in (("plugin", True, 1.1), ("base", False, 1.1), ("plugin, no penalty", True, None),
-                                      ("base, no penalty", False, None)):
-        for n, (prompt, got) in enumerate(zip(ids, found[arm])):
-            want = _package_ids(plugin, prompt, with_plugin=with_plugin, penalty=penalty)
+    for arm, with_plugin, penalty in checked:
+        for n, (prompt, got, want) in enumerate(zip(ids, found[arm], wanted[arm])):
             compared += 1
             if got == want:
                 continue
