@@ -131,8 +131,8 @@ def generate_ids(artifact: Path, ids: list[list[int]], arms: dict[str, dict | li
         env = environment(artifact, head_dtype)
         if not on_gpu():
             # On a CPU the engine runs in this process: vLLM's engine-core and worker processes each
-            # import it again, and the worker gets all cores but the one kept for the engine core. Measured
-            # on 2 cores, same tokens: 2 prompts x 32 tokens 60 -> 28 s, 64 x 64 tokens 90 -> 52 s.
+            # import it again, and the worker gets every core but the one kept for the engine core
+            # (benchmarks/bench_vllm_offline.py: about twice as fast on 2 cores, the same tokens).
             env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         with open(log, "w", encoding="utf-8") as out:
             done = subprocess.run([str(python()), "-m", "plugin_lib.serving.vllm_offline", str(asked), str(answered)],
