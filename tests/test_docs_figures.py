@@ -44,3 +44,18 @@ def test_docs_serving_quotes_the_latest_vllm_run():
         assert line in doc, line
     speedups = [row["vllm_over_package_server_plugin"] for row in run["rows"]]
     assert f"{min(speedups):.2f} to {max(speedups):.2f} times the package server's" in doc
+
+
+def test_docs_serving_quotes_the_latest_offline_vllm_run():
+    """benchmarks/bench_vllm_offline.py's kept run (results/bench/bench_vllm_offline.json): the
+    offline engine in one process against vLLM's default, each size's medians and ratio, with the
+    run's machine and date, and the same tokens in both."""
+    run = json.loads((ROOT / "results" / "bench" / "bench_vllm_offline.json").read_text())
+    doc = " ".join((ROOT / "docs" / "serving.md").read_text().split())
+    assert run["machine"] in doc and run["date"] in doc
+    for row in run["rows"]:
+        one, apart = (sorted(row["seconds"][arm]) for arm in ("one process", "engine core and worker apart"))
+        median = [(s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2 for s in (one, apart)]
+        quote = (f"{row['prompts']} prompts x {row['new_tokens']} tokens {median[0]:.0f} s against {median[1]:.0f} s "
+                 f"(x{row['apart_over_one_process']:.2f})")
+        assert row["same_tokens"] and quote in doc, quote
