@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,8 +55,7 @@ def test_docs_serving_quotes_the_latest_offline_vllm_run():
     doc = " ".join((ROOT / "docs" / "serving.md").read_text().split())
     assert run["machine"] in doc and run["date"] in doc
     for row in run["rows"]:
-        one, apart = (sorted(row["seconds"][arm]) for arm in ("one process", "engine core and worker apart"))
-        median = [(s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2 for s in (one, apart)]
-        quote = (f"{row['prompts']} prompts x {row['new_tokens']} tokens {median[0]:.0f} s against {median[1]:.0f} s "
+        one, apart = (statistics.median(row["seconds"][arm]) for arm in ("one process", "engine core and worker apart"))
+        quote = (f"{row['prompts']} prompts x {row['new_tokens']} tokens {one:.0f} s against {apart:.0f} s "
                  f"(x{row['apart_over_one_process']:.2f})")
         assert row["same_tokens"] and quote in doc, quote
