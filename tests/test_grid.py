@@ -28,6 +28,7 @@ from plugin_lib.harness.running import run_keys, runner, search
 from plugin_lib.harness.planning.preflight_counts import TaskCounts
 from plugin_lib.harness.grid import claims, executors, plan as planning
 from plugin_lib.commands import studies
+from plugin_lib.commands import grid as grid_command
 from plugin_lib.commands.grid import print_plan
 from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils import malloc
@@ -335,6 +336,21 @@ def test_a_failed_unit_stops_only_the_units_that_need_it(capsys, tmp_path, monke
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))  # where the executor's claims go
     _check_failures(grid.run_local(_failing_plan(), progress=False))
     assert "ZeroDivisionError" in capsys.readouterr().err  # its traceback, for the log
+
+
+def test_units_that_ran_without_an_error_yet_stay_pending_are_named_as_a_fault(capsys, tmp_path, monkeypatch):
+    """A unit whose record is not current under the plan's keys once computed (the LLaMA twin's
+    keys once moved when it loaded) fails the run with its own message, not "mend the failures
+    above" with none above."""
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    never_done = grid.Unit("finetune", "stays-pending", grid.TaskRef("smollm2-135m-instruct", "e2e"),
+                           load_profile("smoke"), call=functools.partial(int, "1"), done=lambda: False)
+    plan = grid.Plan([never_done], state={"stays-pending": "ready"})
+    args = grid_command.build_parser().parse_args(["run", "--profile", "smoke"])
+    assert grid_command._run(plan, load_profile("smoke"), args) == 1
+    err = capsys.readouterr().err
+    assert "1 unit(s) ran without an error but their records are not current" in err and "stays-pending" in err
+    assert "mend the failures" not in err
 
 
 def test_the_local_progress_bar_names_the_unit_it_is_computing(capsys, tmp_path, monkeypatch):
