@@ -24,7 +24,7 @@ import pytest
 
 from plugin_lib.harness.planning import costs
 from plugin_lib.harness import grid
-from plugin_lib.harness.running import run_keys, runner, search
+from plugin_lib.harness.running import run_keys, run_store, runner, search
 from plugin_lib.harness.planning.preflight_counts import TaskCounts
 from plugin_lib.harness.grid import claims, executors, plan as planning
 from plugin_lib.commands import studies
@@ -336,6 +336,23 @@ def test_a_failed_unit_stops_only_the_units_that_need_it(capsys, tmp_path, monke
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))  # where the executor's claims go
     _check_failures(grid.run_local(_failing_plan(), progress=False))
     assert "ZeroDivisionError" in capsys.readouterr().err  # its traceback, for the log
+
+
+def test_the_plans_run_keys_are_the_executions_for_every_base_of_paper_twin(tmp_path, monkeypatch):
+    """A unit is done when its record is current under the keys the plan computes from the base's
+    name alone (``planning_task``); the worker stores it under the keys of the loaded base. Both
+    before and after the base has loaded in this process, they are one key."""
+    real_data.require("e2e")
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    profile = load_profile("paper-twin")
+    for model in profile.base_models:
+        planned = grid.planning_task(grid.TaskRef(model, "e2e"), profile)
+        before = {m: run_store.method_files(planned, profile, m) for m in ("Plugin", "Zeroshot")}
+        loaded = runner.load_task(model, "e2e", profile)
+        for method, files in before.items():
+            for task in (loaded, planned):
+                after = run_store.method_files(task, profile, method)
+                assert (after.settings, after.inputs) == (files.settings, files.inputs), (model, method)
 
 
 def test_units_that_ran_without_an_error_yet_stay_pending_are_named_as_a_fault(capsys, tmp_path, monkeypatch):
