@@ -92,13 +92,14 @@ def test_loading_a_twin_leaves_its_registry_entry_and_so_its_run_keys_as_written
     given. While that mapping was the registry's own, every run key of the LLaMA twin changed
     once it had loaded: `grid plan` saw its computed units as pending, and `grid run` ended
     with units left and no failure."""
-    name = "llama-3.1-8b-twin-small"
-    written = yaml.safe_load(PROFILES_FILE.read_text())["models"][name]
+    name, full = "llama-3.1-8b-twin-small", "llama-3.1-8b-twin"
+    written = yaml.safe_load(PROFILES_FILE.read_text())["models"]
     examples = [toy_example(0, "train")], [toy_example(1, "validation")], [toy_example(2, "test")]
     before = run_keys.examples_fingerprint(name, *examples)
     models.load_base_model(name)
-    models.model_config("llama-3.1-8b-twin")
-    assert models.output_spec(name) == {"name": name, **written}
+    models.model_config(full)  # the full-size twin's configuration alone: no 32 GB of weights
+    for twin in (name, full):
+        assert models.model_spec(twin) == {"name": twin, **written[twin]}
     assert run_keys.examples_fingerprint(name, *examples) == before
 
 
