@@ -73,9 +73,7 @@ def model_spec(name: str) -> dict[str, Any]:
         return {**spec, "name": name, "display": f"{spec['display']}, {shown}", "top_k": k, "top_k_rule": rule}
     models = config.settings()["models"]
     if name in models:
-        # a copy down to its nested mappings: transformers writes into a twin's rope_scaling, and
-        # the registry's entry must stay as written, or run keys change once a twin is loaded
-        return {"name": name, **copy.deepcopy(models[name])}
+        return {"name": name, **models[name]}
     if "/" in name or Path(name).exists():
         family = "gpt2-m" if "gpt2" in name.lower() else "llama"
         return {"name": name, "source": "hub", "hub_id": name, "family": family, "display": name}
@@ -204,7 +202,9 @@ def twin_tokenizer() -> PreTrainedTokenizerBase:
 def twin_config(spec: dict[str, Any], tokenizer: PreTrainedTokenizerBase | None = None) -> PretrainedConfig:
     """The configuration written out in a twin's registry entry, with the tokenizer's special
     token ids (BOS, EOS, padding) so that generation stops and pads as with a real model."""
-    settings = copy.deepcopy(spec["config"])  # the config's constructor writes into nested mappings
+    # a copy down to its nested mappings: transformers writes into a twin's rope_scaling, and the
+    # registry's entry must stay as written, or run keys change once a twin is loaded
+    settings = copy.deepcopy(spec["config"])
     model_type = settings.pop("model_type")
     bos, eos, pad, size = _special_ids(tokenizer) if tokenizer is not None else _twin_special_ids()
     settings.update(bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
