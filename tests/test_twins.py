@@ -12,7 +12,6 @@ import io
 import numpy as np
 import pytest
 import torch
-import yaml
 from transformers import AutoModelForCausalLM
 
 from plugin_lib.core.reweighter import make_reweighter
@@ -27,7 +26,7 @@ from plugin_lib.experiments import table5, table8
 from plugin_lib.harness import models, tasks
 from plugin_lib.harness.planning import preflight, preflight_counts, preflight_rates
 from plugin_lib.harness.planning.preflight_counts import pretrained_params
-from plugin_lib.harness.profile import PROFILES_FILE, REPO_ROOT, load_profile
+from plugin_lib.harness.profile import REPO_ROOT, load_profile
 from plugin_lib.harness.running import run_keys
 from plugin_lib.report import claims, comparison
 
@@ -87,13 +86,13 @@ def test_small_twins_load_seeded_with_the_paper_vocabulary_and_the_offline_token
     assert isinstance(base.tokenizer.decode([100, 60000, 200]), str)
 
 
-def test_loading_a_twin_leaves_its_registry_entry_and_so_its_run_keys_as_written(toy_example):
+def test_loading_a_twin_leaves_its_registry_entry_and_so_its_run_keys_as_written(toy_example, profiles_as_written):
     """transformers writes ``rope_theta`` into the ``rope_scaling`` mapping a LLaMA config is
     given. While that mapping was the registry's own, every run key of the LLaMA twin changed
     once it had loaded: `grid plan` saw its computed units as pending, and `grid run` ended
     with units left and no failure."""
     name, full = "llama-3.1-8b-twin-small", "llama-3.1-8b-twin"
-    written = yaml.safe_load(PROFILES_FILE.read_text())["models"]
+    written = profiles_as_written["models"]
     examples = [toy_example(0, "train")], [toy_example(1, "validation")], [toy_example(2, "test")]
     before = run_keys.examples_fingerprint(name, *examples)
     models.load_base_model(name)
