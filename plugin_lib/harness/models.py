@@ -202,8 +202,8 @@ def twin_tokenizer() -> PreTrainedTokenizerBase:
 def twin_config(spec: dict[str, Any], tokenizer: PreTrainedTokenizerBase | None = None) -> PretrainedConfig:
     """The configuration written out in a twin's registry entry, with the tokenizer's special
     token ids (BOS, EOS, padding) so that generation stops and pads as with a real model."""
-    # a copy down to its nested mappings: transformers writes into a twin's rope_scaling, and the
-    # registry's entry must stay as written, or run keys change once a twin is loaded
+    # a plain copy down to its nested mappings: transformers writes into a twin's rope_scaling,
+    # and the registry's entry is frozen (run keys hash it)
     settings = copy.deepcopy(spec["config"])
     model_type = settings.pop("model_type")
     bos, eos, pad, size = _special_ids(tokenizer) if tokenizer is not None else _twin_special_ids()

@@ -25,6 +25,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 import yaml
 
+from ..utils.frozen import freeze
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
 
@@ -400,7 +402,7 @@ def validated(value: Any, hint: Any, where: str) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def settings() -> dict[str, Any]:
-    """profiles.yaml as parsed."""
+    """profiles.yaml as parsed, frozen (``utils.frozen``): one object that every reader shares."""
     try:
         with open(PROFILES_FILE, encoding="utf-8") as f:
             parsed = yaml.safe_load(f)
@@ -417,7 +419,7 @@ def settings() -> dict[str, Any]:
         raise ProfileError(f"{PROFILES_FILE} cannot be read ({err.strerror}): restore it with `git checkout`.") from None
     if not isinstance(parsed, dict) or not isinstance(parsed.get("profiles"), dict):
         raise ProfileError(f"{PROFILES_FILE} has no `profiles:` mapping at its top: restore it with `git checkout`.")
-    return parsed
+    return freeze(parsed)
 
 
 def profile_names() -> tuple[str, ...]:
