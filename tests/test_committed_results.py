@@ -7,6 +7,7 @@ Notebook 14 is checked only where llama-cpp-python's server is installed (the ex
 elsewhere it cannot be re-executed, only skipped, and its committed execution is kept."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -22,8 +23,9 @@ def test_every_committed_local_stamp_matches_the_current_inputs():
     notebooks = sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if api_server.llama_cpp_missing():
         notebooks = [n for n in notebooks if NEEDS_SERVER not in n]
+    committed = {k: v for k, v in os.environ.items() if k != "PLUGIN_RESULTS_DIR"}  # the checkout's results/
     check = subprocess.run([sys.executable, "-m", "plugin_lib.commands.stamp", "--check", "--profile", "local", *notebooks],
-                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=committed)
     assert check.returncode == 0, check.stderr
 
 

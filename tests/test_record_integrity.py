@@ -90,6 +90,22 @@ def test_an_untouched_store_passes(store, tmp_path):
     assert result.stdout.endswith("00_x.ipynb\n") and result.stderr == ""
 
 
+def test_check_reads_the_stamps_where_the_results_are_and_tells_unrun_from_stale(store, tmp_path):
+    """With PLUGIN_RESULTS_DIR set, run_all.sh stamps there; `stamp --check` read the checkout's results/."""
+    notebook_file = str(tmp_path / "00_x.ipynb")
+    made = stamp(tmp_path, notebook_file)
+    assert made.returncode == 0, made.stderr
+    unrun = stamp(tmp_path, "--check", notebook_file)
+    assert unrun.returncode == 1 and unrun.stderr.startswith(f"{store} holds no execution of 1 notebook(s): 00_x.")
+    (store / "executed").mkdir()
+    (store / "executed" / "00_x.done").write_text(made.stdout.split()[0] + "\n")
+    current = stamp(tmp_path, "--check", notebook_file)
+    assert (current.returncode, current.stderr) == (0, "")
+    (store / "executed" / "00_x.done").write_text("0" * 64 + "\n")
+    stale = stamp(tmp_path, "--check", notebook_file)
+    assert stale.returncode == 1 and stale.stderr.startswith(f"{store} is stale for 1 notebook(s): 00_x. Their code")
+
+
 def test_an_edited_number_is_caught_naming_the_file_with_its_own_status(store, tmp_path):
     record = store / "runs" / "e2e" / "base" / "Plugin-seed0.json"
     text = record.read_text()

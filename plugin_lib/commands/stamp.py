@@ -3,7 +3,8 @@
 ``plugin-repro stamp --profile NAME [-p KEY VALUE]... NOTEBOOK...`` prints one line per
 notebook (a file, a name or its start: ``15``), ``<sha256>  <notebook>``; ``--check`` instead
 compares each (every notebook when none is named) with the stored stamp under
-results/NAME/executed/ and exits 1, naming them, when any is missing or stale. The stamp hashes
+results/NAME/executed/ (PLUGIN_RESULTS_DIR's, where it is set, as ``run`` writes them) and exits 1,
+naming them, when any is missing or stale. The stamp hashes
 what determines the notebook's results, and nothing else:
 
 - the notebook file's content;
@@ -265,7 +266,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                         metavar=("KEY", "VALUE"), help="a papermill parameter passed to the notebook")
     parser.add_argument("--check", action="store_true",
-                        help="compare with the stored stamps under results/PROFILE/executed; exit 1 if any is stale")
+                        help="compare with the stored stamps under results/PROFILE/executed (PLUGIN_RESULTS_DIR's where "
+                             "set); exit 1 if any is missing or stale")
     parser.add_argument("--write-manifest", action="store_true",
                         help=f"list the stored records its {record_manifest.MANIFEST} lacks (after checking the "
                              "listed ones) and drop the entries of absent ones")
@@ -291,21 +293,28 @@ def main(argv: list[str]) -> int:
         if not args.notebooks:
             return 0
     code, data = code_version(), data_state()
-    stale = []
+    executed = results_dir(args.profile) / "executed"  # where run_all.sh stamps them, PLUGIN_RESULTS_DIR's too
+    stale, unrun = [], []
     for notebook in args.notebooks:
         want = stamp(notebook, args.profile, dict(args.parameter), code, data)
         if not args.check:
             print(f"{want}  {notebook}")
             continue
-        stored = REPO_ROOT / "results" / args.profile / "executed" / f"{Path(notebook).stem}.done"
-        if not stored.is_file() or stored.read_text(encoding="utf-8").strip() != want:
+        stored = executed / f"{Path(notebook).stem}.done"
+        if not stored.is_file():
+            unrun.append(Path(notebook).stem)
+        elif stored.read_text(encoding="utf-8").strip() != want:
             stale.append(Path(notebook).stem)
+    folder = shown([executed.parent])
+    rerun = f"`bash run_all.sh --profile {args.profile}` runs them (from the stored runs, where they are)"
     if stale:
-        print(f"results/{args.profile} is stale for {len(stale)} notebook(s): {', '.join(stale)}. Their code, "
-              f"notebook, profile or data changed since they ran: `bash run_all.sh --profile {args.profile}` "
-              "re-runs them (from the stored runs) and the results are committed with the change.",
+        print(f"{folder} is stale for {len(stale)} notebook(s): {', '.join(stale)}. Their code, notebook, profile or "
+              f"data changed since they ran: {rerun}"
+              f"{'; results/local is committed with the change' if args.profile == 'local' else ''}.", file=sys.stderr)
+    if unrun:
+        print(f"{folder} holds no execution of {len(unrun)} notebook(s): {', '.join(unrun)}. {rerun}.",
               file=sys.stderr)
-    return 1 if stale else 0
+    return 1 if stale or unrun else 0
 
 
 def main_or_profile_error(argv: list[str]) -> int:
