@@ -25,11 +25,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_data  # noqa: E402
 
 
-def _store(path: Path, monkeypatch) -> Path:
-    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(path))
-    return path
-
-
 def test_the_table_units_are_the_notebooks_runs_and_their_needs():
     profile = load_profile("smoke")
     units = grid.table_units("e2e", profile, "01")
@@ -48,7 +43,7 @@ def test_the_table_units_are_the_notebooks_runs_and_their_needs():
 
 
 def test_notebooks_share_units_and_the_plan_orders_them(tmp_path, monkeypatch):
-    _store(tmp_path, monkeypatch)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     profile = load_profile("smoke")
     units = studies.units(profile, ["01", "07", "11"])
     keys = [u.key for u in units]
@@ -107,7 +102,7 @@ def test_slurm_stages_follow_the_dependencies_and_batches_keep_one_base():
 def test_stored_selections_calibrate_a_likely_estimate_below_the_upper_bound(tmp_path, monkeypatch):
     from plugin_lib.harness.profile import results_dir
 
-    _store(tmp_path, monkeypatch)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     profile = load_profile("confirm")  # a coordinate search of up to 4 x 3 x 3 configurations of 40 epochs
     assert planning.calibration(profile) is None  # nothing stored yet
     folder = results_dir(profile) / "runs" / "e2e" / "smollm2-135m-instruct"
@@ -132,7 +127,7 @@ def test_stored_selections_calibrate_a_likely_estimate_below_the_upper_bound(tmp
 def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seconds(tmp_path, monkeypatch):
     from plugin_lib.harness.profile import results_dir
 
-    _store(tmp_path, monkeypatch)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     profile = load_profile("confirm")  # a coordinate search: a selection's record holds all its configurations
     ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
     runs = [grid.Unit("run", f"runs/e2e/smollm2-135m-instruct/Plugin-seed{i}", ref, profile, method="Plugin", seed=i)
@@ -169,7 +164,7 @@ def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seco
 
 def test_a_selection_under_way_is_estimated_by_the_configurations_it_has_left(tmp_path, monkeypatch):
     real_data.require("e2e")  # the record's inputs fingerprint is E2E's
-    _store(tmp_path, monkeypatch)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     profile = load_profile("confirm")  # a coordinate search resumes from the configurations its record holds
     ref = grid.TaskRef("smollm2-135m-instruct", "e2e")
     unit = grid.Unit("selection", "runs/e2e/smollm2-135m-instruct/LoRA-selection", ref, profile, method="LoRA")
@@ -210,7 +205,7 @@ def test_the_plan_command_prints_units_states_and_wall_times(tmp_path, monkeypat
     real_data.require("e2e")  # its units (or the workers it starts) read E2E
     from plugin_lib.commands.grid import main
 
-    _store(tmp_path, monkeypatch)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     assert main(["plan", "--profile", "smoke", "--only", "01", "--no-measure", "--csv", str(tmp_path / "u.csv")]) == 0
     out = capsys.readouterr().out
     assert "runs/e2e/smollm2-135m-instruct/Plugin-selection  selection  waiting" in out
@@ -248,7 +243,7 @@ def test_the_plans_run_keys_are_the_executions_for_every_base_of_paper_twin(tmp_
 
 def test_fine_tuned_bases_and_bdpl_prompts_are_units_their_runs_need(tmp_path, monkeypatch):
     real_data.require("e2e")  # its units (or the workers it starts) read E2E
-    _store(tmp_path, monkeypatch)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     units = studies.units(load_profile("smoke"), ["05", "06", "10"])
     by_kind = {}
     for unit in units:
@@ -270,7 +265,7 @@ def test_no_two_notebooks_write_one_record_two_ways_in_any_profile(name, tmp_pat
     share (E2E's Plugin-pretrained: notebooks 07 and 15) must be one unit, with one set of needs.
     paper-twin-gpu is paper-twin on the full-size twins (its stand-in alone is 4 GB to build)."""
     real_data.require("e2e", "webnlg", "commongen", "adidas")
-    _store(tmp_path, monkeypatch)
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     profile = load_profile(name)
     problems = {}  # a notebook whose data this machine lacks (paper's 06, offline) is left out
     units = studies.units(profile, problems=problems)  # raises on two different units of one key

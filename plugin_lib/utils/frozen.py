@@ -16,41 +16,37 @@ _ADVICE = ("is shared by every reader in this process and hashed into run keys, 
            "place: change a copy (copy.deepcopy gives plain dicts and lists)")
 
 
-class FrozenDict(dict):
+class _Frozen:
+    """What the frozen types share: changes refused, copies of the plain type (``_plain``)."""
+
+    _plain: type
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError(f"This {self._plain.__name__} of parsed settings {_ADVICE}.")
+
+    def __copy__(self):
+        return self._plain(self)
+
+    def __deepcopy__(self, memo: dict):
+        return copy.deepcopy(self._plain(self), memo)  # its frozen items copy plain in turn
+
+    def __reduce__(self):
+        return self._plain, (self._plain(self),)
+
+
+class FrozenDict(_Frozen, dict):
     """A ``dict`` whose every change in place raises ``TypeError``."""
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(f"This mapping of parsed settings {_ADVICE}.")
-
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
-
-    def __copy__(self) -> dict:
-        return dict(self)
-
-    def __deepcopy__(self, memo: dict) -> dict:
-        return {copy.deepcopy(k, memo): copy.deepcopy(v, memo) for k, v in self.items()}
-
-    def __reduce__(self):
-        return dict, (dict(self),)
+    _plain = dict
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _Frozen._refuse
 
 
-class FrozenList(list):
+class FrozenList(_Frozen, list):
     """A ``list`` whose every change in place raises ``TypeError``."""
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError(f"This list of parsed settings {_ADVICE}.")
-
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
-    append = clear = extend = insert = pop = remove = reverse = sort = _refuse
-
-    def __copy__(self) -> list:
-        return list(self)
-
-    def __deepcopy__(self, memo: dict) -> list:
-        return [copy.deepcopy(v, memo) for v in self]
-
-    def __reduce__(self):
-        return list, (list(self),)
+    _plain = list
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _Frozen._refuse
+    append = clear = extend = insert = pop = remove = reverse = sort = _Frozen._refuse
 
 
 def freeze(value: Any) -> Any:
