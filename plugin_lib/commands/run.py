@@ -228,18 +228,11 @@ class Orchestrator:
         return chosen
 
     def _results_folder(self, profile: Profile) -> Path:
-        """``PLUGIN_RESULTS_DIR`` (made absolute, for the notebooks), else Drive's for the GPU
-        profiles on Colab (``profile.drive_dir``, the cache beside it), else results/."""
-        given = os.environ.get("PLUGIN_RESULTS_DIR")
-        drive = config.drive_dir()
-        if not given and drive is not None and profile.name in config.DRIVE_PROFILES:
-            root = drive / "results"
-            os.environ.setdefault("PLUGIN_CACHE_DIR", str(drive / "cache"))
-        else:
-            root = Path(given) if given else REPO_ROOT / "results"
-        root = root.absolute()
-        os.environ["PLUGIN_RESULTS_DIR"] = str(root)
-        return root / profile.name
+        """``config.results_path``, made absolute; its parent is exported as PLUGIN_RESULTS_DIR so
+        that the notebooks' kernels, started elsewhere, write there too."""
+        out = config.results_path(profile).absolute()
+        os.environ["PLUGIN_RESULTS_DIR"] = str(out.parent)
+        return out
 
     @property
     def shown(self) -> str:

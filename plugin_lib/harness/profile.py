@@ -476,16 +476,22 @@ def cache_dir() -> Path:
 
 
 def results_root() -> Path:
-    """Where every profile's results go (not created here)."""
-    return Path(os.environ.get("PLUGIN_RESULTS_DIR", REPO_ROOT / "results"))
+    """Where every profile's results go (not created here); an empty PLUGIN_RESULTS_DIR is unset."""
+    return Path(os.environ.get("PLUGIN_RESULTS_DIR") or REPO_ROOT / "results")
+
+
+def results_path(profile: Profile | str) -> Path:
+    """Where ``profile``'s results go, not created: under ``PLUGIN_RESULTS_DIR`` where it is set,
+    else Drive's for the GPU profiles on Colab (it survives a disconnect), else results/."""
+    name = profile.name if isinstance(profile, Profile) else profile
+    if not os.environ.get("PLUGIN_RESULTS_DIR") and name in DRIVE_PROFILES and drive_dir() is not None:
+        return drive_dir() / "results" / name
+    return results_root() / name
 
 
 def results_dir(profile: Profile | str | None = None) -> Path:
-    name = profile.name if isinstance(profile, Profile) else profile
-    root = results_root()
-    if "PLUGIN_RESULTS_DIR" not in os.environ and name in DRIVE_PROFILES and drive_dir() is not None:
-        root = drive_dir() / "results"  # Colab with Drive mounted: survives a disconnect
-    path = root / name if name else root
+    """``results_path(profile)`` (``results_root()`` without one), created."""
+    path = results_path(profile) if profile else results_root()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -17,7 +17,7 @@ from . import preregistered_wave3 as wave3
 
 def root() -> Path:
     """The wave3 profile's results folder (not created: a checkout without its runs has none)."""
-    return config.results_root() / wave3.PROFILE
+    return config.results_path(wave3.PROFILE)
 
 
 def judged(folder: Path | None = None, group: str | None = None) -> dict[str, dict]:

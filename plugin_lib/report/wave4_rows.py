@@ -18,7 +18,7 @@ from .wave3_rows import _counts
 
 def root() -> Path:
     """The wave4 profile's results folder (not created: a checkout without its runs has none)."""
-    return config.results_root() / wave4.PROFILE
+    return config.results_path(wave4.PROFILE)
 
 
 def judged(folder: Path | None = None, group: str | None = None) -> dict[str, dict]:

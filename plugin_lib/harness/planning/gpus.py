@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..profile import REPO_ROOT, Profile, results_root
+from ..profile import REPO_ROOT, Profile, results_path
 
 GIB = 2**30
 
@@ -99,7 +99,7 @@ def expected_epochs(profile: Profile) -> tuple[float, str]:
     committed ``confirm`` trainings (cap 40, patience 4) plus the difference in patience, at most
     the cap: CPU-scale trainings (SmolLM2 on subsets), so an estimate, labelled so."""
     cap, patience = profile.training.max_epochs, profile.training.patience
-    own = _epochs_run(results_root() / profile.name)
+    own = _epochs_run(results_path(profile))
     if own:
         return min(float(cap), statistics.fmean(own)), f"the mean of this profile's {len(own)} stored trainings"
     runs = _epochs_run(REPO_ROOT / "results" / "confirm")

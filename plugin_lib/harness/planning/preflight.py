@@ -69,8 +69,8 @@ def _hours(seconds: float | None) -> str:
     return f"{seconds / 3600:,.2f}" if seconds < 360000 else f"{seconds / 3600:,.0f}"
 
 
-def _disk_free() -> int:
-    folder = config.results_dir()
+def _disk_free(profile: config.Profile) -> int:
+    folder = config.results_dir(profile)  # Drive's for the GPU profiles on Colab
     free = shutil.disk_usage(folder).free
     cache = config.cache_dir()
     if cache.stat().st_dev != folder.stat().st_dev:  # the cache directory is on another disk
@@ -85,14 +85,14 @@ def stored_bytes(profile: config.Profile) -> int:
     return sum(folder_bytes(root / folder) for folder in ("runs", "finetuned"))
 
 
-def _disk_needed(planned: int, stored: int, free: int) -> tuple[int, str]:
+def _disk_needed(profile: config.Profile, planned: int, stored: int, free: int) -> tuple[int, str]:
     """(bytes short, the sentence that says so; "" when the disk will do) of ``planned`` writes."""
     needed = max(0, planned - stored)
     if needed <= free:
         return 0, ""
     return needed - free, (f"{_gib(needed - free)} GiB of disk short: the notebooks to run may write "
                            f"{_gib(planned)} GiB (the preflight's upper bounds), less {_gib(stored)} GiB the "
-                           f"profile already stores, and {_gib(free)} GiB are free under {config.results_dir()} "
+                           f"profile already stores, and {_gib(free)} GiB are free under {config.results_dir(profile)} "
                            f"and {config.cache_dir()}. Free {_gib(needed - free)} GiB, or point PLUGIN_RESULTS_DIR "
                            "(and PLUGIN_CACHE_DIR) at a larger disk.")
 
@@ -103,8 +103,8 @@ def disk_check(profile: config.Profile, plans: Sequence[Plan], *, disk_free_gb: 
     way; 1 (and the shortfall named) when it does not."""
     planned = sum(plan.tally.disk_bytes for plan in plans)
     stored = stored_bytes(profile)
-    free = int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free()
-    short, sentence = _disk_needed(planned, stored, free)
+    free = int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free(profile)
+    short, sentence = _disk_needed(profile, planned, stored, free)
     if short:
         print(f"NOT ENOUGH DISK: {sentence}", file=out)
         return 1
@@ -233,7 +233,7 @@ def run(profile: config.Profile, plans: Sequence[Plan], *, gpu_memory_gb: float 
                   else sum(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
                   if has_gpu else None)
     checks = Checks(gpu_memory=gpu_memory,
-                    disk_free=int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free())
+                    disk_free=int(disk_free_gb * GIB) if disk_free_gb is not None else _disk_free(profile))
     expected, basis = gpus.expected_epochs(profile)
     factor = expected / profile.training.max_epochs
     totals, untimed = _table(plans, rates, factor, gpu, checks, card, only, out)
@@ -325,7 +325,7 @@ def _disk_line(profile: config.Profile, plans: Sequence[Plan], checks: Checks, o
     print(f"\nDisk: base-output caches {_gib(caches)} GiB + fine-tuned models {_gib(finetuned)} GiB + "
           f"reweighting weights {_gib(weights)} GiB = {_gib(written)} GiB ({_gib(stored)} GiB already stored); "
           f"{_gib(checks.disk_free)} GiB free.", file=out)
-    short, sentence = _disk_needed(written, stored, checks.disk_free)
+    short, sentence = _disk_needed(profile, written, stored, checks.disk_free)
     if short:
         checks.failures.append(sentence)
 
