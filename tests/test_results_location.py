@@ -1,6 +1,6 @@
 """Where results go: one rule, ``harness.profile.results_path``, for the package's readers, for
 ``run``'s orchestrator (which exports it to the notebooks' kernels) and for the preflight's disk
-check."""
+check; and the caches beside them on Drive."""
 import os
 
 import pytest
@@ -30,7 +30,8 @@ def test_on_colab_with_drive_mounted_the_gpu_profiles_keep_results_on_drive(monk
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "chosen"))
     assert config.results_dir("colab") == tmp_path / "chosen" / "colab"  # an explicit choice wins
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", "")  # empty is unset, as a shell's `VAR= cmd` means
-    assert config.results_dir("colab") == drive / "results" / "colab"
+    monkeypatch.setenv("PLUGIN_CACHE_DIR", "")
+    assert config.results_dir("colab") == drive / "results" / "colab" and config.cache_dir() == drive / "cache"
 
 
 @pytest.mark.parametrize("drive_mounted", [True, False])

@@ -2,15 +2,16 @@
 
 Every setting lives in ``profiles.yaml`` next to this file; ``load_profile(name)`` reads one
 profile into a frozen, typed ``Profile`` that is passed everywhere (notebooks, runner, methods,
-writers). Paths come from environment variables:
+writers). Paths come from environment variables (an empty one counts as unset):
 
 - ``PLUGIN_CACHE_DIR``: converted and fine-tuned models (default ``~/.cache/plugin-repro``).
 - ``PLUGIN_RESULTS_DIR``: where runs, tables and figures go (default ``<repo>/results``).
-
-On Colab with Google Drive mounted (``/content/drive/MyDrive``), the GPU profiles (``paper``,
-``colab``) default to ``MyDrive/plugin-repro/results`` and ``.../cache``: a disconnected session
-loses nothing, and running the cell again continues from the stored runs.
 - ``PLUGIN_DATA_DIR``: the data folder (default ``<repo>/data``; ``hub``: the Hugging Face Hub; ``plugin_lib.data``).
+
+On Colab with Google Drive mounted (``/content/drive/MyDrive``), the GPU profiles' results
+(``paper``, ``colab``) default to ``MyDrive/plugin-repro/results``, and the cache to
+``.../cache``: a disconnected session loses nothing, and running the cell again continues from
+the stored runs.
 """
 from __future__ import annotations
 
@@ -463,7 +464,7 @@ def cache_dir() -> Path:
     ``PLUGIN_CACHE_DIR``, else Drive's on Colab, else ``~/.cache/plugin-repro``."""
     drive = drive_dir()
     default = drive / "cache" if drive is not None else Path.home() / ".cache" / "plugin-repro"
-    path = Path(os.environ.get("PLUGIN_CACHE_DIR", default))
+    path = Path(os.environ.get("PLUGIN_CACHE_DIR") or default)  # empty is unset, not the working folder
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
