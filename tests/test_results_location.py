@@ -21,12 +21,12 @@ def no_results_dir(monkeypatch):
 
 def test_on_colab_with_drive_mounted_the_gpu_profiles_keep_results_on_drive(monkeypatch, tmp_path, no_results_dir):
     monkeypatch.setattr(config, "COLAB_DRIVE", tmp_path / "absent")
-    assert config.drive_dir() is None and config.results_dir("colab") == config.REPO_ROOT / "results" / "colab"
+    assert config.drive_dir() is None and config.results_path("colab") == config.REPO_ROOT / "results" / "colab"
     monkeypatch.setattr(config, "COLAB_DRIVE", tmp_path)  # Drive mounted
     drive = tmp_path / "plugin-repro"
     assert config.results_dir("colab") == drive / "results" / "colab"
     assert config.results_dir("paper") == drive / "results" / "paper" and config.cache_dir() == drive / "cache"
-    assert config.results_dir("local") == config.REPO_ROOT / "results" / "local"  # its committed runs stay
+    assert config.results_path("local") == config.REPO_ROOT / "results" / "local"  # its committed runs stay
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path / "chosen"))
     assert config.results_dir("colab") == tmp_path / "chosen" / "colab"  # an explicit choice wins
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", "")  # empty is unset, as a shell's `VAR= cmd` means
