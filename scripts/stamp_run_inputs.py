@@ -29,7 +29,8 @@ from pathlib import Path
 from plugin_lib.data import data_dir, integrity
 from plugin_lib.harness import tasks
 from plugin_lib.harness.running import run_keys
-from plugin_lib.harness.profile import load_profile, results_dir
+from plugin_lib.harness.machine import results_dir
+from plugin_lib.harness.profile import load_profile
 from plugin_lib.utils.io import read_json
 from plugin_lib.utils.record_manifest import write_record
 

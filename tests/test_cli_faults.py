@@ -210,14 +210,14 @@ def test_an_artifact_save_reaps_a_killed_save_and_writes_one_mode(smollm2, tmp_p
 
 
 def test_an_unusable_cache_folder_names_plugin_cache_dir(tmp_path, monkeypatch):
-    from plugin_lib.harness import profile
+    from plugin_lib.harness import machine
 
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("HOME", str(tmp_path / "a-file" / "home"))  # unwritable, even for root
     monkeypatch.delenv("PLUGIN_CACHE_DIR", raising=False)
-    monkeypatch.setattr(profile, "drive_dir", lambda: None)
-    with pytest.raises(profile.CacheDirError, match="cannot be created .*set PLUGIN_CACHE_DIR to a writable folder"):
-        profile.cache_dir()
+    monkeypatch.setattr(machine, "drive_dir", lambda: None)
+    with pytest.raises(machine.CacheDirError, match="cannot be created .*set PLUGIN_CACHE_DIR to a writable folder"):
+        machine.cache_dir()
 
 
 def test_an_unreachable_hub_puts_the_hub_client_offline_at_once(monkeypatch):

@@ -9,7 +9,8 @@ from plugin_lib.experiments import confirmation
 from plugin_lib.report import claim_summary
 from plugin_lib.harness.baselines import bdpl
 from plugin_lib.harness.running import run_keys, run_store, search
-from plugin_lib.harness.profile import load_profile, results_dir
+from plugin_lib.harness.machine import results_dir
+from plugin_lib.harness.profile import load_profile
 from plugin_lib.metrics import METRIC_NAMES
 from plugin_lib.report import freeze
 from plugin_lib.report.claims import record_claim

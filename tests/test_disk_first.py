@@ -15,7 +15,8 @@ import pytest
 import real_data
 from plugin_lib.commands import preflight as preflight_command
 from plugin_lib.harness.planning import preflight
-from plugin_lib.harness.profile import load_profile, results_dir
+from plugin_lib.harness.machine import results_dir
+from plugin_lib.harness.profile import load_profile
 
 
 @functools.lru_cache(maxsize=1)

@@ -100,7 +100,7 @@ def test_slurm_stages_follow_the_dependencies_and_batches_keep_one_base():
 
 
 def test_stored_selections_calibrate_a_likely_estimate_below_the_upper_bound(tmp_path, monkeypatch):
-    from plugin_lib.harness.profile import results_dir
+    from plugin_lib.harness.machine import results_dir
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     profile = load_profile("confirm")  # a coordinate search of up to 4 x 3 x 3 configurations of 40 epochs
@@ -125,7 +125,7 @@ def test_stored_selections_calibrate_a_likely_estimate_below_the_upper_bound(tmp
 
 
 def test_done_units_scale_the_likely_estimate_of_their_kind_to_their_stored_seconds(tmp_path, monkeypatch):
-    from plugin_lib.harness.profile import results_dir
+    from plugin_lib.harness.machine import results_dir
 
     monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
     profile = load_profile("confirm")  # a coordinate search: a selection's record holds all its configurations

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from plugin_lib.experiments import main_tables
-from plugin_lib.harness.profile import results_dir
+from plugin_lib.harness.machine import results_dir
 from plugin_lib.utils.io import atomic_write_json
 
 

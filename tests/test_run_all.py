@@ -69,7 +69,7 @@ NOTEBOOKS = tuple(study.notebook for study in STUDIES)
 BY_NOTEBOOK = {{study.notebook: study for study in STUDIES}}
 '''
 OK = '''import os, plugin_lib
-from plugin_lib.harness.profile import results_dir
+from plugin_lib.harness.machine import results_dir
 here = os.path.dirname(os.getcwd())  # the notebooks run in <checkout>/notebooks
 print("plugin_lib from", plugin_lib.__file__)
 assert plugin_lib.__file__.startswith(here + os.sep), plugin_lib.__file__
@@ -240,7 +240,7 @@ def test_failure_keeps_the_executed_notebook_and_prints_the_package_message(fini
 # A study that needs an optional engine: it runs when FAKE_ENGINE=present, else records a skip.
 ENGINE = '''import os
 from plugin_lib.report import writer
-from plugin_lib.harness.profile import results_dir
+from plugin_lib.harness.machine import results_dir
 if os.environ.get("FAKE_ENGINE") == "present":
     (results_dir(profile) / "engine_table.txt").write_text("ran with the engine")
     writer._clear_skip("engine_table", profile)

@@ -176,7 +176,7 @@ def test_committed_local_runs_carry_the_inputs_of_the_current_data():
 ])
 def test_run_table_refuses_bad_parameters_before_writing(profile, monkeypatch, kwargs, error, match):
     monkeypatch.setattr(runner, "load_task", lambda *a, **k: pytest.fail("a task was loaded"))
-    results = run_store.config.results_dir(profile)
+    results = run_store.machine.results_dir(profile)
     before = sorted(results.rglob("*"))
     with pytest.raises(error, match=match):
         runner.run_table(kwargs.pop("dataset", "e2e"), profile, **kwargs)
@@ -197,7 +197,7 @@ def test_table5_and_table8_check_their_parameters_first(profile, monkeypatch):
         table8.run_table8(["e2e"], profile, model_names="smollm2-135m-instruct")
     with pytest.raises(TypeError, match="datasets must be"):
         runner.notebook_datasets(profile, 3)
-    assert not list(run_store.config.results_dir(profile).rglob("*.json"))
+    assert not list(run_store.machine.results_dir(profile).rglob("*.json"))
 
 
 # --- no half-written file, no orphan ----------------------------------------------------------

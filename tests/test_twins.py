@@ -322,18 +322,6 @@ def test_preflight_stops_when_memory_or_disk_will_not_do(paper_data):
     assert "of disk" in out.getvalue()
 
 
-def test_offline_a_hub_id_is_read_from_the_local_cache_at_once(monkeypatch, tmp_path):
-    """Without a Hub, commands ask transformers for the local cache only (no 30 s of retries)."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    models.hub_reachable.cache_clear()
-    try:
-        assert models.hub_reachable() is False
-        assert models.hub_kwargs("openai-community/gpt2-medium") == {"local_files_only": True}
-        assert models.hub_kwargs(tmp_path) == {}  # a local directory is read as it is
-    finally:
-        models.hub_reachable.cache_clear()
-
-
 def test_the_preflight_without_its_data_says_what_to_do_in_one_line(capsys, tmp_path, monkeypatch):
     """No data (this test declares none, so the folder it sees is empty): exit 2, one line naming
     the missing file and how to fetch it, no traceback; and nothing before it, even on a first run

@@ -18,7 +18,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..harness.profile import load_profile, results_dir
+from ..harness.machine import results_dir
+from ..harness.profile import load_profile
 from ..utils.io import atomic_write_json
 
 

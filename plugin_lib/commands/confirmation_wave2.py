@@ -22,7 +22,8 @@ import pandas as pd
 
 from ..harness.baselines import bdpl
 from ..harness import grid
-from ..harness.profile import Profile, ablation_seeds, ablation_settings, load_profile, results_dir
+from ..harness.machine import results_dir
+from ..harness.profile import Profile, ablation_seeds, ablation_settings, load_profile
 from ..report import bdpl_reach, freeze, mixed
 from ..report import preregistered as pre
 from ..report import preregistered_wave2 as wave2

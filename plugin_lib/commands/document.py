@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..experiments import confirmation
 from ..harness import models
+from ..harness import machine
 from ..harness import profile as config
 from ..harness.profile import Profile
 from ..report import bdpl_reach, freeze, paper_rows, preregistered, preregistered_wave2, wave3_rows, wave4_rows
@@ -202,7 +203,7 @@ def wave3_section(claims: list[dict]) -> list[str]:
 def write_report(profile: Profile | str) -> Path:
     """REPORT.md and TIMES.md of the profile, from its results as they stand."""
     prof = config.load_profile(profile)
-    root = config.results_dir(prof)
+    root = machine.results_dir(prof)
     table = times_table(root)
     times = [f"# Wall times: profile `{prof.name}`", "", "Measured by run_all.sh on the machine that ran each "
              "notebook; kept apart from REPORT.md, whose results do not change when a notebook is re-executed.",
@@ -216,7 +217,7 @@ def write_report(profile: Profile | str) -> Path:
 
 def report_text(prof: Profile) -> str:
     """REPORT.md's text: a committed report is current when it is this (tests/test_committed_results.py)."""
-    root = config.results_dir(prof)
+    root = machine.results_dir(prof)
     lines = [
         f"# Reproduction report: profile `{prof.name}`",
         "",
@@ -275,7 +276,7 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
     frozen = (freeze.FROZEN_AT or "not yet frozen")[:7]
     # Until every notebook of the confirmation has run there is no REPORT.md to link: the claims
     # are judged as their runs complete (docs/preregistration.md).
-    report = (config.results_dir(confirm) / "REPORT.md").exists()
+    report = (machine.results_dir(confirm) / "REPORT.md").exists()
     where = (f"[`results/{confirm.name}/REPORT.md`](results/{confirm.name}/REPORT.md)" if report else
              "under way, judged as its runs complete ([docs/preregistration.md](docs/preregistration.md))")
     lines = [f"**Confirmatory**: the `{confirm.name}` profile on a 2-core CPU ({_scale(confirm)}, "
@@ -299,8 +300,8 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
         shown, previous = ("as above" if statistic and statistic == previous else statistic), statistic
         lines.append(f"| {ROW_LABELS.get(claim.key, claim.claim)} | {shown} | {verdict} | "
                      f"{old['verdict'] if old else '-'} |")
-    lines += [*paper_rows.table_rows(config.results_dir(confirm)), ""]
-    reach = bdpl_reach.line(config.results_dir(confirm))  # beside the "not measurable" Table 5 rows
+    lines += [*paper_rows.table_rows(machine.results_dir(confirm)), ""]
+    reach = bdpl_reach.line(machine.results_dir(confirm))  # beside the "not measurable" Table 5 rows
     lines += [reach, ""] if reach else []
     for scope in SCOPES:
         now = [c for c in confirmed if scope_of(c) == scope]
@@ -309,7 +310,7 @@ def confirmed_block(local: Profile, explored: list[dict], confirm: Profile, conf
         lines += [f"{SCOPE_TITLES[scope]}, confirmatory ({len(now)}{f'; {waiting} waiting' if waiting else ''}): "
                   f"{tally(now)}. Exploratory ({len(then)}): {tally(then)}.", ""]
     # Each claim's frozen rule and full statistic: the two reports the first paragraph links.
-    return lines + [paper_rows.count_line(config.results_dir(confirm)), ""]
+    return lines + [paper_rows.count_line(machine.results_dir(confirm)), ""]
 
 
 def readme_block(profile: Profile | str) -> list[str]:

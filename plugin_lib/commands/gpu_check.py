@@ -44,7 +44,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..harness.profile import REPO_ROOT, results_path
+from ..harness.machine import results_path
+from ..harness.profile import REPO_ROOT
 from .execution import stop_children
 from ..utils.io import atomic_write_json, atomic_write_text
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..harness import machine
 from ..harness import profile as config
 from ..harness.grid import EXECUTORS
 
@@ -240,7 +241,7 @@ def _run(plan: planning.Plan, profile: Profile, args: argparse.Namespace) -> int
                 results = executors.run_ray(plan, address=args.address, gpu_memory_gb=args.gpu_memory_gb,
                                             num_gpus=args.num_gpus, num_cpus=args.num_cpus, trainings=trainings)
             else:
-                folder = args.slurm_folder or config.results_dir(profile) / "logs" / "slurm"
+                folder = args.slurm_folder or machine.results_dir(profile) / "logs" / "slurm"
                 results = executors.run_slurm(plan, executors.SlurmOptions(
                     folder=folder.resolve(), partition=args.partition, account=args.account, time_min=args.time_min,
                     gpus_per_job=args.gpus_per_job, cpus_per_job=args.cpus_per_job, mem_gb=args.mem_gb,

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..harness.planning import gpus
+from ..harness import machine
 from ..harness import profile as config
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args.profile, gpu_memory_gb=args.gpu_memory_gb, disk_free_gb=args.disk_free_gb,
                    measure=not args.no_measure, plan_only=args.plan_only, gpu_name=args.gpu, only=args.only,
                    rates_file=args.rates, save_rates_file=args.save_rates)
-    except (MissingDataError, DataError, config.CacheDirError) as err:  # one line that says what to do
+    except (MissingDataError, DataError, machine.CacheDirError) as err:  # one line that says what to do
         print(f"preflight: {err}", file=sys.stderr)
         return 2
 

@@ -52,6 +52,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..harness import machine
 from ..harness import profile as config
 from ..harness.profile import REPO_ROOT, Profile
 from ..utils import malloc
@@ -204,7 +205,7 @@ class Orchestrator:
     def _profile(self) -> Profile:
         name = self.options.profile
         if not name:
-            name = config.auto_profile()
+            name = machine.auto_profile()
             print(f"[run] profile: {name} (chosen automatically; --profile overrides)", flush=True)
         if name not in config.profile_names():
             raise Stop(f"unknown profile {name!r}; choose one of: {', '.join(config.profile_names())}", 2)
@@ -228,9 +229,9 @@ class Orchestrator:
         return chosen
 
     def _results_folder(self, profile: Profile) -> Path:
-        """``config.results_path``, made absolute; its parent is exported as PLUGIN_RESULTS_DIR so
+        """``machine.results_path``, made absolute; its parent is exported as PLUGIN_RESULTS_DIR so
         that the notebooks' kernels, started elsewhere, write there too."""
-        out = config.results_path(profile).absolute()
+        out = machine.results_path(profile).absolute()
         os.environ["PLUGIN_RESULTS_DIR"] = str(out.parent)
         return out
 
@@ -298,8 +299,8 @@ class Orchestrator:
     def _reap(self) -> None:
         """What killed writers left (atomic writes' .tmp, caches' .partial)."""
         try:
-            roots = [self.out, config.cache_dir()]
-        except config.CacheDirError as err:
+            roots = [self.out, machine.cache_dir()]
+        except machine.CacheDirError as err:
             raise Stop(str(err)) from None
         removed = [path for root in roots for path in reap_tree(root)]
         if removed:

@@ -51,7 +51,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..harness.profile import REPO_ROOT, ProfileError, load_profile, profile_names, results_dir
+from ..harness.machine import results_dir
+from ..harness.profile import REPO_ROOT, ProfileError, load_profile, profile_names
 from ..utils import record_manifest
 # The code version is also what every new run record names (plugin_lib/utils/provenance.py).
 from ..utils.provenance import code_files, code_version, file_content  # noqa: F401

@@ -34,7 +34,8 @@ from ..core.api import ApiBlackBox
 from ..core.cache import BaseOutputCache
 from ..harness import api_server, models
 from ..harness.running import runner
-from ..harness.profile import Profile, results_dir
+from ..harness.machine import results_dir
+from ..harness.profile import Profile
 from ..metrics import METRIC_NAMES
 from ..report import writer
 

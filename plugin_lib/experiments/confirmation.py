@@ -30,7 +30,8 @@ from ..analysis import judge as shift_judge
 from ..harness.baselines import bdpl, finetune
 from ..harness import methods, tasks
 from ..harness.running import run_store
-from ..harness.profile import Profile, REPO_ROOT, load_profile, results_dir
+from ..harness.machine import results_dir
+from ..harness.profile import Profile, REPO_ROOT, load_profile
 from ..report import freeze, mixed
 from ..report import preregistered as pre
 from ..report.claim_summary import summary, versus_labels

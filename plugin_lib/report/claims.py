@@ -18,7 +18,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..harness.profile import Profile, load_profile, profile_names, results_dir
+from ..harness.machine import results_dir
+from ..harness.profile import Profile, load_profile, profile_names
 from ..utils.io import atomic_write_json, read_json
 from . import mixed
 from .verdicts import NOT_MEASURABLE, VERDICTS  # noqa: F401  (VERDICTS: the vocabulary, re-exported)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from ..harness import machine
 from ..harness import profile as config
 from ..utils.io import atomic_write_json, read_json
 from . import freeze, mixed, wave3_rows, wave4_rows
@@ -172,7 +173,7 @@ def judge_flops(shapes=FLOPS_SHAPES, reference: str = "gpt2-xl") -> dict:
 def judge(profile: str = "confirm", shapes=FLOPS_SHAPES) -> list[dict]:
     """Judge the exploratory rows on ``profile``'s stored claims; write and return them."""
     prof = config.load_profile(profile)
-    root = config.results_dir(prof)
+    root = machine.results_dir(prof)
     claims = {p.stem: read_json(p) for p in sorted((root / "claims").glob("main_*.json"))}
     n = {"inputs": prof.rows.test, "seeds": len(prof.seeds)}
     judged = {"newmodel_nist": judge_newmodel_nist(claims), "weightedcomb_poor": judge_weightedcomb(claims),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..harness import profile as config
+from ..harness import machine
 from ..utils.io import read_json
 from . import freeze, mixed
 from . import preregistered_wave3 as wave3
@@ -17,7 +17,7 @@ from . import preregistered_wave3 as wave3
 
 def root() -> Path:
     """The wave3 profile's results folder (not created: a checkout without its runs has none)."""
-    return config.results_path(wave3.PROFILE)
+    return machine.results_path(wave3.PROFILE)
 
 
 def judged(folder: Path | None = None, group: str | None = None) -> dict[str, dict]:

@@ -13,7 +13,8 @@ import matplotlib
 import pandas as pd
 import seaborn as sns
 
-from ..harness.profile import REPO_ROOT, Profile, results_dir
+from ..harness.machine import results_dir
+from ..harness.profile import REPO_ROOT, Profile
 from ..utils.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 FIGURE_DPI = 200

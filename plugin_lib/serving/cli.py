@@ -21,7 +21,7 @@ from typing import Optional
 
 import typer
 
-from ..harness import profile as config
+from ..harness import machine
 from ..utils.io import folder_bytes, is_full_disk
 from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, data_sha256, read_pairs, read_prompts
 from .requests import GenerationRequest, TrainingRequest
@@ -143,7 +143,7 @@ def _train(request: TrainingRequest, pairs: list):
         typer.echo(f"resuming from {resume}", err=True)
     with _interrupts_resume(out, resume), _full_disk_leaves_nothing(out, resume):
         black_box = spec.load(_tokenizer(request.tokenizer) if spec.kind == "endpoint" else None)
-        plugin = train_plugin(black_box, spec, pairs, recipe, cache_dir=config.cache_dir() / "train-outputs",
+        plugin = train_plugin(black_box, spec, pairs, recipe, cache_dir=machine.cache_dir() / "train-outputs",
                               resume_dir=resume, announce=lambda line: typer.echo(line, err=True))
         plugin.save_pretrained(out)
     shutil.rmtree(resume, ignore_errors=True)

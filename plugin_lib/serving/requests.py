@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..harness import profile as config
+from ..harness import machine
 from ..harness.profile import load_profile
 from .inputs import MAX_PROMPT_TOKENS, is_endpoint
 
@@ -62,10 +62,10 @@ class TrainingRequest:
 
     def recipe(self, spec):
         """The profile's ``recipe.TrainingRecipe`` with what the flags set over it, for the base
-        ``spec``. Without ``profile``, ``harness.profile.auto_profile`` chooses (torch looks for a GPU)."""
+        ``spec``. Without ``profile``, ``harness.machine.auto_profile`` chooses (torch looks for a GPU)."""
         from .recipe import TrainingRecipe
 
-        recipe = TrainingRecipe.from_profile(load_profile(self.profile or config.auto_profile()))
+        recipe = TrainingRecipe.from_profile(load_profile(self.profile or machine.auto_profile()))
         budget = {"max_epochs": self.epochs, "lr": self.lr, "weight_decay": self.weight_decay}
         recipe = recipe.replace(**{k: v for k, v in budget.items() if v}, arch=self.reweighter_arch(spec),
                                 prompt_format="chat" if self.chat else "plain", refit=self.refit)

@@ -53,8 +53,7 @@ from ... import data
 from ...core.blackbox import BlackBoxLM
 from ...data import Example, prompts, training_pairs
 from ...utils.io import atomic_write_json, read_json, remove_stale_temporaries
-from .. import models
-from .. import profile as config
+from .. import machine, models
 from .lora import checkpoint_activations
 from ..profile import Ablations, Profile, Tokens
 
@@ -119,7 +118,7 @@ def run_prefix(model_name: str, examples: Sequence[Example], pool: str, cfg: Fin
 
 
 def checkpoint_dir(prefix: str, epochs: int) -> Path:
-    return config.cache_dir() / "finetuned" / f"{prefix}-{epochs}ep"
+    return machine.cache_dir() / "finetuned" / f"{prefix}-{epochs}ep"
 
 
 def is_complete(path: Path) -> bool:
@@ -434,7 +433,7 @@ def is_prepared(base: FinetunedBase) -> bool:
 
 def records_dir(profile: Profile) -> Path:
     """Where the records of a profile's fine-tuned bases are kept (committed with its results)."""
-    return config.results_dir(profile) / "finetuned"
+    return machine.results_dir(profile) / "finetuned"
 
 
 def finetuned_bases(model_name: str, pool: Pool, setup: Ablations, *, prompt_style: str,

@@ -19,7 +19,8 @@ from ...core.train import TokenObjective, small_model_log_probs
 from .. import methods, models, tasks
 from ..running import runner, search
 from .finetune import decoder_layers, save_model_dir
-from ..profile import Profile, cache_dir
+from ..machine import cache_dir
+from ..profile import Profile
 
 ONE_LAYER = "Plugin"  # label of the family's default (1-layer) reweighting model
 

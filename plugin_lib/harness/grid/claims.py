@@ -11,14 +11,14 @@ coming back to it when that one is done (then its record is read, not computed).
 from __future__ import annotations
 
 from ...utils.locks import StoreLock
-from .. import profile as config
+from .. import machine
 from .units import Unit
 
 CLAIMS = ".grid-claims"
 
 
 def claim_lock(unit: Unit) -> StoreLock:
-    return StoreLock(config.results_dir(unit.profile) / CLAIMS / f"{unit.key}.lock")
+    return StoreLock(machine.results_dir(unit.profile) / CLAIMS / f"{unit.key}.lock")
 
 
 class Claims:

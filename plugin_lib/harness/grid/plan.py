@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..planning import concurrency, costs, preflight
+from .. import machine
 from .. import profile as config
 from ..planning.preflight_counts import count_task
 from ..planning.preflight_rates import Rates, reference_rates
@@ -183,7 +184,7 @@ STORED_KINDS = ("selection", "run", "bdpl")  # kinds whose records say the secon
 def calibration(profile: Profile) -> Calibration | None:
     """From the profile's stored selection records (CALIBRATE_FROM at least), else None."""
     tried = [list(read_json(path).get("configs", {}).values())
-             for path in sorted((config.results_dir(profile) / "runs").glob("**/*-selection.json"))]
+             for path in sorted((machine.results_dir(profile) / "runs").glob("**/*-selection.json"))]
     tried = [configs for configs in tried if configs]
     epochs = [c["epochs_run"] for configs in tried for c in configs if "epochs_run" in c]
     if len(tried) < CALIBRATE_FROM or not epochs:
@@ -198,7 +199,7 @@ def _coordinate_selection(unit: Unit) -> bool:
 
 def _record(unit: Unit) -> dict | None:
     try:
-        return read_json(config.results_dir(unit.profile) / f"{unit.key}.json")
+        return read_json(machine.results_dir(unit.profile) / f"{unit.key}.json")
     except (OSError, ValueError):
         return None
 
@@ -312,7 +313,7 @@ def _estimate(plan: Plan, measure: bool, rates_file: str | None = None) -> None:
         plan.timed = (f"{names}: cache building and training at H100 rates of an earlier probe of the paper's shapes "
                       "(no GPU here); decoding not timed")
     else:
-        plan.timed = f"{names}: rates measured on this machine ({config.device()})"
+        plan.timed = f"{names}: rates measured on this machine ({machine.device()})"
 
 
 def _rates(model: str, profile: Profile, measure: bool, rates_file: str | None) -> Rates | None:

@@ -15,7 +15,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..profile import REPO_ROOT, Profile, results_path
+from ..machine import results_path
+from ..profile import REPO_ROOT, Profile
 
 GIB = 2**30
 

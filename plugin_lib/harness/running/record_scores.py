@@ -38,7 +38,7 @@ from ...data.integrity import CHECKSUMS_FILE
 from ...metrics import METRIC_NAMES, compute_metrics, java, normalise_inputs
 from ...utils.io import atomic_write_text
 from ...utils.record_manifest import content_hash
-from ..profile import cache_dir
+from ..machine import cache_dir
 
 RELATIVE_TOLERANCE = 1e-9
 JAVA_METRICS = ("METEOR", "ROUGE-L", "CIDEr")

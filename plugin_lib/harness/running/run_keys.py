@@ -18,7 +18,7 @@ from pathlib import Path
 from ... import data
 from ...core.grid_search import configurations
 from .. import methods, models, tasks
-from .. import profile as config
+from .. import machine
 from ..profile import Profile
 
 
@@ -77,7 +77,7 @@ def _machine_free(arch: dict) -> dict:
     if not pretrained or not Path(pretrained).is_absolute():
         return arch
     try:
-        inside = Path(pretrained).resolve().relative_to(config.cache_dir().resolve())
+        inside = Path(pretrained).resolve().relative_to(machine.cache_dir().resolve())
     except ValueError:
         return arch
     return {**arch, "pretrained": f"<cache>/{inside.as_posix()}"}

@@ -31,14 +31,14 @@ import torch
 
 from ...utils.io import atomic_write_with, is_full_disk, read_json, remove_stale_temporaries
 from ...utils.locks import StoreLock
-from .. import profile as config
+from .. import machine
 from ..profile import Profile
 from .. import tasks
 from .run_keys import inputs_fingerprint, is_current, settings_fingerprint
 
 
 def runs_dir(profile: Profile, dataset: str, model: str) -> Path:
-    return config.results_dir(profile) / "runs" / dataset / model.replace("/", "--")
+    return machine.results_dir(profile) / "runs" / dataset / model.replace("/", "--")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,5 +128,5 @@ def nothing_left_on_full_disk(checkpoint):
 
 def load_runs(profile: Profile | str, dataset: str) -> list[dict]:
     """All stored run records of a dataset in a profile."""
-    root = config.results_dir(profile) / "runs" / dataset
+    root = machine.results_dir(profile) / "runs" / dataset
     return [read_json(p) for p in sorted(root.glob("*/*-seed*.json"))]
