@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduces everything: every numbered notebook in notebooks/, in order, with papermill.
-#   bash run_all.sh                  # profile chosen automatically: paper (CUDA GPU + Hub) or local
+#   bash run_all.sh                  # profile chosen automatically: paper (CUDA GPU + Hub; colab on Colab) or local
 #   bash run_all.sh --profile smoke  # a profile of plugin_lib/harness/profiles.yaml (docs/profiles.md)
 #   bash run_all.sh --force          # re-run notebooks that already finished
 #   bash run_all.sh --only 01        # only notebooks whose name starts with 01

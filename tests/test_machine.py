@@ -95,3 +95,21 @@ def test_offline_a_hub_id_is_read_from_the_local_cache_at_once(monkeypatch, tmp_
     assert models.hub_reachable() is False
     assert models.hub_kwargs("openai-community/gpt2-medium") == {"local_files_only": True}
     assert models.hub_kwargs(tmp_path) == {}  # a local directory is read as it is
+
+
+@pytest.mark.parametrize(("gpu", "hub", "colab", "chosen"), [
+    (True, True, False, "paper"), (True, True, True, "colab"), (True, False, True, "local"),
+    (False, True, True, "local"), (False, True, False, "local")])
+def test_run_chooses_the_profile_the_machine_can_run(monkeypatch, gpu, hub, colab, chosen):
+    """Without --profile: a GPU with the Hub runs ``paper``, but on Colab ``colab`` (a T4 or a
+    40 GB A100: ``paper``'s preflight would refuse it); no GPU or no Hub, ``local``."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(machine, "hub_reachable", lambda: hub)
+    if colab:
+        monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-20261201")
+    else:
+        monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    assert machine.on_colab() is colab  # this machine has no google.colab package
+    assert machine.auto_profile() == chosen

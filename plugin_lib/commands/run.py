@@ -1,7 +1,8 @@
 """Reproduces everything: every numbered notebook in notebooks/, in order, with papermill.
 
   plugin-repro run  (or: bash run_all.sh, which first builds .venv)
-  --profile NAME     one of the profiles below (default: paper with a CUDA GPU and the Hub, else local)
+  --profile NAME     one of the profiles below (default with a CUDA GPU and the Hub: colab on Colab, else paper;
+                     without: local)
   --force            re-run notebooks that already finished
   --only 01          only notebooks whose name starts with 01
   --no-fetch         do not download missing data; stop instead

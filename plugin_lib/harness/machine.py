@@ -16,6 +16,7 @@ Light on purpose: every command's parser imports it (torch only inside the funct
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -90,11 +91,25 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
     return True
 
 
+def on_colab() -> bool:
+    """A Colab runtime: its notebook's kernel, or a shell command run from it (``!plugin-repro run``)."""
+    if os.environ.get("COLAB_RELEASE_TAG"):
+        return True
+    try:
+        return importlib.util.find_spec("google.colab") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def auto_profile() -> str:
-    """``paper`` where a CUDA GPU and the Hub are available, otherwise ``local``."""
+    """Where a CUDA GPU and the Hub are available, ``colab`` on Colab (its T4 and A100 are what
+    that profile is planned for; ``paper`` needs an 80 GB GPU) and ``paper`` elsewhere; otherwise
+    ``local``."""
     import torch
 
-    return "paper" if torch.cuda.is_available() and hub_reachable() else "local"
+    if not (torch.cuda.is_available() and hub_reachable()):
+        return "local"
+    return "colab" if on_colab() else "paper"
 
 
 def device():

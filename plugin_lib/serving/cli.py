@@ -75,8 +75,8 @@ def train(
     data: Path = typer.Option(..., help="JSONL or CSV with the columns prompt and completion."),
     out: Path = typer.Option(..., help="The artifact directory to write (replaced whole when training ends)."),
     profile: Optional[str] = typer.Option(None, help="Whose grid and training budget: a profile of profiles.yaml, e.g. "
-                                               "local, smoke or paper (default: paper with a GPU and the Hub, else "
-                                               "local)."),
+                                               "local, smoke or paper (default with a GPU and the Hub: colab on "
+                                               "Colab, else paper; without: local)."),
     epochs: Optional[int] = typer.Option(None, min=1, help="At most this many epochs (default: the profile's)."),
     lr: Optional[list[float]] = typer.Option(None, help="Learning rates to search (repeat; default: the profile's)."),
     weight_decay: Optional[list[float]] = typer.Option(None, help="Weight decays to search (repeat)."),
