@@ -334,3 +334,18 @@ def test_fetch_cli_rejects_unknown_names_and_hub(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PLUGIN_DATA_DIR", "hub")
     assert fetch.main([]) == 2
     assert "pass --dest" in capsys.readouterr().err
+
+
+def test_run_reads_the_hub_switch_as_the_loaders_do(monkeypatch, capsys):
+    """``PLUGIN_DATA_DIR= HUB`` is the Hub to the loaders (case and spaces aside): ``run`` stops on
+    data the Hub path lacks (here the Adidas CSV) without trying to download into a folder."""
+    from plugin_lib.commands.run import Orchestrator, Stop, parse
+    from plugin_lib.harness.profile import load_profile
+
+    monkeypatch.setenv("PLUGIN_DATA_DIR", " HUB ")
+    monkeypatch.delenv("PLUGIN_ADIDAS_CSV", raising=False)
+    assert files.reads_hub() and files.data_dir() is None
+    with pytest.raises(Stop, match="are not ready"):
+        Orchestrator(parse(["--profile", "local"]))._data(load_profile("local"))
+    said = capsys.readouterr()
+    assert "PLUGIN_ADIDAS_CSV is not set" in said.out + said.err and "[fetch]" not in said.out + said.err

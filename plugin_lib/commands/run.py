@@ -252,7 +252,7 @@ class Orchestrator:
     def _data(self, profile: Profile) -> None:
         """Missing, truncated or malformed data stop the call here, before anything is written:
         every group with all notebooks, the chosen studies' groups with ``--only``."""
-        from ..data import check, fetch
+        from ..data import check, fetch, files
         from . import studies
 
         groups = studies.data_groups([self.options.only]) if self.options.only else []
@@ -264,7 +264,7 @@ class Orchestrator:
         check_args = ["--profile", profile.name, *only]
         if check.main(check_args, profiles=config.profile_names()) == 0:
             return
-        if not self.options.fetch or os.environ.get("PLUGIN_DATA_DIR") == "hub":
+        if not self.options.fetch or files.reads_hub():  # the Hub is not downloaded into a folder
             raise Stop(f"the data of profile '{profile.name}' are not ready (see above); nothing was run or written.")
         print("[run] fetching the missing data (plugin-repro data fetch; --no-fetch skips this)", flush=True)
         fetch.main(only)  # says what it could not get; the check decides

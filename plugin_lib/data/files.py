@@ -58,12 +58,17 @@ HUB = "hub"  # PLUGIN_DATA_DIR=hub: read the Hugging Face Hub datasets instead o
 REPO_DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 
 
+def reads_hub() -> bool:
+    """``PLUGIN_DATA_DIR=hub`` (any case, spaces aside): the datasets come from the Hugging Face Hub."""
+    return os.environ.get("PLUGIN_DATA_DIR", "").strip().lower() == HUB
+
+
 def data_dir() -> Path | None:
     """The local data folder: ``PLUGIN_DATA_DIR``, by default the repository's ``data/``;
     None when ``PLUGIN_DATA_DIR=hub`` (the Hugging Face Hub)."""
-    value = os.environ.get("PLUGIN_DATA_DIR", "").strip()
-    if value.lower() == HUB:
+    if reads_hub():
         return None
+    value = os.environ.get("PLUGIN_DATA_DIR", "").strip()
     path = Path(value).expanduser() if value else REPO_DATA_DIR
     if not path.is_dir():
         if value:
@@ -83,9 +88,9 @@ def data_dir() -> Path | None:
 
 def describe_data_dir() -> str:
     """Where the data comes from, in words (for messages and logs)."""
-    value = os.environ.get("PLUGIN_DATA_DIR", "").strip()
-    if value.lower() == HUB:
+    if reads_hub():
         return "the Hugging Face Hub (PLUGIN_DATA_DIR=hub)"
+    value = os.environ.get("PLUGIN_DATA_DIR", "").strip()
     if value:
         return f"PLUGIN_DATA_DIR={value}"
     return f"the default data folder {REPO_DATA_DIR} (PLUGIN_DATA_DIR overrides it)"
