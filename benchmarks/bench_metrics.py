@@ -2,7 +2,8 @@
 
 Predictions are the first human reference of each multi-reference MR, references the others.
 A warm-up METEOR pass over the same inputs starts the Java process and warms its JIT first, so
-the times exclude that one-off cost (reported separately). Data come from ``PLUGIN_DATA_DIR`` (default: ../shared/data).
+the times exclude that one-off cost (reported separately). Data come from the package's data
+folder (``PLUGIN_DATA_DIR``, else data/).
 
     python benchmarks/bench_metrics.py [--inputs 1000]
 """
@@ -10,20 +11,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import time
-from pathlib import Path
 
+from plugin_lib.data import files
 from plugin_lib.metrics import METRIC_NAMES, compute_metrics
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_e2e_test(n_inputs: int) -> tuple[list[str], list[list[str]]]:
     """First ``n_inputs`` multi-reference MRs of the E2E test set: (predictions, references)."""
-    data_dir = Path(os.environ.get("PLUGIN_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
     groups: dict[str, list[str]] = {}
-    with open(data_dir / "e2e_cleaned" / "test-fixed.csv", encoding="utf-8", newline="") as f:
+    with open(files.local_path("e2e_cleaned/test-fixed.csv"), encoding="utf-8", newline="") as f:
         for row in csv.DictReader(f):
             groups.setdefault(row["mr"], []).append(row["ref"])
     multi = [refs for refs in groups.values() if len(refs) > 1][:n_inputs]
