@@ -81,6 +81,16 @@ def test_the_hub_is_asked_as_huggingface_hub_reads_its_switch(monkeypatch, hub_a
     assert models.hub_reachable is machine.hub_reachable  # the loader asks the same question
 
 
+@pytest.mark.parametrize(("endpoint", "port"), [("http://mirror.example", 80), ("https://mirror.example", 443),
+                                              ("http://mirror.example:8080", 8080)])
+def test_the_hub_is_asked_on_its_endpoints_port(monkeypatch, hub_asked_afresh, endpoint, port):
+    asked = []
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: asked.append(address) or socket.socket())
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert machine.hub_reachable() is True and asked == [("mirror.example", port)]
+
+
 def test_a_hub_that_does_not_answer_is_unreachable(monkeypatch, hub_asked_afresh):
     with socket.create_server(("127.0.0.1", 0)) as closed:
         port = closed.getsockname()[1]

@@ -85,7 +85,8 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
         return False
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     try:
-        socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout_s).close()
+        port = url.port or (80 if url.scheme == "http" else 443)  # an http:// mirror without a port listens on 80
+        socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout_s).close()
     except OSError:
         return False
     return True
