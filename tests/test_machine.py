@@ -111,8 +111,8 @@ def test_offline_a_hub_id_is_read_from_the_local_cache_at_once(monkeypatch, tmp_
     (True, True, False, "paper"), (True, True, True, "colab"), (True, False, True, "local"),
     (False, True, True, "local"), (False, True, False, "local")])
 def test_run_chooses_the_profile_the_machine_can_run(monkeypatch, gpu, hub, colab, chosen):
-    """Without --profile: a GPU with the Hub runs ``paper``, but on Colab ``colab`` (a T4 or a
-    40 GB A100: ``paper``'s preflight would refuse it); no GPU or no Hub, ``local``."""
+    """Without --profile: a GPU with the Hub runs ``paper``, but on Colab ``colab`` (planned for
+    Colab's T4 and A100; ``paper`` for one 80 GB GPU); no GPU or no Hub, ``local``."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
