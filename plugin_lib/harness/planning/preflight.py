@@ -81,7 +81,7 @@ def _disk_free(profile: config.Profile) -> int:
 def stored_bytes(profile: config.Profile) -> int:
     """What the profile's runs and fine-tuned models already hold on disk (caches, weights,
     checkpoints): a resumed or repeated run does not write it again."""
-    root = machine.results_dir(profile)
+    root = machine.results_path(profile)  # read only: a folder not made yet holds nothing
     return sum(folder_bytes(root / folder) for folder in ("runs", "finetuned"))
 
 
@@ -92,7 +92,7 @@ def _disk_needed(profile: config.Profile, planned: int, stored: int, free: int) 
         return 0, ""
     return needed - free, (f"{_gib(needed - free)} GiB of disk short: the notebooks to run may write "
                            f"{_gib(planned)} GiB (the preflight's upper bounds), less {_gib(stored)} GiB the "
-                           f"profile already stores, and {_gib(free)} GiB are free under {machine.results_dir(profile)} "
+                           f"profile already stores, and {_gib(free)} GiB are free under {machine.results_path(profile)} "
                            f"and {machine.cache_dir()}. Free {_gib(needed - free)} GiB, or point PLUGIN_RESULTS_DIR "
                            "(and PLUGIN_CACHE_DIR) at a larger disk.")
 
