@@ -287,7 +287,8 @@ def test_two_executors_at_once_compute_each_unit_once(serial_store, tmp_path):
     _close(_records(serial_store), _records(store))
 
 
-def test_a_worker_killed_mid_unit_loses_nothing_and_the_rerun_redoes_that_unit(serial_store, tmp_path):
+@pytest.mark.parametrize("killed", ["after a second", "after the training saved its state"])
+def test_a_worker_killed_mid_unit_loses_nothing_and_the_rerun_redoes_that_unit(serial_store, tmp_path, killed):
     real_data.require("e2e")  # its units (or the workers it starts) read E2E
     store, log = tmp_path / "store", tmp_path / "units.log"
     worker = _worker(log, store, sleep_s=120)
@@ -295,11 +296,15 @@ def test_a_worker_killed_mid_unit_loses_nothing_and_the_rerun_redoes_that_unit(s
     while not any(line[0] == "compute" and line[1].startswith("Plugin-lr") for line in _lines(log)):
         assert worker.poll() is None and time.time() < deadline, "the worker never reached the configuration"
         time.sleep(0.5)
-    time.sleep(1.0)  # inside the configuration's training
+    time.sleep(1.0)  # inside the unit: in its training, or in the sleep after it
+    while killed != "after a second" and not list(store.rglob(".checkpoints/Plugin-lr*.pt")):  # the state the rerun resumes
+        assert worker.poll() is None and time.time() < deadline, "the training never saved its state"
+        time.sleep(0.5)
     os.killpg(worker.pid, signal.SIGKILL)
     worker.wait()
     before = {str(p.relative_to(store)): p.stat().st_mtime_ns for p in store.rglob("*") if p.is_file()
-              and not p.name.endswith((".lock", ".tmp", ".partial", "RECORDS.sha256"))}  # the manifest lists new ones
+              and not p.name.endswith((".lock", ".tmp", ".partial", "RECORDS.sha256"))  # the manifest lists new ones
+              and p.parent.name != ".checkpoints"}  # the killed training's state, if it saved one: resumed, then removed
     assert not any(name.endswith("Plugin-selection.json") for name in before)  # no partial record
     rerun = _worker(log, store)
     assert rerun.wait(timeout=600) == 0
@@ -311,4 +316,5 @@ def test_a_worker_killed_mid_unit_loses_nothing_and_the_rerun_redoes_that_unit(s
     assert all(computed.count(c) == 1 for c in computed if c != config)  # the finished units were kept
     after = {name: (store / name).stat().st_mtime_ns for name in before}
     assert after == before  # and not rewritten
+    assert not list(store.rglob(".checkpoints/Plugin-lr*.pt"))  # the redone unit's state went once its result was stored
     _close(_records(serial_store), _records(store))
