@@ -19,7 +19,7 @@ import pytest
 from plugin_lib.data import integrity, sources
 from plugin_lib.data.files import data_dir, describe_data_dir
 
-FETCH = "`.venv/bin/python -m plugin_lib.data.fetch` gets them (data/README.md; Adidas needs a Kaggle account)"
+FETCH = "`.venv/bin/plugin-repro data fetch` gets them (data/README.md; Adidas needs a Kaggle account)"
 UNSET = object()
 # PLUGIN_DATA_DIR as the test run was given it: read at import (collection), so that a module
 # fixture that declares before the first test's conftest fixture has run still finds it.

@@ -84,7 +84,7 @@ def test_the_profile_schema_keeps_every_value_given_and_names_each_wrong_one():
 
 def test_data_dir_errors_say_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path / "nowhere"))
-    with pytest.raises(FileNotFoundError, match="not a directory.*plugin_lib.data.fetch"):
+    with pytest.raises(FileNotFoundError, match="not a directory.*plugin-repro data fetch"):
         data_dir()
     monkeypatch.delenv("PLUGIN_DATA_DIR")
     assert data_dir() == REPO_DATA_DIR and (REPO_DATA_DIR / "README.md").exists()  # the default: data/

@@ -189,7 +189,7 @@ def test_missing_data_dir_is_an_error(tmp_path, monkeypatch):
 def test_statistics_refuse_missing_evaluation_data(tmp_path, monkeypatch):
     """A table of NAs is no result: without validation/test data the statistics raise."""
     monkeypatch.setenv("PLUGIN_DATA_DIR", str(tmp_path))
-    with pytest.raises(MissingDataError, match="e2e_cleaned/devel-fixed.no-ol.csv.*plugin_lib.data.fetch"):
+    with pytest.raises(MissingDataError, match="e2e_cleaned/devel-fixed.no-ol.csv.*plugin-repro data fetch"):
         dataset_statistics()
 
 
@@ -216,7 +216,7 @@ def test_unreachable_hub_without_data_dir_says_what_to_do(monkeypatch):
 
     monkeypatch.setenv("PLUGIN_DATA_DIR", "hub")
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(MissingDataError, match="PLUGIN_DATA_DIR=hub.*cannot be reached.*plugin_lib.data.fetch"):
+    with pytest.raises(MissingDataError, match="PLUGIN_DATA_DIR=hub.*cannot be reached.*plugin-repro data fetch"):
         data.load_dataset("e2e", "test")
 
 

@@ -67,7 +67,7 @@ def test_every_file_has_a_source_or_says_how_to_get_it():
         assert all(s.url.startswith("https://") for s in item.sources)
     howto = sources.how_to_get(ADIDAS, Path("/x/data"))
     assert "kaggle datasets download" in howto and "/x/data/adidas" in howto and "account" in howto
-    assert "python -m plugin_lib.data.fetch --only webnlg" in sources.how_to_get("webnlg/webnlg_challenge_2017/x.xml")
+    assert "plugin-repro data fetch --only webnlg" in sources.how_to_get("webnlg/webnlg_challenge_2017/x.xml")
 
 
 # --- damaged files are refused by the loaders ---------------------------------------------------
@@ -84,7 +84,7 @@ def test_truncated_csv_is_refused_with_a_clear_message(shared, tmp_path, monkeyp
         data.load_dataset("e2e", "test")
     message = str(err.value)
     assert str(tmp_path / E2E_TEST) in message and "truncated or modified" in message
-    assert "where 4,693 are expected" in message and "python -m plugin_lib.data.fetch --only e2e" in message
+    assert "where 4,693 are expected" in message and "plugin-repro data fetch --only e2e" in message
     assert err.value.relpath == E2E_TEST
 
 
@@ -196,7 +196,7 @@ def test_default_data_folder_without_data_says_what_to_fetch(tmp_path, monkeypat
         data.load_dataset("e2e", "test")
     message = str(err.value)
     assert str(tmp_path / E2E_TEST) in message and "the default data folder" in message
-    assert "python -m plugin_lib.data.fetch --only e2e" in message and "PLUGIN_DATA_DIR=hub" in message
+    assert "plugin-repro data fetch --only e2e" in message and "PLUGIN_DATA_DIR=hub" in message
 
 
 def test_no_data_fails_in_seconds(tmp_path):
@@ -207,7 +207,7 @@ def test_no_data_fails_in_seconds(tmp_path):
     seconds = time.perf_counter() - started
     assert out.returncode == 2, out.stdout + out.stderr
     assert seconds < 20, seconds
-    assert "e2e_cleaned/test-fixed.csv" in out.stderr and "python -m plugin_lib.data.fetch" in out.stderr
+    assert "e2e_cleaned/test-fixed.csv" in out.stderr and "plugin-repro data fetch" in out.stderr
     assert "Missing 107 of the 107 WebNLG files" in out.stderr and "kaggle datasets download" in out.stderr
     loader = subprocess.run([sys.executable, "-c", "from plugin_lib.data import load_dataset; load_dataset('e2e', 'test')"],
                             env=env, capture_output=True, text=True, cwd=tmp_path)

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.skipif(
 FAKE_CHECK = '''import os, sys
 def main(argv=None, profiles=None):
     if os.environ.get("FAKE_DATA_CHECK") == "fail":
-        print("Missing e2e_cleaned/test-fixed.csv: download it with python -m plugin_lib.data.fetch", file=sys.stderr)
+        print("Missing e2e_cleaned/test-fixed.csv: download it with plugin-repro data fetch", file=sys.stderr)
         return 2
     print("[check] data ready", flush=True)
     return 0
@@ -78,7 +78,7 @@ assert plugin_lib.__file__.startswith(here + os.sep), plugin_lib.__file__
 FAIL = '''class MissingDataError(FileNotFoundError):
     pass
 raise MissingDataError("Missing e2e_cleaned/test-fixed.csv in PLUGIN_DATA_DIR=/nowhere.\\n"
-                       "Download it with: python -m plugin_lib.data.fetch e2e")
+                       "Download it with: plugin-repro data fetch --only e2e")
 '''
 SLEEP = '''import time
 print("sleeping", flush=True)
@@ -224,7 +224,7 @@ def test_failure_keeps_the_executed_notebook_and_prints_the_package_message(fini
     assert result.returncode == 1
     # the package's own words, in full, after a traceback of any length
     assert "MissingDataError: Missing e2e_cleaned/test-fixed.csv in PLUGIN_DATA_DIR=/nowhere." in result.stderr
-    assert "Download it with: python -m plugin_lib.data.fetch e2e" in result.stderr
+    assert "Download it with: plugin-repro data fetch --only e2e" in result.stderr
     assert "unchanged" in result.stderr
     for path, (content, mtime) in before.items():
         assert path.read_bytes() == content and path.stat().st_mtime_ns == mtime, path

@@ -1,7 +1,7 @@
 """The paper's four datasets (``datasets``) and its prompts (``prompts``); where the data files
 are and how they are read (``files``), where they come from (``sources``,
-``python -m plugin_lib.data.fetch``) and how they are checked
-(``integrity``, ``python -m plugin_lib.data.check``).
+``plugin-repro data fetch``) and how they are checked
+(``integrity``, ``plugin-repro data check``).
 
 The datasets' names load on first use: ``datasets`` imports numpy, and ``plugin-repro data
 fetch|check`` (the files and their checks alone) answer ``--help`` without it.

@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None, profiles: Sequence[str] | None = Non
           file=sys.stderr)
     for problem in problems:
         print(f"  - {problem.message}", file=sys.stderr)
-    print("[data check] `python -m plugin_lib.data.fetch` downloads what can be downloaded (Adidas needs a "
+    print("[data check] `plugin-repro data fetch` downloads what can be downloaded (Adidas needs a "
           "Kaggle account); data/README.md says where every file comes from.", file=sys.stderr)
     return 2
 

@@ -2,7 +2,7 @@
 
 ``load_dataset(name, split)`` applies the filters and splits of the authors' code (see
 ``shared/docs/REFERENCE.md``). It reads, through ``data.files``, the local files of the data folder: the repository's
-``data/`` (layout in ``data/README.md``; ``python -m plugin_lib.data.fetch`` fills it), or the
+``data/`` (layout in ``data/README.md``; ``plugin-repro data fetch`` fills it), or the
 folder named by ``PLUGIN_DATA_DIR``. Every file is verified before it is read
 (``data.integrity``: checksum, columns, rows), so a missing, truncated or malformed file stops
 with one message naming it, never loads as a shorter dataset. ``PLUGIN_DATA_DIR=hub`` reads the

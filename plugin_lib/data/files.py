@@ -23,7 +23,7 @@ WEBNLG_TEST_FILES = ("testdata_no_lex.xml", "testdata_unseen_with_lex.xml",
                      "testdata_with_lex.xml")
 
 # What each local file is, keyed by its path relative to the data folder (the downloads
-# themselves: ``data.sources``; ``python -m plugin_lib.data.fetch`` gets them).
+# themselves: ``data.sources``; ``plugin-repro data fetch`` gets them).
 DOWNLOADS = {
     "e2e_cleaned/devel-fixed.no-ol.csv":
         "cleaned-data/devel-fixed.no-ol.csv of https://github.com/tuetschek/e2e-cleaning",
@@ -75,13 +75,13 @@ def data_dir() -> Path | None:
             raise FileNotFoundError(
                 f"PLUGIN_DATA_DIR={value!r} is not a directory. Point it at a folder laid out like "
                 "data/ (e2e_cleaned/, webnlg/, commongen/, adidas/, nltk_data/; see data/README.md), "
-                f"fill one with `python -m plugin_lib.data.fetch --dest {value}`, or set "
+                f"fill one with `plugin-repro data fetch --dest {value}`, or set "
                 "PLUGIN_DATA_DIR=hub to read the datasets from the Hugging Face Hub."
             )
         raise MissingDataError(
             f"The default data folder {path} does not exist (plugin_lib installed outside its "
-            "repository?). Set PLUGIN_DATA_DIR to a data folder (fill one with `python -m "
-            "plugin_lib.data.fetch --dest DIR`), or PLUGIN_DATA_DIR=hub to read the Hugging Face Hub.",
+            "repository?). Set PLUGIN_DATA_DIR to a data folder (fill one with `plugin-repro data "
+            "fetch --dest DIR`), or PLUGIN_DATA_DIR=hub to read the Hugging Face Hub.",
             "")
     return path
 
@@ -161,7 +161,7 @@ def hub_rows(hub_name: str, split: str, config_name: str | None = None):
         raise MissingDataError(
             f"PLUGIN_DATA_DIR=hub, and the Hugging Face Hub dataset '{hub_name}' cannot be reached. "
             "Connect to the internet, or unset PLUGIN_DATA_DIR to read the local data folder "
-            "(fill it with `python -m plugin_lib.data.fetch`; layout in data/README.md).", hub_name) from error
+            "(fill it with `plugin-repro data fetch`; layout in data/README.md).", hub_name) from error
 
 
 def read_csv_rows(path: Path) -> list[dict[str, str]]:

@@ -10,7 +10,7 @@ loads as a shorter dataset. Results are cached per process (keyed on path, size 
 a file is hashed once however often it is loaded.
 
 ``check(root, groups)`` runs every check of the named groups at once and returns the problems;
-``python -m plugin_lib.data.check`` prints them.
+``plugin-repro data check`` prints them.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 against, and how to get the files that cannot be downloaded without an account (Adidas).
 
 Every path is relative to the data folder (``data/`` in the repository, or ``PLUGIN_DATA_DIR``),
-in the layout the loaders read. ``python -m plugin_lib.data.fetch`` downloads from here; the
+in the layout the loaders read. ``plugin-repro data fetch`` downloads from here; the
 known SHA-256 of each file is in ``checksums.txt`` next to this module. Where a file has two
 sources, the first is the publisher's and the second a byte-identical copy at a pinned commit
 (``shared/data/PROVENANCE.md``), tried when the first cannot be reached or gives other bytes.
@@ -111,5 +111,5 @@ def how_to_get(relpath: str, root=None) -> str:
         return ADIDAS_HOWTO.replace("<data folder>", str(root) if root is not None else "<data folder>") + "."
     optional = relpath in ("e2e_cleaned/train-fixed.no-ol.csv", "commongen/hf_format/commongen.train.jsonl")
     flag = " --optional" if optional else ""
-    return (f"Download it with `python -m plugin_lib.data.fetch --only {group}{flag}` "
+    return (f"Download it with `plugin-repro data fetch --only {group}{flag}` "
             "(data/README.md lists every source).")

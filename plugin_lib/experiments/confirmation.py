@@ -72,7 +72,7 @@ def check_test_inputs(dataset: str, profile: Profile) -> None:
     inputs than the frozen ones (ids, sources and references, by their SHA-256)."""
     if _digest(tasks.task_splits(dataset, profile)[2]) != frozen_inputs(profile.name)[dataset]["sha256"]:
         raise ValueError(f"{dataset}: the test inputs of profile {profile.name!r} differ from the frozen ones "
-                         f"({_inputs_file(profile.name)}); check the data: python -m plugin_lib.data.check --profile "
+                         f"({_inputs_file(profile.name)}); check the data: plugin-repro data check --profile "
                          f"{profile.name}.")
 
 
