@@ -1,6 +1,6 @@
 """Disk first (issue 46, item 5): before the first notebook, a run checks what the notebooks still
 to run may write (the preflight's plan, less what the profile already stores) against the free
-disk, and names the shortfall. run_all.sh's side is in test_run_all.py; a unit that fails on a
+disk, and names the shortfall. run_all.sh's side is in test_run_all_doors.py; a unit that fails on a
 full disk leaving no checkpoint is in test_runner.py."""
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import pytest
 from plugin_lib.utils import record_manifest
 from plugin_lib.utils.record_manifest import MANIFEST, write_record
 import real_data
-from test_run_all import OK, ROOT, git, make_repo, notebook, run_all, run_stamp
+from fake_checkout import OK, ROOT, git, make_repo, notebook, run_all, run_stamp
 
 RECORD = {"dataset": "e2e", "method": "Plugin", "seed": 0, "metrics": {"BLEU": 0.3141, "ROUGE-L": 0.5}}
 

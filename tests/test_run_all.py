@@ -1,14 +1,15 @@
-"""run_all.sh at the shell level (issue 19), on a copy of the repository in a temporary folder
-whose notebooks/ holds tiny fake notebooks (a parameters cell and one cell that succeeds, raises
-or sleeps). The environment is the one running these tests (PLUGIN_VENV, PLUGIN_SKIP_BOOTSTRAP=1).
+"""run_all.sh at the shell level (issue 19), on a fake checkout (tests/fake_checkout.py): a copy
+of the repository in a temporary folder whose notebooks/ holds tiny fake notebooks.
 
 Covered: success writes the executed notebook and its stamp with normal permissions, a second
 call skips it whatever the environment variables; a failure keeps the last executed notebook,
 clears the stamp, leaves <name>.failed.ipynb and prints the package's own message; an unknown
-or missing --only/--profile value; a second call refused while one runs, an interrupt that
-leaves nothing half-written; PLUGIN_RESULTS_DIR; this checkout's plugin_lib imported; the data
-check failing fast with the repository left clean; the README written only by a complete local
-run. Unit tests of the stamps (commands/stamp.py) and of a failed notebook's error close the file.
+or missing --only/--profile value, a bad profiles.yaml, an unwritable results or cache folder;
+a second call refused while one runs, an interrupt that leaves nothing half-written, what killed
+writers left; PLUGIN_RESULTS_DIR; this checkout's plugin_lib imported; a failing data check that
+writes nothing; the README written only by a complete local run. What stops a run before its
+first notebook (data, preflight, disk, executor) is in tests/test_run_all_doors.py, the stamps in
+tests/test_run_stamp.py.
 """
 from __future__ import annotations
 
@@ -17,158 +18,16 @@ import json
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-import real_data
+from fake_checkout import FAIL, NEEDS, OK, SLEEP, env, git, leftovers, make_repo, mode, notebook, run_all, run_stamp
 from plugin_lib.utils.locks import StoreLock
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV = Path(sys.prefix)
-pytestmark = pytest.mark.skipif(
-    not (VENV / "bin" / "python").exists() or shutil.which("git") is None,
-    reason="needs the tests to run in a virtual environment (PLUGIN_VENV) and git")
-
-# A data check that passes, or fails when FAKE_DATA_CHECK=fail, standing in for the real one.
-FAKE_CHECK = '''import os, sys
-def main(argv=None, profiles=None):
-    if os.environ.get("FAKE_DATA_CHECK") == "fail":
-        print("Missing e2e_cleaned/test-fixed.csv: download it with plugin-repro data fetch", file=sys.stderr)
-        return 2
-    print("[check] data ready", flush=True)
-    return 0
-'''
-# The preflight (paper runs only), standing in for the real one: FAKE_PREFLIGHT=fail says it
-# will not fit, as the real one does when GPU memory or disk is short.
-FAKE_PREFLIGHT = '''import os, sys
-def main(argv):
-    if "--disk-only" in argv:  # the disk check every profile makes before its first notebook
-        names = argv[argv.index("--disk-only") + 1:]
-        if os.environ.get("FAKE_DISK") == "short":
-            print("NOT ENOUGH DISK: 3.2 GiB of disk short for", *names, flush=True)
-            return 1
-        print("Disk: fine for", *names, flush=True)
-        return 0
-    print("[preflight] plan of profile", argv[argv.index("--profile") + 1], flush=True)
-    if os.environ.get("FAKE_PREFLIGHT") == "fail":
-        print("WILL NOT FIT: 10_distribution_shift needs about 144 GiB of GPU memory", flush=True)
-        return 1
-    print("Estimated total: 42 hours at most", flush=True)
-    return 0
-'''
-# The registry with the test's notebooks in place of the real ones (a real study keeps its declaration).
-FAKE_STUDIES = '''
-STUDIES = tuple(BY_NOTEBOOK.get(name) or Study(name, name, (), (), in_notebook="a test notebook")
-                for name in {names!r})
-NOTEBOOKS = tuple(study.notebook for study in STUDIES)
-BY_NOTEBOOK = {{study.notebook: study for study in STUDIES}}
-'''
-OK = '''import os, plugin_lib
-from plugin_lib.harness.machine import results_dir
-here = os.path.dirname(os.getcwd())  # the notebooks run in <checkout>/notebooks
-print("plugin_lib from", plugin_lib.__file__)
-assert plugin_lib.__file__.startswith(here + os.sep), plugin_lib.__file__
-(results_dir(profile) / "marker.txt").write_text("written by the notebook")
-'''
-FAIL = '''class MissingDataError(FileNotFoundError):
-    pass
-raise MissingDataError("Missing e2e_cleaned/test-fixed.csv in PLUGIN_DATA_DIR=/nowhere.\\n"
-                       "Download it with: plugin-repro data fetch --only e2e")
-'''
-SLEEP = '''import time
-print("sleeping", flush=True)
-time.sleep(60)
-'''
-
-
-def notebook(body: str, profile: str = "smoke", parameters: str = "") -> str:
-    def code(source, tags=()):
-        return {"cell_type": "code", "execution_count": None, "metadata": {"tags": list(tags)},
-                "outputs": [], "source": source}
-    return json.dumps({
-        "cells": [code(f'profile = "{profile}"' + parameters, ["parameters"]), code(body)],
-        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                     "language_info": {"name": "python"}},
-        "nbformat": 4, "nbformat_minor": 4}, indent=1)
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
-def _real_parameters(name: str) -> str:
-    """A real notebook's parameters but its profile (the registry plans its units from them)."""
-    path = ROOT / "notebooks" / f"{name}.ipynb"
-    if not path.is_file():
-        return ""
-    cell = next(c for c in json.loads(path.read_text())["cells"] if "parameters" in c["metadata"].get("tags", []))
-    return "".join("\n" + line for line in "".join(cell["source"]).splitlines() if not line.startswith("profile ="))
-
-
-def make_repo(tmp: Path, notebooks: dict[str, str], real_check: bool = False) -> Path:
-    """The checkout (tracked and untracked, not ignored files; no results/) copied to ``tmp``,
-    with ``notebooks`` as notebooks/, a small committed results/local, committed in a new git
-    repository."""
-    repo = tmp / "repo"
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], check=True, capture_output=True, text=True).stdout
-    for rel in filter(None, listed.split("\0")):
-        src = ROOT / rel
-        if rel.startswith(("results/", "notebooks/")) or not src.is_file():
-            continue
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, repo / rel)
-    for name, body in notebooks.items():
-        (repo / "notebooks").mkdir(exist_ok=True)
-        (repo / "notebooks" / f"{name}.ipynb").write_text(notebook(body, parameters=_real_parameters(name)))
-    registry = repo / "plugin_lib" / "commands" / "studies.py"
-    registry.write_text(registry.read_text() + FAKE_STUDIES.format(names=sorted(notebooks)))
-    if not real_check:
-        (repo / "plugin_lib" / "data" / "check.py").write_text(FAKE_CHECK)
-        (repo / "plugin_lib" / "commands" / "preflight.py").write_text(FAKE_PREFLIGHT)
-    local = repo / "results" / "local"
-    (local / "executed").mkdir(parents=True)
-    (local / "REPORT.md").write_text("# the committed local report\n")
-    (local / "executed" / "00_ok.ipynb").write_text(notebook(OK, "local"))
-    (local / "executed" / "00_ok.done").write_text("0" * 64 + "\n")
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy")
-    return repo
-
-
-def env(**extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("PLUGIN_", "FAKE_")) and k not in ("PYTHONPATH", "PLUGIN_DATA_DIR")}
-    base.update(PLUGIN_VENV=str(VENV), PLUGIN_SKIP_BOOTSTRAP="1", HF_HUB_OFFLINE="1",
-                PYTHONPATH="/nonexistent-elsewhere", PYTHONDONTWRITEBYTECODE="1")
-    base.update(extra)
-    return base
-
-
-def run_all(repo: Path, *args: str, umask: int = 0o022, timeout: float = 120, **extra: str):
-    return subprocess.run(["bash", "-c", f'umask {umask:03o}; exec bash run_all.sh "$@"', "run_all", *args],
-                          cwd=repo, env=env(**extra), capture_output=True, text=True, timeout=timeout)
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
-
-
-def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") or p.suffix == ".tmp")
-
-
-def run_stamp():
-    from plugin_lib.commands import stamp
-
-    return stamp
+pytestmark = NEEDS
 
 
 # -- a finished notebook, then a second call, then a failure ------------------------------------
@@ -419,36 +278,7 @@ def test_what_killed_writers_left_is_removed_and_resumable_state_kept(tmp_path):
     assert all(path.exists() for path in kept)
 
 
-# -- data at the door; the committed local results ----------------------------------------------
-
-def test_without_data_it_stops_fast_and_the_checkout_stays_clean(tmp_path):
-    """A fresh clone, no data, no Hub, plain `bash run_all.sh`: the profile is chosen (local: no
-    Hub) and the real data check stops the call before any notebook."""
-    repo = make_repo(tmp_path, {"00_ok": OK}, real_check=True)
-    start = time.monotonic()
-    result = run_all(repo, timeout=60)
-    assert result.returncode != 0
-    assert "profile: local" in result.stdout
-    assert time.monotonic() - start < 30
-    assert "fetching the missing data" in result.stdout and "[fetch] no network" in result.stdout
-    assert "still not ready" in result.stderr
-    assert "00_ok: running" not in result.stdout
-    assert git(repo, "status", "--porcelain", "--ignored") == ""
-    no_fetch = run_all(repo, "--no-fetch", timeout=60)
-    assert no_fetch.returncode != 0 and "fetching" not in no_fetch.stdout
-
-
-def test_missing_data_is_fetched_first_then_the_notebooks_run(tmp_path):
-    """A fresh clone whose data/ is empty, with a mirror of the data (a folder laid out like
-    data/, as PLUGIN_DATA_MIRROR): run_all.sh fetches every file, checks it and goes on."""
-    mirror = real_data.require()
-    repo = make_repo(tmp_path, {"00_ok": OK}, real_check=True)
-    result = run_all(repo, "--profile", "smoke", PLUGIN_DATA_MIRROR=str(mirror), timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "fetching the missing data" in result.stdout and "00_ok: done" in result.stdout
-    assert (repo / "data" / "e2e_cleaned" / "test-fixed.csv").read_bytes() == \
-        (mirror / "e2e_cleaned" / "test-fixed.csv").read_bytes()
-    assert git(repo, "status", "--porcelain") == ""  # data/ and results/smoke are ignored
+# -- the data and disk checks on the fake checkout; the committed local results -----------------
 
 
 def test_a_failing_data_check_writes_nothing(idle_repo):
@@ -458,44 +288,10 @@ def test_a_failing_data_check_writes_nothing(idle_repo):
     assert git(idle_repo, "status", "--porcelain", "--ignored") == ""
 
 
-def test_a_paper_run_prints_its_preflight_plan_first(tmp_path):
-    repo = make_repo(tmp_path, {"00_ok": OK})
-    result = run_all(repo, "--profile", "paper")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "[preflight] plan of profile paper" in result.stdout
-    assert result.stdout.index("Estimated total") < result.stdout.index("00_ok: running")
-
-
-def test_a_preflight_that_will_not_fit_stops_a_paper_run_before_anything_is_written(tmp_path):
-    repo = make_repo(tmp_path, {"00_ok": OK})
-    result = run_all(repo, "--profile", "paper", FAKE_PREFLIGHT="fail")
-    assert result.returncode == 1
-    assert "WILL NOT FIT" in result.stdout and "nothing was run or written" in result.stderr
-    assert "00_ok: running" not in result.stdout
-    assert git(repo, "status", "--porcelain", "--ignored") == ""
-    skipped = run_all(repo, "--profile", "paper", "--only", "00", FAKE_PREFLIGHT="fail",
-                      PLUGIN_SKIP_PREFLIGHT="1")
-    assert skipped.returncode == 0 and "[preflight]" not in skipped.stdout
-
-
 def test_other_profiles_run_no_preflight_but_check_the_disk_first(finished):
     repo, result = finished
     assert "preflight" not in result.stdout
     assert result.stdout.index("Disk: fine for 00_ok") < result.stdout.index("00_ok: running")
-
-
-def test_a_short_disk_stops_the_run_before_the_first_notebook_naming_the_shortfall(tmp_path):
-    repo = make_repo(tmp_path, {"00_ok": OK, "01_ok": OK})
-    result = run_all(repo, "--profile", "smoke", FAKE_DISK="short")
-    assert result.returncode == 1
-    assert "NOT ENOUGH DISK: 3.2 GiB of disk short for 00_ok 01_ok" in result.stdout
-    assert "nothing was run" in result.stderr and "running" not in result.stdout
-    assert not (repo / "results" / "smoke" / "marker.txt").exists()
-    done = run_all(repo, "--profile", "smoke", "--only", "00")
-    assert done.returncode == 0 and "Disk: fine for 00_ok\n" in done.stdout  # only what will run is checked
-    assert run_all(repo, "--profile", "smoke", FAKE_DISK="short", PLUGIN_SKIP_PREFLIGHT="1").returncode == 0
-    again = run_all(repo, "--profile", "smoke", FAKE_DISK="short")  # nothing left to run: nothing to check
-    assert again.returncode == 0 and "DISK" not in again.stdout and "already finished" in again.stdout
 
 
 def test_readme_only_changes_with_a_complete_local_run(tmp_path):
@@ -510,21 +306,3 @@ def test_readme_only_changes_with_a_complete_local_run(tmp_path):
     assert complete.returncode == 0, complete.stdout + complete.stderr
     assert "already finished, skipped" in complete.stdout
     assert "README.md" in complete.stdout  # the report step refreshed the README's results block
-
-
-def test_a_missing_executor_engine_is_exit_2_and_claims_nothing_about_resuming(tmp_path):
-    """--executor ray without ray: the grid cannot start, so run_all.sh exits 2 saying nothing
-    was computed (not 'finished units are stored, so a rerun resumes'), and no notebook runs."""
-    real_data.require("e2e")  # the grid plans the smoke profile's units from the data
-    repo = make_repo(tmp_path, {"01_table1_e2e": OK}, real_check=True)  # the grid imports the real preflight
-    no_ray = tmp_path / "no-ray" / "ray"
-    no_ray.mkdir(parents=True)
-    (no_ray / "__init__.py").write_text('raise ImportError("ray is not installed here (a test)")\n')
-    done = run_all(repo, "--profile", "smoke", "--only", "01", "--executor", "ray", timeout=300,
-                   PYTHONPATH=str(no_ray.parent), PLUGIN_DATA_DIR=os.environ["PLUGIN_DATA_DIR"],
-                   PLUGIN_RESULTS_DIR=str(tmp_path / "results"))
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "could not start" in done.stderr and "nothing was computed" in done.stderr
-    both = done.stdout + done.stderr  # the grid's own lines go through its log (tee) to stdout
-    assert "rerun resumes" not in both and "pip install 'plugin-repro[ray]'" in both
-    assert not (tmp_path / "results" / "smoke" / "marker.txt").exists()  # no notebook ran

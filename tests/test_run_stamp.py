@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_run_all import ROOT, notebook, run_stamp
+from fake_checkout import ROOT, notebook, run_stamp
 
 
 def test_stamp_depends_on_inputs_not_on_the_environment(tmp_path, monkeypatch):
