@@ -376,7 +376,7 @@ def test_the_confirmation_report_says_what_git_proves_of_its_runs_code():
 
     report = (REPO_ROOT / "results" / "confirm" / "REPORT.md").read_text()
     section = report[report.index("## Code versions"):]
-    assert "committed in" in section and "| e2e/smollm2-135m-instruct | 63 |" in section
+    assert "committed in" in section and "| e2e/smollm2-135m-instruct | 69 |" in section
     assert "changed between: core/train.py" in section  # the method changed while the confirmation ran
 
 
