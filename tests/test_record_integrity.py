@@ -164,8 +164,8 @@ def test_concurrent_writers_each_list_their_record(tmp_path):
     assert record_manifest.verify(tmp_path / "smoke") == ([], [])
 
 
-@pytest.mark.parametrize("profile, names", [("local", {"local", "api"}), ("confirm", {"confirm", "api"}), ("wave3", {"wave3"}),
-                                            ("wave4", {"wave4"})])
+@pytest.mark.parametrize("profile, names", [("local", {"local", "api"}), ("confirm", {"confirm", "api"}),
+                                            ("wave3", {"wave3"}), ("wave4", {"wave4"})])
 def test_the_committed_records_match_their_manifest(profile, names):
     """results/local's, results/confirm's, results/wave3's and results/wave4's manifests list exactly their
     committed records, with their content's hash."""
@@ -186,7 +186,7 @@ def test_the_committed_records_match_their_manifest(profile, names):
 @pytest.mark.parametrize("profile", ["local", "wave3", "wave4"])
 def test_the_committed_records_metrics_are_what_their_predictions_score(profile):
     """Every committed record of the profile scored again (``harness.running.record_scores``). `confirm`'s
-    294 records (5 minutes) are checked by `plugin-repro stamp --check --profile confirm`."""
+    294 records (about a second each: docs/architecture.md) are checked by `plugin-repro stamp --check --profile confirm`."""
     real_data.require()
     from plugin_lib.harness.running import record_scores
 
