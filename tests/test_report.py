@@ -241,6 +241,22 @@ def test_exploratory_controls_get_their_own_labelled_section(tmp_path, monkeypat
     assert "so exploratory" in section and "**sampled_base_e2e**" in section and "| x | 0.1 |" in section
 
 
+def test_a_preregistered_profile_labels_the_notebooks_no_claim_reads_exploratory(tmp_path, monkeypatch):
+    """In confirm, notebook 14's tables (no frozen rule reads them) are labelled exploratory and
+    notebook 01's (read by the main claims) are not; local's verdicts are all exploratory already,
+    and its sections get no such line."""
+    monkeypatch.setenv("PLUGIN_RESULTS_DIR", str(tmp_path))
+    for profile in ("confirm", "local"):
+        (tmp_path / profile / "tables").mkdir(parents=True)
+        for stem in ("main_e2e", "api_e2e"):
+            (tmp_path / profile / "tables" / f"{stem}.md").write_text("| a |\n| - |\n| 1 |\n")
+    text = document.write_report("confirm").read_text()
+    main, api = text.index("**main_e2e**"), text.index("**api_e2e**")
+    assert text.count(document.UNJUDGED) == 1 and main < api
+    assert text.rindex("## ", 0, api) < text.index(document.UNJUDGED) < api  # in notebook 14's section
+    assert document.UNJUDGED not in document.write_report("local").read_text()
+
+
 def test_a_verdict_hiding_a_significant_deficit_is_shown_as_mixed():
     """Adidas' confirmatory "direction only" (Plugin ahead on most metrics) is behind NewModel on
     BLEU and ROUGE-2: the flag says so beside the frozen verdict, which stays as it is."""

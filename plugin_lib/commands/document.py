@@ -80,12 +80,30 @@ def _outputs(root: Path, study: studies.Study) -> tuple[list[Path], list[Path], 
             _skips(root, stems))
 
 
-def _section(study: studies.Study, tables: list[Path], figures: list[Path], skips: list[str]) -> list[str]:
+# The notebooks whose results a preregistered profile's claims read; in that profile, another
+# notebook's tables are exploratory, and its section says so.
+def _judged_notebooks(prof: Profile) -> frozenset[str] | None:
+    """The prefixes of the notebooks its claims read, or None for a profile without preregistration."""
+    if prof.test_inputs is None:
+        return None
+    claims = {freeze.FROZEN_PROFILE: (*preregistered.CLAIMS, *preregistered_wave2.CLAIMS),
+              wave3.PROFILE: wave3.CLAIMS, freeze.WAVE4_PROFILE: wave4.CLAIMS}.get(prof.name, ())
+    return frozenset(claim.notebook for claim in claims)
+
+
+UNJUDGED = ("**Exploratory here.** No preregistered claim of this profile reads this notebook's results: they "
+            "describe or explore, and confirm nothing ([docs/preregistration.md](../../docs/preregistration.md)).")
+
+
+def _section(study: studies.Study, tables: list[Path], figures: list[Path], skips: list[str],
+             judged: frozenset[str] | None = None) -> list[str]:
     lines = [f"## {study.title}", "", f"Notebook `notebooks/{study.prefix}_*.ipynb` (its wall time: [TIMES.md](TIMES.md)).",
              ""]
     lines += [line for skip in skips for line in (skip, "")]
     if not tables and not figures:
         return lines + ([] if skips else ["No results yet: the notebook has not run in this profile.", ""])
+    if judged is not None and study.prefix not in judged:
+        lines += [UNJUDGED, ""]
     for table in tables:
         lines += [f"**{table.stem}**", "", *_table(table), ""]
     for figure in figures:
@@ -247,7 +265,8 @@ def report_text(prof: Profile) -> str:
         lines += ["## The notebooks", "", f"{which} ran in this profile. Wave {GRID_WAVES[prof.name]} "
                   "computes only the units its claims read (`plugin-repro grid run --profile "
                   f"{prof.name} --wave {GRID_WAVES[prof.name]}`), whose records the verdicts above are judged from.", ""]
-    lines += [line for study, outputs in shown.items() for line in _section(study, *outputs)]
+    judged = _judged_notebooks(prof)
+    lines += [line for study, outputs in shown.items() for line in _section(study, *outputs, judged)]
     lines += _controls_section(root)
     lines += code_versions_section(root)
     return "\n".join(lines) + "\n"
