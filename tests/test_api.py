@@ -383,3 +383,22 @@ def test_notebook_14_says_why_it_skips_without_a_server(monkeypatch, tmp_path):
     # What the report reads to say that the notebook ran and why it measured nothing.
     assert json.loads((tmp_path / "smoke" / "skipped" / "api_e2e.json").read_text()) == {
         "name": "api_e2e", "reason": "llama-cpp-python is not installed"}
+
+
+def test_notebook_14s_table_keeps_the_papers_metric_order_for_runs_read_back():
+    """A run read back from the store has its metrics in JSON's sorted order; the table keeps the
+    paper's (BLEU, ROUGE-1, ROUGE-2, ROUGE-L, METEOR, CIDEr, NIST) either way."""
+    from plugin_lib.experiments import api
+    from plugin_lib.harness.profile import load_profile
+    from plugin_lib.metrics import METRIC_NAMES
+
+    def run(method, predictions):
+        scores = {name: float(i) for i, name in enumerate(METRIC_NAMES)}
+        return {"method": method, "seed": 0, "predictions": predictions, "metrics": dict(sorted(scores.items()))}
+
+    study = api.Study(load_profile("smoke"), "e2e", "", api_records=[run("Plugin", ["a", "b"])],
+                      local_records=[run("Plugin", ["a", "c"])])
+    table = api.metrics_table(study)
+    assert list(table.columns) == ["method", "seed", "base", *METRIC_NAMES, "same output as the other"]
+    assert table["BLEU"].tolist() == [0.0, 0.0] and table["NIST"].tolist() == [6.0, 6.0]
+    assert table["same output as the other"].tolist() == [0.5, 0.5]
