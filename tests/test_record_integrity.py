@@ -186,7 +186,8 @@ def test_the_committed_records_match_their_manifest(profile, names):
 @pytest.mark.parametrize("profile", ["local", "wave3", "wave4"])
 def test_the_committed_records_metrics_are_what_their_predictions_score(profile):
     """Every committed record of the profile scored again (``harness.running.record_scores``). `confirm`'s
-    294 records (about a second each: docs/architecture.md) are checked by `plugin-repro stamp --check --profile confirm`."""
+    294 records (about a second each: docs/architecture.md) are checked by `plugin-repro stamp --check
+    --profile confirm`."""
     real_data.require()
     from plugin_lib.harness.running import record_scores
 
