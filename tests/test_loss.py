@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from plugin_lib.core.loss import IGNORE_INDEX, plugin_loss, shift_labels, target_positions, token_nll
+from plugin_lib.core.loss import IGNORE_INDEX, plugin_loss, shift_labels, target_positions
 
 
 def test_shift_follows_transformers_convention():
@@ -53,5 +53,3 @@ def test_masked_positions_do_not_leak():
 def test_no_target_tokens_is_an_error():
     with pytest.raises(ValueError, match="No target tokens"):
         plugin_loss(torch.zeros(1, 3, 5), torch.zeros(1, 3, 5), torch.full((1, 3), IGNORE_INDEX))
-    with pytest.raises(ValueError, match="No target tokens"):
-        token_nll(torch.zeros(2, 5), torch.full((2,), IGNORE_INDEX))

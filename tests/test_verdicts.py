@@ -81,14 +81,6 @@ def test_exact_mcnemar_counts_discordant_pairs():
         verdicts.mcnemar_exact([True], [True, False])
 
 
-def test_sign_test_drops_ties():
-    result = verdicts.sign_test([0.1, 0.2, 0.3, 0.1, 0.5, 0.2, 0.0, 0.0])
-    assert (result["positive"], result["negative"], result["ties"]) == (6, 0, 2)
-    assert result["p"] == pytest.approx(0.03125)
-    assert verdicts.sign_test([0.0, 0.0])["p"] == 1.0
-    assert verdicts.binomial_test_half(62, 35) == pytest.approx(scipy_stats.binomtest(62, 97).pvalue)
-
-
 def test_two_proportion_exact():
     assert verdicts.two_proportion_exact(5, 10, 5, 10) == 1.0
     assert verdicts.two_proportion_exact(0, 20, 12, 20) < 0.001
@@ -115,11 +107,8 @@ def test_t_interval_over_seeds():
     interval = verdicts.t_interval([1.0, 2.0, 3.0])
     half = scipy_stats.t.ppf(0.975, 2) * 1.0 / math.sqrt(3)
     assert interval["mean"] == 2.0 and interval["low"] == pytest.approx(2 - half) and interval["n"] == 3
-    assert not verdicts.excludes_zero(interval)  # [-0.48, 4.48]
-    assert verdicts.excludes_zero(verdicts.t_interval([0.01, 0.012, 0.011]))
-    assert verdicts.excludes_zero(verdicts.t_interval([-0.01, -0.012, -0.011]))  # below 0 excludes it too
     one_seed = verdicts.t_interval([0.02])
-    assert one_seed["mean"] == 0.02 and math.isnan(one_seed["low"]) and not verdicts.excludes_zero(one_seed)
+    assert one_seed["mean"] == 0.02 and math.isnan(one_seed["low"]) and math.isnan(one_seed["high"])
 
 
 # ---------------------------------------------------------------- rank correlation, exactly

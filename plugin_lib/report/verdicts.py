@@ -4,7 +4,7 @@ numbers in, p-values, intervals and verdicts out.
 A claim gets exactly one of four verdicts (issue 16):
 
 - **reproduced**: the paper's direction, and a test passes: p < ``ALPHA`` in most seeds (paired
-  bootstrap over test inputs, or an exact McNemar / sign / binomial test for counts), or a
+  bootstrap over test inputs, or an exact McNemar or Fisher test for counts), or a
   t-interval over seeds that excludes no effect;
 - **direction only**: the paper's direction, but not significant at this scale;
 - **not reproduced**: not the paper's direction;
@@ -129,19 +129,6 @@ def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> dict:
             "n_pairs": len(a), "p": _binomial_half(a_only, a_only + b_only)}
 
 
-def sign_test(differences: Sequence[float]) -> dict:
-    """Two-sided exact sign test of paired differences; zero differences (ties) are dropped."""
-    values = np.asarray(differences, dtype=float)
-    positive, negative = int((values > 0).sum()), int((values < 0).sum())
-    return {"positive": positive, "negative": negative, "ties": int(values.size - positive - negative),
-            "p": _binomial_half(positive, positive + negative)}
-
-
-def binomial_test_half(wins: int, losses: int) -> float:
-    """Two-sided exact binomial test of ``wins`` against ``losses`` (ties left out) at 1/2."""
-    return _binomial_half(wins, wins + losses)
-
-
 def two_proportion_exact(k_a: int, n_a: int, k_b: int, n_b: int) -> float:
     """Fisher's exact two-sided test of k_a/n_a against k_b/n_b (unpaired outcomes);
     1 when either group is empty."""
@@ -182,11 +169,6 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict:
         return {"mean": mean, "low": float("nan"), "high": float("nan"), "n": n}
     half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
-
-
-def excludes_zero(interval: Mapping[str, float]) -> bool:
-    """The interval lies entirely above or entirely below 0 (NaN bounds: no)."""
-    return bool(interval["low"] > 0 or interval["high"] < 0)
 
 
 # ---------------------------------------------------------------- rank correlation, exactly

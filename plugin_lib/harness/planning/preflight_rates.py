@@ -99,7 +99,7 @@ class Rates:
             return self.lora_plain_tokens_per_s
         return self.lora_tokens_per_s  # recomputing: an upper bound where the plain rate is not measured
 
-    def seconds(self, work: dict, pair_tokens_fallback: float = 0.0) -> float:
+    def seconds(self, work: dict) -> float:
         s = work.get("forward_tokens", 0.0) / self.forward_tokens_per_s
         s += work.get("pair_epochs", 0.0) / self.train_pairs_per_s
         s += work.get("grid_pair_epochs", 0.0) / (self.grid_train_pairs_per_s or self.train_pairs_per_s)
