@@ -26,6 +26,24 @@ def test_every_job_is_a_subcommand():
         assert f" {command} " in listed.stdout, command
 
 
+def test_each_listed_command_reads_as_one_flowing_paragraph():
+    """A listing's row is the command's first paragraph on one line where the terminal is wide
+    enough: typer's rich listing kept the docstring's line breaks, which left ragged rows."""
+    import inspect
+
+    import typer
+
+    from plugin_lib.__main__ import app
+
+    front = typer.main.get_command(app)
+    for path, listing in (((), front), (("data",), front.commands["data"]), (("grid",), front.commands["grid"])):
+        shown = subprocess.run([sys.executable, "-m", "plugin_lib", *path, "--help"], capture_output=True, text=True,
+                               cwd=ROOT, timeout=300, env={**os.environ, "COLUMNS": "1000"}).stdout.splitlines()
+        for name, command in listing.commands.items():
+            first = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+            assert any(f" {name} " in line and first in line for line in shown), (path, name, first)
+
+
 def test_a_subcommand_hands_its_arguments_and_help_to_the_jobs_own_parser():
     help_text = front_door("grid", "plan", "--help")
     assert help_text.returncode == 0 and "--profile" in help_text.stdout and "--summary" in help_text.stdout
