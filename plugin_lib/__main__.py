@@ -22,7 +22,6 @@ error is answered at once (tests/test_front_door.py).
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 from pathlib import Path
 
@@ -146,18 +145,7 @@ def gpu_check(ctx: typer.Context) -> None:
     _hand_over("plugin_lib.commands.gpu_check", ctx.args)
 
 
-def _one_paragraph_listings(*apps: typer.Typer) -> None:
-    """Each command's row in a listing (``plugin-repro --help``) is its docstring's first paragraph
-    as one flowing text: typer's rich listing keeps the docstring's line breaks, which left ragged
-    rows; a command's own --help page reflows them already."""
-    for sub in apps:
-        for command in sub.registered_commands:
-            if command.short_help is None and command.callback is not None and command.callback.__doc__:
-                first = inspect.cleandoc(command.callback.__doc__).split("\n\n")[0]
-                command.short_help = " ".join(first.split())
-
-
-_one_paragraph_listings(app, data_app, grid_app)
+serving.one_paragraph_listings(app, data_app, grid_app)
 
 
 # Commands that read or write the checkout itself (its notebooks, results and report): run from

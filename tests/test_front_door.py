@@ -35,13 +35,17 @@ def test_each_listed_command_reads_as_one_flowing_paragraph():
 
     from plugin_lib.__main__ import app
 
+    from plugin_lib.serving import cli
+
     front = typer.main.get_command(app)
-    for path, listing in (((), front), (("data",), front.commands["data"]), (("grid",), front.commands["grid"])):
-        shown = subprocess.run([sys.executable, "-m", "plugin_lib", *path, "--help"], capture_output=True, text=True,
+    for program, path, listing in (("plugin_lib", (), front), ("plugin_lib", ("data",), front.commands["data"]),
+                                   ("plugin_lib", ("grid",), front.commands["grid"]),
+                                   ("plugin_lib.serving.cli", (), typer.main.get_command(cli.app))):
+        shown = subprocess.run([sys.executable, "-m", program, *path, "--help"], capture_output=True, text=True,
                                cwd=ROOT, timeout=300, env={**os.environ, "COLUMNS": "1000"}).stdout.splitlines()
         for name, command in listing.commands.items():
             first = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
-            assert any(f" {name} " in line and first in line for line in shown), (path, name, first)
+            assert any(f" {name} " in line and first in line for line in shown), (program, path, name, first)
 
 
 def test_a_subcommand_hands_its_arguments_and_help_to_the_jobs_own_parser():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import inspect
 import json
 import shutil
 import signal
@@ -27,11 +28,21 @@ from .inputs import CONFIG_FILE, MAX_PROMPT_TOKENS, data_sha256, read_pairs, rea
 from .requests import GenerationRequest, TrainingRequest
 
 # torch, transformers and the models load inside each command, after its input is checked: --help
-# and refused input answer in well under a second (tests/test_cli_startup.py).
+# and refused input answer in well under a second (tests/test_front_door.py).
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Train, run and serve a Plugin: a small reweighting model on top of a black-box LLM.")
 
+
+def one_paragraph_listings(*apps: typer.Typer) -> None:
+    """Each command's row in a listing (``--help``) is its docstring's first paragraph as one
+    flowing text: typer's rich listing keeps the docstring's line breaks, which left ragged rows;
+    a command's own --help page reflows them already."""
+    for listing in apps:
+        for command in listing.registered_commands:
+            if command.short_help is None and command.callback is not None and command.callback.__doc__:
+                first = inspect.cleandoc(command.callback.__doc__).split("\n\n")[0]
+                command.short_help = " ".join(first.split())
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -388,6 +399,9 @@ def _tokenizer(source: str):
     from ..harness import models
 
     return models.api_tokenizer({"name": source, "tokenizer": source})
+
+
+one_paragraph_listings(app)
 
 
 def main() -> None:
