@@ -291,7 +291,7 @@ class OutputLayerBox:
     ``output_head``), without its body. A process that only trains from a cache holds this
     instead of the whole base (LLaMA-3.1-8B: its 1 GiB output layer, not 16 GiB), so several
     trainings share one GPU (``harness.grid.executors``). The head is the loaded model's own,
-    bit for bit (``harness.models.load_output_layer``), so what it trains is what the whole
+    bit for bit (``harness.running.output_layers``), so what it trains is what the whole
     base would train. It runs no model: asked for logits, it says to load the base."""
 
     def __init__(self, head: OutputHead, tokenizer: PreTrainedTokenizerBase, name: str,
