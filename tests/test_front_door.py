@@ -34,7 +34,6 @@ def test_each_listed_command_reads_as_one_flowing_paragraph():
     import typer
 
     from plugin_lib.__main__ import app
-
     from plugin_lib.serving import cli
 
     front = typer.main.get_command(app)
