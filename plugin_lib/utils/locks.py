@@ -69,7 +69,6 @@ class StoreLock:
         self.nonce: str | None = None
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
-        self.waited = False  # whether another owner held it when this one first asked
 
     def holder(self) -> dict | None:
         """The current owner's record, or None when nobody holds the lock."""
@@ -92,7 +91,6 @@ class StoreLock:
             if self._try_create():
                 self._start_heartbeat()
                 return True
-            self.waited = True
             held = self.holder()
             if held is not None and self._abandoned(held):
                 self._take_over(held)
