@@ -16,7 +16,6 @@ from pathlib import Path
 import openai
 import pytest
 import torch
-import uvicorn
 from typer.testing import CliRunner
 
 from plugin_lib.core.api import ApiBlackBox

@@ -55,7 +55,7 @@ from ..harness.machine import results_dir
 from ..harness.profile import REPO_ROOT, ProfileError, load_profile, profile_names
 from ..utils import record_manifest
 # The code version is also what every new run record names (plugin_lib/utils/provenance.py).
-from ..utils.provenance import code_files, code_version, file_content  # noqa: F401
+from ..utils.provenance import code_version, file_content
 
 DAMAGED, EDITED, UNLISTED = 4, 5, 6  # exit statuses (3 is run_all.sh's: another run holds the profile)
 
