@@ -1,4 +1,5 @@
-"""The README's example is executed, so it cannot go stale (x-transformers' habit)."""
+"""The README's example is executed, so it cannot go stale (x-transformers' habit), and every link
+of the front door and the docs leads somewhere."""
 import re
 
 from plugin_lib.commands.document import README_END, README_START
@@ -33,3 +34,30 @@ def test_readme_is_a_short_front_door():
     assert len(readme[start:end].encode()) < 9_500  # the verdicts: 8,123 bytes, every wave judged
     for target in ("docs/architecture.md", "docs/data.md", "results/local/REPORT.md"):
         assert target in readme and (REPO_ROOT / target).exists(), target
+
+
+def _heading_anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lowercased, punctuation dropped, spaces as hyphens."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", markdown, re.MULTILINE)}
+
+
+def test_every_relative_link_of_the_readme_docs_and_reports_resolves():
+    """A link into the checkout (README.md, docs/, data/README.md, the committed reports) names a
+    file that is there, and its #anchor a heading of that page: docs move, links rot."""
+    pages = [REPO_ROOT / "README.md", REPO_ROOT / "data" / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")),
+             *(REPO_ROOT / "results" / p / "REPORT.md" for p in ("local", "confirm", "wave3", "wave4"))]
+    broken, checked = [], 0
+    for page in (p for p in pages if p.exists()):
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path) if path else page
+            checked += 1
+            if not linked.exists():
+                broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _heading_anchors(linked.read_text(encoding="utf-8")):
+                broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (no such heading)")
+    assert checked > 50  # the pages were read: 224 links on 2026-12-08
+    assert broken == [], "\n".join(broken)
