@@ -55,7 +55,9 @@ def test_every_relative_link_of_the_readme_docs_and_reports_resolves():
             path, _, anchor = target.partition("#")
             linked = (page.parent / path) if path else page
             checked += 1
-            if not linked.exists():
+            if not linked.resolve().is_relative_to(REPO_ROOT.resolve()):
+                broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (outside the checkout: a clone lacks it)")
+            elif not linked.exists():
                 broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (no such file)")
             elif anchor and linked.suffix == ".md" and anchor not in _heading_anchors(linked.read_text(encoding="utf-8")):
                 broken.append(f"{page.relative_to(REPO_ROOT)}: {target} (no such heading)")
