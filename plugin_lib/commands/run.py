@@ -57,7 +57,7 @@ from ..harness import machine
 from ..harness import profile as config
 from ..harness.profile import REPO_ROOT, Profile
 from ..utils import malloc
-from ..utils.io import read_json, reap_tree
+from ..utils.io import reap_tree
 from ..utils.locks import StoreLock
 
 # The name the user called it by, in every message: run_all.sh says so (PLUGIN_RUN_COMMAND).
@@ -135,7 +135,7 @@ class Orchestrator:
     def __init__(self, options: Options):
         self.options = options
         self.profile: Profile | None = None  # the profile of this call, once chosen
-        self.temporary: Path | None = None
+        self.executed = None  # its ExecutedFolder, once the lock is held
 
     # ------------------------------------------------------------------ the call
     def run(self) -> int:
@@ -166,19 +166,17 @@ class Orchestrator:
 
     def _under_lock(self, profile: Profile, studies: list) -> int:
         from . import stamp
+        from .executed_folder import ExecutedFolder
 
-        executed, logs = self.out / "executed", self.out / "logs"
-        executed.mkdir(parents=True, exist_ok=True)
-        logs.mkdir(parents=True, exist_ok=True)
-        for left in executed.glob(".*.running.*.ipynb"):  # a run killed outright (we hold the lock)
-            left.unlink(missing_ok=True)
+        self.executed = ExecutedFolder(self.out, self.shown, profile.name, force=self.options.force)
+        self.executed.prepare()
+        (self.out / "logs").mkdir(parents=True, exist_ok=True)
         self._reap()
-        self.mode = 0o666 & ~_umask()
         status = stamp.check_records(profile.name)  # a bad record stops here, named (stamp's 4, 5, 6)
         if status:
             raise SystemExit(status)
         wanted = self._stamps(profile, studies)
-        to_run = [s.notebook for s in studies if not self._finished(s.notebook, wanted[s.notebook])]
+        to_run = [s.notebook for s in studies if not self.executed.finished(s.notebook, wanted[s.notebook])]
         if to_run and profile.name not in config.GPU_PROFILES and not _skip_preflight():
             from . import preflight
 
@@ -189,7 +187,7 @@ class Orchestrator:
             self._units(profile)
         started = time.monotonic()
         for i, study in enumerate(studies, 1):
-            self._notebook(study.notebook, wanted[study.notebook], f"({i}/{len(studies)})")
+            self.executed.execute(study.notebook, wanted[study.notebook], f"({i}/{len(studies)})")
         print(f"[run] all {len(studies)} notebooks finished for profile '{profile.name}' in "
               f"{time.monotonic() - started:.0f} s", flush=True)
         self._after(profile)
@@ -317,11 +315,6 @@ class Orchestrator:
         return {s.notebook: stamp.stamp(s.path.relative_to(REPO_ROOT), profile.name, code=code, data=data)
                 for s in studies}
 
-    def _finished(self, name: str, wanted: str) -> bool:
-        stamp, final = self.out / "executed" / f"{name}.done", self.out / "executed" / f"{name}.ipynb"
-        return (not self.options.force and stamp.is_file() and final.is_file()
-                and stamp.read_text().strip() == wanted)
-
     def _units(self, profile: Profile) -> None:
         """The units first, on the chosen executor (docs/scale.md), in this process; what it and
         its workers print goes to the screen and to logs/grid.log."""
@@ -349,96 +342,6 @@ class Orchestrator:
                        "rerun resumes.")
         release_grid_memory()
         (self.out / "logs" / "grid.done").touch()  # the notebooks should write no run record after this
-
-    def _notebook(self, name: str, wanted: str, count: str) -> None:
-        """Run one notebook with papermill into a temporary file, moved into place on success."""
-        from .execution import NOTEBOOKS_DIR, execute_notebook
-
-        executed = self.out / "executed"
-        final, failed, stamp = executed / f"{name}.ipynb", executed / f"{name}.failed.ipynb", executed / f"{name}.done"
-        if self._finished(name, wanted):
-            print(f"[run] {count} {name}: already finished, skipped (--force re-runs it)", flush=True)
-            return
-        log = self.out / "logs" / f"{name}.log"
-        print(f"[run] {count} {name}: running (log: {self.shown}/logs/{name}.log)", flush=True)
-        started, skips_before = time.monotonic(), self._skips()
-        self.temporary = executed / f".{name}.running.{os.getpid()}.ipynb"
-        finished = execute_notebook(NOTEBOOKS_DIR / f"{name}.ipynb", self.temporary, log, self.profile.name)
-        if finished and self._strip(self.temporary, log):
-            if self._kept_real_execution(name, final, skips_before, count):
-                return
-            self.temporary.chmod(self.mode)
-            os.replace(self.temporary, final)
-            self.temporary = None
-            failed.unlink(missing_ok=True)
-            seconds = round(time.monotonic() - started)
-            with open(executed / f"{name}.seconds", "a", encoding="utf-8") as f:  # one line per execution
-                f.write(f"{seconds}\n")
-            written = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
-            written.write_text(wanted + "\n")
-            written.chmod(self.mode)
-            os.replace(written, stamp)
-            print(f"[run] {count} {name}: done in {seconds} s", flush=True)
-            return
-        self._failed(name, log, final, failed)
-
-    def _skips(self) -> dict[Path, float]:
-        """The notebooks' records of what they skipped (report.writer.save_skip), with their times."""
-        return {path: path.stat().st_mtime for path in (self.out / "skipped").glob("*.json")}
-
-    def _kept_real_execution(self, name: str, final: Path, skips_before: dict[Path, float], count: str) -> bool:
-        """A notebook that skipped its study for want of an optional engine (notebook 14 without
-        llama-cpp-python's server) does not replace a last execution that ran it: that execution,
-        its results and its stamp stay, and the new skip records go. True when so."""
-        new = [path for path, when in self._skips().items() if skips_before.get(path) != when]
-        if not new or not final.is_file() or any(path in skips_before for path in new):
-            return False
-        reasons = "; ".join(read_json(path).get("reason", "") for path in new)
-        for path in new:
-            path.unlink(missing_ok=True)
-        self.temporary.unlink(missing_ok=True)
-        self.temporary = None
-        print(f"[run] {count} {name}: skipped its study ({reasons}); the last execution that ran it, "
-              f"{self.shown}/executed/{name}.ipynb, and its results are kept, and its stamp stays stale", flush=True)
-        return True
-
-    def _failed(self, name: str, log: Path, final: Path, failed: Path) -> None:
-        """The last executed notebook and its stamp stay; this attempt is kept as <name>.failed.ipynb."""
-        from .notebook_files import error_lines
-
-        if self.temporary is not None and self.temporary.exists() and self.temporary.stat().st_size:
-            self._strip(self.temporary, None)
-            self.temporary.chmod(self.mode)
-            os.replace(self.temporary, failed)
-        else:
-            if self.temporary is not None:
-                self.temporary.unlink(missing_ok=True)
-            failed.unlink(missing_ok=True)
-        self.temporary = None
-        print(f"[run] FAILED: {name}. Its error:", file=sys.stderr)
-        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-        print("\n".join(f"    {line}" for line in error_lines(text)), file=sys.stderr)
-        print(f"[run] Full log: {self.shown}/logs/{name}.log", file=sys.stderr)
-        if failed.exists():
-            print(f"[run] The failed notebook: {self.shown}/executed/{name}.failed.ipynb", file=sys.stderr)
-        if final.exists():
-            print(f"[run] {self.shown}/executed/{name}.ipynb (the last finished execution) is unchanged; nothing "
-                  "else was written.", file=sys.stderr)
-        raise SystemExit(1)
-
-    @staticmethod
-    def _strip(path: Path, log: Path | None) -> bool:
-        """The executed notebook made portable (``notebook_files.strip_notebook``); whether it was."""
-        from .notebook_files import strip_notebook
-
-        try:
-            strip_notebook(path)
-            return True
-        except (OSError, ValueError) as err:
-            if log is not None:
-                with open(log, "a", encoding="utf-8") as out:
-                    out.write(f"stripping {path.name} failed: {err!r}\n")
-            return False
 
     def _after(self, profile: Profile) -> None:
         """The report once every chosen notebook finished; the README shows a complete local run
@@ -472,19 +375,12 @@ class Orchestrator:
         from .execution import stop_children
 
         stop_children()
-        if self.temporary is not None:
-            self.temporary.unlink(missing_ok=True)
-            self.temporary = None
+        if self.executed is not None:
+            self.executed.discard()
 
 
 def _skip_preflight() -> bool:
     return os.environ.get("PLUGIN_SKIP_PREFLIGHT", "0") == "1"
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
 
 
 if __name__ == "__main__":
