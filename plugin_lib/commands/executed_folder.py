@@ -5,7 +5,7 @@ For every notebook ``plugin-repro run`` executes, the folder holds
   <name>.ipynb          the last execution that finished, stripped (``notebook_files``)
   <name>.done           its stamp (``commands.stamp``): the notebook is skipped while it matches
   <name>.seconds        one line per finished execution, its wall-clock seconds
-  <name>.failed.ipynb   the last failed try, while no later one finished
+  <name>.failed.ipynb   the last failed try (gone once a later try finishes, or fails unwritten)
 
 A try runs into a hidden temporary file that replaces <name>.ipynb only when the notebook
 finished and was stripped; its stamp is written after it, so a killed call never leaves a stamp
